@@ -1,0 +1,125 @@
+"""What a finished job leaves: model.tar.gz, output.tar.gz and job.json (DescribeTrainingJob's shape)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from emulator import contract
+from emulator.plan import Plan
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: str
+    group: str
+    instance_type: str
+    exit_code: int | None
+    seconds: float
+    failure_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_name: str
+    status: str  # Completed | Failed | Stopped
+    failure_reason: str | None
+    hosts: tuple[HostResult, ...]
+    job_dir: Path
+    model_artifact: Path | None
+    output_artifact: Path | None
+    start: datetime
+    end: datetime
+    secondary_status: str = ""
+    seed: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return {"Completed": 0, "Stopped": 130}.get(self.status, 1)
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+
+def merge_tree(plan: Plan, relative: str, archive: Path) -> Path:
+    """Tar every host's `/opt/ml/<relative>` into one archive, in host order.
+
+    Paths are relative to the folder, as the service packs /opt/ml/model. Hosts write into the same
+    archive in host order; where two hosts wrote the same path, the later host wins, as later uploads
+    of the same S3 key do.
+    """
+    chosen: dict[str, Path] = {}
+    for host in plan.hosts:
+        root = Path(host.host_dir) / relative
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                chosen[str(path.relative_to(root))] = path
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in sorted(chosen):
+            tar.add(chosen[name], arcname=name, recursive=False)
+    return archive
+
+
+def collect(plan: Plan) -> tuple[Path, Path]:
+    out = Path(plan.job_dir) / "output"
+    return merge_tree(plan, "model", out / "model.tar.gz"), merge_tree(plan, "output/data", out / "output.tar.gz")
+
+
+def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
+    """job.json: the DescribeTrainingJob response shape, plus one entry per host."""
+    spec = plan.spec
+    doc: dict[str, Any] = {
+        "TrainingJobName": plan.job_name,
+        "TrainingJobArn": contract.training_job_arn(plan.job_name, spec.region),
+        "TrainingJobStatus": result.status,
+        "SecondaryStatus": result.secondary_status or result.status,
+        "AlgorithmSpecification": {
+            "TrainingImage": plan.image,
+            "TrainingInputMode": spec.input_mode,
+            **({"ContainerEntrypoint": list(plan.entrypoint)} if plan.entrypoint is not None else {}),
+            **({"ContainerArguments": list(plan.command)} if spec.container_arguments else {}),
+        },
+        "HyperParameters": json.loads(plan.hosts[0].files["input/config/hyperparameters.json"]),
+        "ResourceConfig": contract.describe_resource_config(spec),
+        "InputDataConfig": contract.describe_input_data_config(spec),
+        "OutputDataConfig": {"S3OutputPath": str(spec.output_path)},
+        "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
+        "EnableNetworkIsolation": spec.enable_network_isolation,
+        "TrainingStartTime": result.start.isoformat(),
+        "TrainingEndTime": result.end.isoformat(),
+        "TrainingTimeInSeconds": int(round(result.seconds)),
+        "Environment": dict(spec.environment),
+        "Emulator": {"HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network},
+        "Hosts": [
+            {
+                "Host": h.host,
+                "InstanceGroupName": h.group,
+                "InstanceType": h.instance_type,
+                "ExitCode": h.exit_code,
+                "FailureReason": h.failure_reason,
+                "Seconds": round(h.seconds, 3),
+            }
+            for h in result.hosts
+        ],
+    }
+    if result.failure_reason:
+        doc["FailureReason"] = result.failure_reason
+    if result.model_artifact is not None:
+        doc["ModelArtifacts"] = {"S3ModelArtifacts": str(result.model_artifact)}
+    if spec.checkpoint_s3_uri is not None:
+        doc["CheckpointConfig"] = {"S3Uri": str(spec.checkpoint_s3_uri), "LocalPath": spec.checkpoint_local_path}
+    return doc
+
+
+def write_description(plan: Plan, result: JobResult) -> Path:
+    path = Path(plan.job_dir) / "job.json"
+    path.write_text(contract.dumps(describe(plan, result)))
+    return path

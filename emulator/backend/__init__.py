@@ -1,0 +1,73 @@
+"""The backend boundary: the few operations the runner needs from a container engine.
+
+Only `emulator.backend.docker` imports docker-py; everything above this protocol is tested against a
+fake (tests/unit/fake_backend.py) instead of stacks of mock.patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from emulator.plan import HostPlan, Plan
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """What the engine says about one container."""
+
+    name: str
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A container or network the emulator created, found by its labels (for ps / clean)."""
+
+    kind: str  # "container" | "network"
+    name: str
+    job: str
+    labels: Mapping[str, str]
+    status: str = ""
+
+
+LineSink = Callable[[str, bytes], None]
+
+
+class Backend(Protocol):
+    def ping(self) -> None:
+        """Raise DockerUnavailable if no engine answers."""
+
+    def image_present(self, image: str) -> bool: ...
+
+    def create_network(self, plan: Plan) -> None: ...
+
+    def create_container(self, plan: Plan, host: HostPlan) -> None: ...
+
+    def start(self, names: Sequence[str]) -> None:
+        """Start these containers together (concurrently), not one after the other."""
+
+    def follow_logs(self, name: str, sink: LineSink) -> None:
+        """Stream the container's output to sink(name, chunk) in a background thread until it exits."""
+
+    def states(self, names: Sequence[str]) -> list[ContainerState]: ...
+
+    def stop(self, names: Sequence[str], grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine."""
+
+    def remove(self, plan: Plan) -> None:
+        """Remove the job's containers and network; safe to call on a partly created job."""
+
+    def wait_logs(self, timeout: float) -> None:
+        """Wait until every follow_logs stream has drained."""
+
+    def find(self, job: str | None = None) -> list[Resource]:
+        """Every container and network the emulator made (of one job, or all)."""
+
+    def stop_resources(self, resources: Iterable[Resource], grace: float) -> None: ...
+
+    def remove_resources(self, resources: Iterable[Resource]) -> None: ...

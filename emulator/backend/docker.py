@@ -1,0 +1,248 @@
+"""The Docker backend: the only module (with backend/image.py) that talks to the engine, via docker-py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from emulator.backend import ContainerState, LineSink, Resource
+from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
+from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+
+# Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
+# serialises part of the work anyway.
+START_WORKERS = 16
+
+
+def connect(timeout: float = 10) -> docker.DockerClient:
+    """A client for the engine DOCKER_HOST (or the default socket) names, or DockerUnavailable."""
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
+        raise DockerUnavailable(
+            f"no Docker engine answers: {_first_line(err)}",
+            hint="start the Docker daemon (systemctl start docker) or set DOCKER_HOST",
+        ) from None
+    return client
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+class DockerBackend:
+    """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses."""
+
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
+        self._client = client
+        self._log_threads: list[threading.Thread] = []
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    @property
+    def api(self) -> docker.APIClient:
+        return self.client.api
+
+    def ping(self) -> None:
+        _ = self.client
+
+    def image_present(self, image: str) -> bool:
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
+        return True
+
+    def create_network(self, plan: Plan) -> None:
+        try:
+            # internal=True: a bridge with no route out of the host, while containers on it still
+            # reach each other, which is what EnableNetworkIsolation means for a multi-host job.
+            self.api.create_network(
+                plan.network, driver="bridge", internal=plan.network_isolation, labels=dict(plan.labels),
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(
+                f"cannot create network {plan.network}: {_first_line(err)}",
+                hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
+            ) from None
+
+    def create_container(self, plan: Plan, host: HostPlan) -> None:
+        api = self.api
+        host_config = api.create_host_config(
+            mounts=[
+                docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in host.mounts
+            ],
+            # A tiny init as PID 1 forwards SIGTERM to `train`, so stopping a job takes a moment, not
+            # the whole grace period (PID 1 ignores signals it installs no handler for).
+            init=True,
+        )
+        networking = api.create_networking_config(
+            {plan.network: api.create_endpoint_config(aliases=[host.name])}
+        )
+        try:
+            api.create_container(
+                plan.image,
+                command=list(plan.command),
+                entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
+                name=host.container_name,
+                hostname=host.name,
+                environment=dict(host.environment),
+                labels=dict(host.labels),
+                host_config=host_config,
+                networking_config=networking,
+                working_dir=None,
+            )
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(
+                f"image {plan.image} is not in the Docker engine",
+                hint="build it (docker build / `hetero-emu image build` for the default image); "
+                "no registry is reachable to pull from",
+            ) from None
+        except docker.errors.APIError as err:
+            hint = None
+            if err.status_code == 409:
+                hint = "a container of that name is left from an earlier run: `hetero-emu clean`"
+            raise EnvironmentProblem(
+                f"cannot create container {host.container_name}: {_first_line(err)}", hint=hint
+            ) from None
+
+    def start(self, names: Sequence[str]) -> None:
+        errors: list[str] = []
+
+        def start_one(name: str) -> None:
+            try:
+                self.api.start(name)
+            except docker.errors.APIError as err:
+                errors.append(f"{name}: {_first_line(err)}")
+
+        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
+            list(pool.map(start_one, names))
+        if errors:
+            raise EnvironmentProblem("cannot start containers: " + "; ".join(errors))
+
+    def follow_logs(self, name: str, sink: LineSink) -> None:
+        def pump() -> None:
+            try:
+                for chunk in self.api.logs(name, stream=True, follow=True, stdout=True, stderr=True):
+                    sink(name, chunk)
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                pass  # the container went away; its exit is reported by states()
+
+        thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
+        thread.start()
+        self._log_threads.append(thread)
+
+    def wait_logs(self, timeout: float) -> None:
+        for thread in self._log_threads:
+            thread.join(timeout)
+        self._log_threads = [t for t in self._log_threads if t.is_alive()]
+
+    def states(self, names: Sequence[str]) -> list[ContainerState]:
+        out = []
+        for name in names:
+            try:
+                state: dict[str, Any] = self.api.inspect_container(name)["State"]
+            except docker.errors.NotFound:
+                out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
+                continue
+            except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+                raise DockerUnavailable(
+                    f"the Docker engine stopped answering: {_first_line(err)}",
+                    hint="check the daemon; `hetero-emu clean` removes what is left",
+                ) from None
+            running = bool(state.get("Running")) or state.get("Status") in ("created", "restarting")
+            out.append(
+                ContainerState(
+                    name,
+                    running=running,
+                    exit_code=None if running else int(state.get("ExitCode", 0)),
+                    oom_killed=bool(state.get("OOMKilled")),
+                    error=str(state.get("Error") or ""),
+                )
+            )
+        return out
+
+    def stop(self, names: Sequence[str], grace: float) -> None:
+        def stop_one(name: str) -> None:
+            try:
+                self.api.stop(name, timeout=int(grace))
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError:
+                self._kill_quietly(name)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
+            list(pool.map(stop_one, names))
+
+    def _kill_quietly(self, name: str) -> None:
+        try:
+            self.api.kill(name)
+        except docker.errors.APIError:
+            pass
+
+    def remove(self, plan: Plan) -> None:
+        resources = [Resource("container", h.container_name, plan.job_name, dict(h.labels)) for h in plan.hosts]
+        resources.append(Resource("network", plan.network, plan.job_name, dict(plan.labels)))
+        self.remove_resources(resources)
+
+    def find(self, job: str | None = None) -> list[Resource]:
+        filters = {"label": [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_JOB}={job}"] if job else [])}
+        found = []
+        try:
+            for c in self.api.containers(all=True, filters=filters):
+                labels = c.get("Labels") or {}
+                name = (c.get("Names") or ["?"])[0].lstrip("/")
+                found.append(Resource("container", name, labels.get(LABEL_JOB, ""), labels, c.get("Status", "")))
+            for n in self.api.networks(filters=filters):
+                labels = n.get("Labels") or {}
+                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels))
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise DockerUnavailable(f"cannot list containers: {_first_line(err)}") from None
+        return found
+
+    def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
+        self.stop([r.name for r in resources if r.kind == "container"], grace)
+
+    def remove_resources(self, resources: Iterable[Resource]) -> None:
+        resources = list(resources)
+        problems: list[str] = []
+
+        def remove_container(name: str) -> None:
+            try:
+                self.api.remove_container(name, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as err:
+                problems.append(f"container {name}: {_first_line(err)}")
+
+        containers = [r.name for r in resources if r.kind == "container"]
+        if containers:
+            with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(containers)))) as pool:
+                list(pool.map(remove_container, containers))
+        for r in resources:
+            if r.kind != "network":
+                continue
+            try:
+                self.api.remove_network(r.name)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as err:
+                problems.append(f"network {r.name}: {_first_line(err)}")
+        if problems:
+            raise EmulatorError("could not remove everything: " + "; ".join(problems),
+                                hint="run `hetero-emu clean` once the engine is healthy")

@@ -1,0 +1,179 @@
+"""The files SageMaker writes under /opt/ml/input/config, as pure functions of the plan's facts.
+
+Every key here is one the service writes and the `sagemaker-training` toolkit reads; see
+https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
+and sagemaker_training/environment.py (read_resource_config, read_hyperparameters,
+read_input_data_config).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from emulator.spec import Distribution, JobSpec, TrainingInput
+
+CODE_DIR = "/opt/ml/code"
+
+
+def dumps(document: Any) -> str:
+    """The one JSON encoding of every file we write: sorted keys, stable, newline-terminated."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def resource_config(
+    current_host: str,
+    current_group: str,
+    current_type: str,
+    groups: Sequence[tuple[str, str, Sequence[str]]],
+) -> dict[str, Any]:
+    """resourceconfig.json for one host.
+
+    `current_group_name` is the service's key: the toolkit reads exactly that and silently falls back
+    to "homogeneousCluster" otherwise (environment.py, `resource_config.get("current_group_name", ...)`).
+    `instance_groups` is identical on every host and in the same order, because the toolkit derives
+    the distribution master and the ranks from it.
+    """
+    all_hosts = sorted((h for _, _, hosts in groups for h in hosts), key=host_sort_key)
+    return {
+        "current_host": current_host,
+        "current_instance_type": current_type,
+        "current_group_name": current_group,
+        "hosts": all_hosts,
+        "instance_groups": [
+            {"instance_group_name": name, "instance_type": itype, "hosts": list(hosts)}
+            for name, itype, hosts in groups
+        ],
+        "network_interface_name": "eth0",
+    }
+
+
+def host_sort_key(host: str) -> tuple[str, int]:
+    """algo-2 before algo-10."""
+    prefix, _, number = host.rpartition("-")
+    return (prefix, int(number)) if number.isdigit() else (host, 0)
+
+
+def distribution_hyperparameters(distribution: Distribution, instance_type: str) -> dict[str, Any]:
+    """The `sagemaker_*` keys the SDK's Framework estimator adds for `distribution=`.
+
+    Mirrors sagemaker/estimator.py `Framework._distribution_configuration` (SDK v2): one `..._enabled`
+    flag per strategy, MPI's process count and options, and the instance group list the toolkit
+    reads as `sagemaker_distribution_instance_groups`.
+    """
+    options = distribution.options
+    out: dict[str, Any] = {}
+    if distribution.instance_groups:
+        out["sagemaker_distribution_instance_groups"] = list(distribution.instance_groups)
+    if "parameter_server" in options:
+        out["sagemaker_parameter_server_enabled"] = bool(options["parameter_server"].get("enabled", False))
+    if "mpi" in options:
+        mpi = options["mpi"]
+        out["sagemaker_mpi_enabled"] = bool(mpi.get("enabled", False))
+        if mpi.get("processes_per_host"):
+            out["sagemaker_mpi_num_of_processes_per_host"] = mpi["processes_per_host"]
+        out["sagemaker_mpi_custom_mpi_options"] = mpi.get("custom_mpi_options", "")
+    if "smdistributed" in options:
+        smd = options["smdistributed"]
+        data_parallel = smd.get("dataparallel", {}) if isinstance(smd, Mapping) else {}
+        out["sagemaker_distributed_dataparallel_enabled"] = bool(data_parallel.get("enabled", False))
+        out["sagemaker_distributed_dataparallel_custom_mpi_options"] = data_parallel.get("custom_mpi_options", "")
+        out["sagemaker_instance_type"] = instance_type
+    if "pytorchddp" in options:
+        out["sagemaker_pytorch_ddp_enabled"] = bool(options["pytorchddp"].get("enabled", False))
+        out["sagemaker_instance_type"] = instance_type
+    if "torch_distributed" in options:
+        out["sagemaker_torch_distributed_enabled"] = bool(options["torch_distributed"].get("enabled", False))
+        out["sagemaker_instance_type"] = instance_type
+    if "multi_worker_mirrored_strategy" in options:
+        mwms = options["multi_worker_mirrored_strategy"]
+        out["sagemaker_multi_worker_mirrored_strategy_enabled"] = bool(mwms.get("enabled", False))
+    return out
+
+
+def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
+    """hyperparameters.json: string -> string, every value `json.dumps`-encoded as the SDK does.
+
+    The SDK encodes each value with json.dumps (sagemaker/estimator.py `Framework.hyperparameters` /
+    `_json_encode_hyperparameters`) and the toolkit decodes with json.loads, falling back to the raw
+    string (sagemaker_training/mapping.py).
+    """
+    values: dict[str, Any] = dict(spec.hyperparameters)
+    if spec.entry_point is not None:
+        values["sagemaker_program"] = spec.entry_point
+        # The toolkit skips downloading when the submit directory already is /opt/ml/code and is not
+        # empty (sagemaker_training/files.py `download_and_extract`), so the mount is used as is.
+        values["sagemaker_submit_directory"] = CODE_DIR
+    values["sagemaker_container_log_level"] = spec.container_log_level
+    values["sagemaker_job_name"] = job_name
+    values["sagemaker_region"] = spec.region
+    if spec.distribution is not None:
+        dist_type = (
+            spec.group(spec.distribution.instance_groups[0]).instance_type
+            if spec.distribution.instance_groups
+            else spec.instance_groups[0].instance_type
+        )
+        values.update(distribution_hyperparameters(spec.distribution, dist_type))
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
+def channel_config(channel: TrainingInput, job_input_mode: str) -> dict[str, str]:
+    """One entry of inputdataconfig.json, as the service writes it."""
+    entry = {
+        "TrainingInputMode": channel.input_mode or job_input_mode,
+        "S3DistributionType": channel.distribution,
+        "RecordWrapperType": "None",
+    }
+    if channel.content_type:
+        entry["ContentType"] = channel.content_type
+    return entry
+
+
+def input_data_config(spec: JobSpec, channels: Sequence[str]) -> dict[str, dict[str, str]]:
+    """inputdataconfig.json for a host: only the channels assigned to its group."""
+    return {name: channel_config(spec.inputs[name], spec.input_mode) for name in channels}
+
+
+def describe_resource_config(spec: JobSpec) -> dict[str, Any]:
+    """DescribeTrainingJob's ResourceConfig for this job."""
+    if not spec.heterogeneous:
+        group = spec.instance_groups[0]
+        return {"InstanceCount": group.instance_count, "InstanceType": group.instance_type, "VolumeSizeInGB": 30}
+    return {
+        "InstanceGroups": [
+            {"InstanceCount": g.instance_count, "InstanceGroupName": g.instance_group_name,
+             "InstanceType": g.instance_type}
+            for g in spec.instance_groups
+        ],
+        "VolumeSizeInGB": 30,
+    }
+
+
+def describe_input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
+    """DescribeTrainingJob's InputDataConfig for this job (S3Uri shows the local source)."""
+    out = []
+    for name, channel in spec.inputs.items():
+        source: dict[str, Any] = {
+            "S3DataDistributionType": channel.distribution,
+            "S3DataType": channel.s3_data_type,
+            "S3Uri": channel.s3_data,
+        }
+        if channel.instance_groups:
+            source["InstanceGroupNames"] = list(channel.instance_groups)
+        entry: dict[str, Any] = {
+            "ChannelName": name,
+            "CompressionType": "None",
+            "DataSource": {"S3DataSource": source},
+            "InputMode": channel.input_mode or spec.input_mode,
+            "RecordWrapperType": "None",
+        }
+        if channel.content_type:
+            entry["ContentType"] = channel.content_type
+        out.append(entry)
+    return out
+
+
+def training_job_arn(job_name: str, region: str) -> str:
+    # A fixed, obviously-fake account id: nothing here talks to AWS.
+    return f"arn:aws:sagemaker:{region}:000000000000:training-job/{job_name.lower()}"

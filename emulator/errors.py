@@ -1,0 +1,73 @@
+"""The one exception hierarchy. The CLI maps each class to an exit code (DESIGN §6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class EmulatorError(Exception):
+    """Base of every error the emulator raises on purpose; never shown with a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One violation found in a spec: where (dotted field path) and what."""
+
+    path: str
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class SpecError(EmulatorError):
+    """The job spec is invalid; carries every problem found, not just the first."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f" in {source}" if source else ""
+        count = len(problems)
+        head = f"invalid job spec{where}: {count} problem{'s' if count != 1 else ''}"
+        super().__init__(head + "".join(f"\n  - {p}" for p in problems))
+
+
+class UsageError(EmulatorError):
+    """The command line asks for something that cannot be done (bad option value, unsupported mode)."""
+
+    exit_code = 2
+
+
+class EnvironmentProblem(EmulatorError):
+    """The machine cannot run the job: no Docker engine, image missing and not buildable, ..."""
+
+    exit_code = 3
+
+
+class DockerUnavailable(EnvironmentProblem):
+    """No Docker engine answers."""
+
+
+class ImageMissing(EnvironmentProblem):
+    """The job's image is not in the engine and cannot be built here."""
+
+
+class ImageBuildError(EnvironmentProblem):
+    """Building the default training image failed."""
+
+
+class Interrupted(EmulatorError):
+    """The user stopped the job (Ctrl-C or SIGTERM)."""
+
+    exit_code = 130

@@ -1,0 +1,280 @@
+"""The plan: a pure, deterministic function from a validated spec to what the backend must create.
+
+No I/O, no clock, no randomness except the seed passed in. The plan holds every host's name, group,
+mounts, environment, labels and the exact bytes of its /opt/ml/input/config files, so it can be
+printed (`render`), diffed, golden-tested and executed by any backend.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from emulator import contract
+from emulator.spec import JobSpec
+
+LABEL_PREFIX = "io.hetero-emu"
+LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
+LABEL_JOB = f"{LABEL_PREFIX}.job"
+LABEL_HOST = f"{LABEL_PREFIX}.host"
+LABEL_GROUP = f"{LABEL_PREFIX}.group"
+LABEL_INSTANCE_TYPE = f"{LABEL_PREFIX}.instance-type"
+LABEL_JOB_DIR = f"{LABEL_PREFIX}.job-dir"
+
+HOST_ORDERS = ("spec", "shuffled")
+OPT_ML = "/opt/ml"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount: an absolute host path onto a container path."""
+
+    source: str
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Everything one container gets."""
+
+    name: str
+    group: str
+    instance_type: str
+    container_name: str
+    host_dir: str
+    channels: tuple[str, ...]
+    # channel -> files of that channel this host gets (relative to the channel's source); only for
+    # ShardedByS3Key channels, which the backend stages as hard links before mounting.
+    shards: Mapping[str, tuple[str, ...]]
+    mounts: tuple[Mount, ...]
+    environment: Mapping[str, str]
+    labels: Mapping[str, str]
+    # path relative to the host's /opt/ml -> file content
+    files: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_name: str
+    image: str
+    network: str
+    job_dir: str
+    host_order: str
+    seed: int | None
+    groups: tuple[GroupPlan, ...]
+    hosts: tuple[HostPlan, ...]
+    entrypoint: tuple[str, ...] | None
+    command: tuple[str, ...]
+    max_run: int
+    network_isolation: bool
+    labels: Mapping[str, str]
+    spec: JobSpec = field(compare=False, repr=False)
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (the spec is left out: it is the input, not the plan)."""
+        data = asdict(self)
+        data.pop("spec")
+        return _jsonable(data)  # type: ignore[no-any-return]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def job_name_from(spec: JobSpec, now: datetime) -> str:
+    """The SDK's `name_from_base`: base name + '-%Y-%m-%d-%H-%M-%S-%f'[:-3], 63 chars at most."""
+    if spec.job_name:
+        return spec.job_name
+    stamp = now.strftime("%Y-%m-%d-%H-%M-%S-%f")[:-3]
+    base = spec.base_job_name[: 63 - len(stamp) - 1].rstrip("-")
+    return f"{base}-{stamp}"
+
+
+def assign_hosts(spec: JobSpec, host_order: str = "spec", seed: int | None = None) -> tuple[GroupPlan, ...]:
+    """Number hosts algo-1..N across groups and give each group its hosts.
+
+    "spec": contiguous in spec order (group 1 gets algo-1..k). "shuffled": a seeded permutation, so a
+    group may get ["algo-3", "algo-1"], as the real service may do; scripts that assume algo-1 is in
+    the first group fail here on a laptop rather than on a cluster.
+    """
+    if host_order not in HOST_ORDERS:
+        raise ValueError(f"host_order must be one of {HOST_ORDERS}, got {host_order!r}")
+    names = [f"algo-{i}" for i in range(1, spec.host_count + 1)]
+    if host_order == "shuffled":
+        random.Random(seed).shuffle(names)
+    groups = []
+    start = 0
+    for group in spec.instance_groups:
+        hosts = tuple(names[start : start + group.instance_count])
+        start += group.instance_count
+        groups.append(GroupPlan(group.instance_group_name, group.instance_type, hosts))
+    return tuple(groups)
+
+
+def shard(files: tuple[str, ...], hosts: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """ShardedByS3Key: each host gets a disjoint share of the (sorted) files; together all of them.
+
+    Round-robin over the sorted keys, as S3 key sharding spreads objects evenly across the hosts that
+    receive the channel; a host may get none when there are fewer files than hosts.
+    """
+    return {host: files[i :: len(hosts)] for i, host in enumerate(hosts)}
+
+
+def container_name(job_name: str, host: str) -> str:
+    return f"{job_name}-{host}"
+
+
+def network_name(job_name: str) -> str:
+    return f"hetero-emu-{job_name}"
+
+
+def make_plan(spec: JobSpec, job_name: str, host_order: str = "spec", seed: int | None = None) -> Plan:
+    """Spec -> plan. Pure: the same arguments always give an equal plan."""
+    groups = assign_hosts(spec, host_order, seed)
+    group_tuples = [(g.name, g.instance_type, g.hosts) for g in groups]
+    job_dir = spec.output_path / job_name
+    hyperparameters = contract.dumps(contract.hyperparameters(spec, job_name))
+    job_labels = {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)}
+
+    # Which hosts receive each channel, and each sharded channel's share per host.
+    channel_hosts: dict[str, tuple[str, ...]] = {}
+    for name, channel in spec.inputs.items():
+        wanted = channel.instance_groups or tuple(g.name for g in groups)
+        channel_hosts[name] = tuple(h for g in groups if g.name in wanted for h in g.hosts)
+    shares = {
+        name: shard(channel.files, channel_hosts[name])
+        for name, channel in spec.inputs.items()
+        if channel.distribution == "ShardedByS3Key"
+    }
+
+    environment = {
+        **spec.environment,
+        "TRAINING_JOB_NAME": job_name,
+        "TRAINING_JOB_ARN": contract.training_job_arn(job_name, spec.region),
+        "AWS_REGION": spec.region,
+        "AWS_DEFAULT_REGION": spec.region,
+    }
+
+    hosts = []
+    for group in groups:
+        for host in sorted(group.hosts, key=contract.host_sort_key):
+            host_dir = job_dir / "hosts" / host
+            channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
+            mounts = [Mount(str(host_dir), OPT_ML, read_only=False)]
+            if spec.source_dir is not None:
+                mounts.append(Mount(str(spec.source_dir), contract.CODE_DIR, read_only=True))
+            host_shards: dict[str, tuple[str, ...]] = {}
+            for name in channels:
+                channel = spec.inputs[name]
+                target = f"{OPT_ML}/input/data/{name}"
+                if name in shares:
+                    host_shards[name] = shares[name][host]
+                    mounts.append(Mount(str(staging_dir(str(job_dir), name, host)), target, read_only=True))
+                elif channel.single_file:
+                    mounts.append(Mount(str(channel.source), f"{target}/{channel.source.name}", read_only=True))
+                else:
+                    mounts.append(Mount(str(channel.source), target, read_only=True))
+            files = {
+                "input/config/resourceconfig.json": contract.dumps(
+                    contract.resource_config(host, group.name, group.instance_type, group_tuples)
+                ),
+                "input/config/hyperparameters.json": hyperparameters,
+                "input/config/inputdataconfig.json": contract.dumps(contract.input_data_config(spec, channels)),
+            }
+            hosts.append(
+                HostPlan(
+                    name=host,
+                    group=group.name,
+                    instance_type=group.instance_type,
+                    container_name=container_name(job_name, host),
+                    host_dir=str(host_dir),
+                    channels=channels,
+                    shards=host_shards,
+                    mounts=tuple(mounts),
+                    environment=environment,
+                    labels={
+                        **job_labels,
+                        LABEL_HOST: host,
+                        LABEL_GROUP: group.name,
+                        LABEL_INSTANCE_TYPE: group.instance_type,
+                    },
+                    files=files,
+                )
+            )
+    hosts.sort(key=lambda h: contract.host_sort_key(h.name))
+
+    if spec.container_entry_point is not None:
+        entrypoint: tuple[str, ...] | None = spec.container_entry_point
+        command = spec.container_arguments or ()
+    else:
+        # The service starts the image with the single argument "train".
+        # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-dockerfile.html
+        entrypoint = None
+        command = spec.container_arguments or ("train",)
+
+    return Plan(
+        job_name=job_name,
+        image=spec.image_uri,
+        network=network_name(job_name),
+        job_dir=str(job_dir),
+        host_order=host_order,
+        seed=seed if host_order == "shuffled" else None,
+        groups=groups,
+        hosts=tuple(hosts),
+        entrypoint=entrypoint,
+        command=command,
+        max_run=spec.max_run,
+        network_isolation=spec.enable_network_isolation,
+        labels=job_labels,
+        spec=spec,
+    )
+
+
+def staging_dir(job_dir: str, channel: str, host: str) -> Path:
+    """Where a host's share of a sharded channel is staged (hard links), inside the job's folder."""
+    return Path(job_dir) / ".staging" / channel / host
+
+
+def render(plan: Plan) -> str:
+    """A human-readable summary of the plan."""
+    lines = [
+        f"job {plan.job_name}",
+        f"  image    {plan.image}",
+        f"  network  {plan.network}{' (isolated)' if plan.network_isolation else ''}",
+        f"  command  {' '.join((*(plan.entrypoint or ()), *plan.command))}",
+        f"  output   {plan.job_dir}",
+        f"  hosts    {len(plan.hosts)} (order: {plan.host_order}"
+        + (f", seed {plan.seed})" if plan.seed is not None else ")"),
+    ]
+    for group in plan.groups:
+        lines.append(f"  group {group.name} ({group.instance_type}): {', '.join(group.hosts) or '-'}")
+    for host in plan.hosts:
+        lines.append(f"  {host.name:<8} {host.group:<20} channels: {', '.join(host.channels) or '-'}")
+        for name, files in host.shards.items():
+            lines.append(f"           shard {name}: {len(files)} file(s)")
+    return "\n".join(lines)
+

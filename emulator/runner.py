@@ -1,0 +1,257 @@
+"""Run a plan on a backend with the service's lifecycle (DESIGN §5), not local mode's.
+
+- The job completes when every host has exited 0; a host that exits 0 early stops nobody.
+- The first host to exit non-zero fails the job: the others get SIGTERM, then SIGKILL after a grace
+  period. FailureReason names the host and its group.
+- max_run exceeded: every host is stopped; Failed with MaxRuntimeExceeded.
+- Ctrl-C / SIGTERM: every host is stopped; Stopped.
+- Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
+  (unless keep=True).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from emulator import artifacts, staging
+from emulator.artifacts import HostResult, JobResult
+from emulator.backend import Backend, ContainerState
+from emulator.console import ConsoleReporter, Reporter
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.errors import ImageMissing
+from emulator.logs import LogCollector
+from emulator.plan import HostPlan, Plan, job_name_from, make_plan
+from emulator.spec import JobSpec
+
+FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
+POLL_SECONDS = 0.2
+# docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
+# for on a laptop. Configurable with --grace.
+DEFAULT_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    host_order: str = "spec"
+    seed: int | None = None
+    keep: bool = False
+    grace: float = DEFAULT_GRACE
+    build_image: bool = True
+
+
+def choose_seed(host_order: str, seed: int | None) -> int | None:
+    """A shuffled order always has a seed, printed and stored, so a surprising order can be replayed."""
+    if host_order == "shuffled" and seed is None:
+        return random.SystemRandom().randrange(1, 2**31)
+    return seed
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    backend: Backend | None = None,
+    reporter: Reporter | None = None,
+    host_order: str = "spec",
+    seed: int | None = None,
+    keep: bool = False,
+    grace: float = DEFAULT_GRACE,
+    build_image: bool = True,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    image_builder: Callable[[Reporter], None] | None = None,
+) -> JobResult:
+    """Plan and run one job; returns its JobResult (the caller maps status to an exit code)."""
+    if backend is None:
+        from emulator.backend.docker import DockerBackend
+
+        backend = DockerBackend()
+    seed = choose_seed(host_order, seed)
+    plan = make_plan(spec, job_name_from(spec, now()), host_order, seed)
+    reporter = reporter or ConsoleReporter([(h.name, h.group) for h in plan.hosts])
+    return Run(plan, backend, reporter, RunOptions(host_order, seed, keep, grace, build_image), now,
+               image_builder).execute()
+
+
+class Run:
+    """One execution of a plan. `execute()` always tears down what it created."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        backend: Backend,
+        reporter: Reporter,
+        options: RunOptions,
+        now: Callable[[], datetime],
+        image_builder: Callable[[Reporter], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.reporter = reporter
+        self.options = options
+        self.now = now
+        self.image_builder = image_builder
+        self.names = [h.container_name for h in plan.hosts]
+        self.host_of = {h.container_name: h for h in plan.hosts}
+        self.exit_codes: dict[str, int] = {}
+        self.exit_times: dict[str, float] = {}
+        self.oom: set[str] = set()
+        self.stopped_by_us: set[str] = set()
+        self.first_failed: str | None = None
+
+    def execute(self) -> JobResult:
+        plan, reporter = self.plan, self.reporter
+        self.backend.ping()
+        self.ensure_image()
+        if plan.seed is not None:
+            reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
+        self.warn_leftovers()
+
+        reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
+        staging.stage(plan)
+        logs = LogCollector(plan, reporter)
+        start = self.now()
+        status, secondary, reason = "Failed", "Failed", None
+        t0 = time.monotonic()
+        try:
+            try:
+                reporter.step(f"creating network {plan.network} and {len(plan.hosts)} containers")
+                self.backend.create_network(plan)
+                for host in plan.hosts:
+                    self.backend.create_container(plan, host)
+                reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
+                self.backend.start(self.names)
+                t0 = time.monotonic()
+                for name in self.names:
+                    self.backend.follow_logs(name, logs)
+                status, secondary, reason = self.supervise(t0)
+            except KeyboardInterrupt:
+                reporter.warn("stopping the job (interrupted)")
+                self.stop_running()
+                status, secondary, reason = "Stopped", "Stopped", "Stopped by the user"
+            finally:
+                self.backend.wait_logs(timeout=5)
+                logs.close()
+            end = self.now()
+            reporter.step("collecting artifacts")
+            model, output = artifacts.collect(plan)
+            staging.sync_checkpoints(plan)
+            hosts = self.host_results(t0, logs)
+            if status == "Failed" and reason is None:
+                failed = self.host_of[self.first_failed].name if self.first_failed else None
+                reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
+
+            result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
+                               end, secondary, plan.seed)
+            artifacts.write_description(plan, result)
+            return result
+        finally:
+            staging.unstage(plan)
+            if self.options.keep:
+                reporter.info(f"kept containers and network {plan.network} (--keep); "
+                              f"remove them with `hetero-emu clean --job {plan.job_name}`")
+            else:
+                try:
+                    self.backend.stop(self.names, grace=1)
+                finally:
+                    self.backend.remove(plan)
+
+    def ensure_image(self) -> None:
+        image = self.plan.image
+        if self.backend.image_present(image):
+            return
+        if image != DEFAULT_IMAGE:
+            raise ImageMissing(
+                f"image {image} is not in the Docker engine",
+                hint="build or load it first (docker build / docker load); no registry is reachable here",
+            )
+        if not self.options.build_image or self.image_builder is None:
+            raise ImageMissing(f"the default image {image} is not built yet", hint="run `hetero-emu image build`")
+        self.reporter.step(f"the default image {image} is missing: building it (once)")
+        self.image_builder(self.reporter)
+
+    def warn_leftovers(self) -> None:
+        leftovers = {r.job for r in self.backend.find() if r.job != self.plan.job_name}
+        if leftovers:
+            self.reporter.warn(
+                f"containers or networks of earlier jobs are still there ({', '.join(sorted(leftovers))}); "
+                "`hetero-emu clean` removes them"
+            )
+
+    def supervise(self, t0: float) -> tuple[str, str, str | None]:
+        """Poll until every host has exited, one fails, or max_run runs out."""
+        deadline = t0 + self.plan.max_run
+        pending = list(self.names)
+        while pending:
+            for state in self.backend.states(pending):
+                if state.running:
+                    continue
+                self.record_exit(state)
+                pending.remove(state.name)
+                if state.exit_code != 0:
+                    self.first_failed = state.name
+                    self.stop_running()
+                    return "Failed", "Failed", None
+            if pending and time.monotonic() > deadline:
+                self.stop_running()
+                return ("Failed", "MaxRuntimeExceeded",
+                        f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
+                        "every host was stopped")
+            if pending:
+                time.sleep(POLL_SECONDS)
+        return "Completed", "Completed", None
+
+    def record_exit(self, state: ContainerState) -> None:
+        if state.name in self.exit_codes:
+            return
+        self.exit_codes[state.name] = state.exit_code if state.exit_code is not None else -1
+        self.exit_times[state.name] = time.monotonic()
+        if state.oom_killed:
+            self.oom.add(state.name)
+
+    def stop_running(self) -> None:
+        running = [n for n in self.names if n not in self.exit_codes]
+        if not running:
+            return
+        self.stopped_by_us.update(running)
+        self.reporter.info(f"stopping {', '.join(self.host_of[n].name for n in running)} "
+                           f"(SIGTERM, SIGKILL after {self.options.grace:g} s)")
+        self.backend.stop(running, grace=self.options.grace)
+        for state in self.backend.states(running):
+            self.record_exit(state)
+
+    def failure_reason(self, host: HostPlan, state: ContainerState, tail: list[str] | None = None) -> str:
+        who = f"{host.name} ({host.group})"
+        failure_file = Path(host.host_dir) / "output" / "failure"
+        if state.oom_killed:
+            text = f"{who} was killed: out of memory (OOMKilled, exit code {state.exit_code})"
+        elif state.exit_code is None:
+            text = f"{who} disappeared: {state.error or 'its container was removed'}"
+        elif failure_file.is_file() and failure_file.read_text(errors="replace").strip():
+            detail = failure_file.read_text(errors="replace").strip()
+            text = f"AlgorithmError: {who} exited with code {state.exit_code}: {detail}"
+        elif state.exit_code == 137:
+            text = f"{who} was killed (SIGKILL, exit code 137)"
+        else:
+            text = f"AlgorithmError: {who} exited with code {state.exit_code}"
+            if tail:
+                text += ". Last lines:\n" + "\n".join(tail)
+        return text[:FAILURE_REASON_LIMIT]
+
+    def host_results(self, t0: float, logs: LogCollector) -> tuple[HostResult, ...]:
+        results = []
+        for host in self.plan.hosts:
+            name = host.container_name
+            code = self.exit_codes.get(name)
+            reason = None
+            if code not in (0, None) and name not in self.stopped_by_us:
+                state = ContainerState(name, False, code, oom_killed=name in self.oom)
+                reason = self.failure_reason(host, state, logs.tail(host.name))
+            elif name in self.stopped_by_us:
+                reason = f"stopped by the emulator (exit code {code})"
+            seconds = self.exit_times.get(name, time.monotonic()) - t0
+            results.append(HostResult(host.name, host.group, host.instance_type, code, max(0.0, seconds), reason))
+        return tuple(results)

@@ -1,0 +1,758 @@
+"""The user-facing job spec: loading (YAML or Python) and validation against SageMaker's own rules.
+
+Validation is pure apart from checking that the paths the spec names exist: it walks the raw mapping
+once, collects *every* problem with its dotted field path, and either returns a frozen `JobSpec` or
+raises one `SpecError` listing them all. Names follow the SageMaker Python SDK v2 (`InstanceGroup`,
+`TrainingInput`, `Estimator` arguments), so a SageMaker user already knows them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import yaml
+
+from emulator.catalog import lookup as lookup_instance_type
+from emulator.catalog import suggest as suggest_instance_types
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.errors import Problem, SpecError
+
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
+JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_Channel.html#sagemaker-Type-Channel-ChannelName
+CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InstanceGroup.html : 1-64 chars.
+# The API pattern is `.+`; we also refuse "/" and control characters because the name ends up in
+# Docker labels and log prefixes, and never in a path.
+GROUP_NAME_PATTERN = re.compile(r"^[^/\x00-\x1f]{1,64}$")
+ENV_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
+
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html#sagemaker-Type-ResourceConfig-InstanceGroups
+MAX_INSTANCE_GROUPS = 5
+# Not a service limit: the emulator runs every host on one machine. Documented in the README.
+MAX_HOSTS = 64
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html
+MAX_RUN_LIMIT = 28 * 24 * 3600
+DEFAULT_MAX_RUN = 86400
+HOMOGENEOUS_GROUP = "homogeneousCluster"
+DEFAULT_REGION = "us-east-1"
+# logging.INFO, the SDK's default `container_log_level`.
+DEFAULT_LOG_LEVEL = 20
+
+INPUT_MODES = ("File", "FastFile", "Pipe")
+PIPE_UNSUPPORTED = "Pipe input mode is not supported yet"
+S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+S3_DATA_TYPES = ("S3Prefix",)
+# The strategies `distribution=` accepts in the SDK's framework estimators.
+DISTRIBUTION_STRATEGIES = (
+    "mpi",
+    "torch_distributed",
+    "pytorchddp",
+    "smdistributed",
+    "parameter_server",
+    "multi_worker_mirrored_strategy",
+)
+
+JOB_KEYS = (
+    "job_name",
+    "base_job_name",
+    "image_uri",
+    "entry_point",
+    "source_dir",
+    "hyperparameters",
+    "environment",
+    "instance_groups",
+    "instance_type",
+    "instance_count",
+    "inputs",
+    "input_mode",
+    "distribution",
+    "output_path",
+    "checkpoint_s3_uri",
+    "checkpoint_local_path",
+    "max_run",
+    "enable_network_isolation",
+    "container_entry_point",
+    "container_arguments",
+    "container_log_level",
+    "region",
+    "local_s3_root",
+)
+GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count")
+CHANNEL_KEYS = (
+    "s3_data",
+    "distribution",
+    "input_mode",
+    "content_type",
+    "instance_groups",
+    "s3_data_type",
+    "record_wrapping",
+)
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """One instance group, as `sagemaker.instance_group.InstanceGroup(name, type, count)`."""
+
+    instance_group_name: str
+    instance_type: str
+    instance_count: int
+
+
+@dataclass(frozen=True)
+class TrainingInput:
+    """One input channel, as `sagemaker.inputs.TrainingInput`, resolved to a local source.
+
+    `source` is an absolute local path (directory or file). `files` lists the channel's files
+    relative to `source` in sorted order: planning shards them without touching the disk again.
+    `instance_groups` is empty when the channel goes to every host.
+    """
+
+    s3_data: str
+    source: Path = Path()
+    distribution: str = "FullyReplicated"
+    input_mode: str | None = None
+    content_type: str | None = None
+    instance_groups: tuple[str, ...] = ()
+    s3_data_type: str = "S3Prefix"
+    files: tuple[str, ...] = ()
+    single_file: bool = False
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The `distribution=` argument: one strategy applied to one instance group."""
+
+    strategy: str
+    options: Mapping[str, Any]
+    instance_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job: every path absolute, every default filled in."""
+
+    job_name: str | None
+    base_job_name: str
+    image_uri: str
+    entry_point: str | None
+    source_dir: Path | None
+    instance_groups: tuple[InstanceGroup, ...]
+    heterogeneous: bool
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    inputs: Mapping[str, TrainingInput] = field(default_factory=dict)
+    input_mode: str = "File"
+    distribution: Distribution | None = None
+    output_path: Path = Path("output")
+    checkpoint_s3_uri: Path | None = None
+    checkpoint_local_path: str = "/opt/ml/checkpoints"
+    max_run: int = DEFAULT_MAX_RUN
+    enable_network_isolation: bool = False
+    container_entry_point: tuple[str, ...] | None = None
+    container_arguments: tuple[str, ...] | None = None
+    container_log_level: int = DEFAULT_LOG_LEVEL
+    region: str = DEFAULT_REGION
+    spec_dir: Path = Path(".")
+
+    @property
+    def host_count(self) -> int:
+        return sum(g.instance_count for g in self.instance_groups)
+
+    def group(self, name: str) -> InstanceGroup:
+        return next(g for g in self.instance_groups if g.instance_group_name == name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> JobSpec:
+    """Read a YAML spec and validate it; relative paths resolve against the spec file's folder."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecError([Problem("", f"spec file not found: {path}", "check the path")])
+    if path.is_dir():
+        raise SpecError([Problem("", f"{path} is a directory, not a spec file", "give the YAML file")])
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpecError(
+            [Problem("", f"not UTF-8 text (byte {err.start})", "save the spec as UTF-8")], str(path)
+        ) from None
+    raw = parse_yaml(text, str(path))
+    if overrides:
+        raw = {**raw, **overrides}
+    return validate(raw, base_dir=path.resolve().parent, source=str(path))
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    """Parse YAML text into the raw mapping, turning every YAML error into one SpecError line."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise SpecError(
+            [Problem("", f"malformed YAML: {where}{err.problem or err}", "fix the YAML syntax")], source
+        ) from None
+    except yaml.YAMLError as err:
+        raise SpecError([Problem("", f"malformed YAML: {err}", "fix the YAML syntax")], source) from None
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {_type_name(data)}"
+        raise SpecError(
+            [Problem("", f"the spec must be a mapping of keys to values, got {kind}", "see README: spec")],
+            source,
+        )
+    return data
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None) -> JobSpec:
+    """Check a raw spec mapping against every rule at once; return the JobSpec or raise SpecError."""
+    v = _Validator(base_dir)
+    spec = v.job(raw)
+    if v.problems or spec is None:
+        raise SpecError(v.problems, source)
+    return spec
+
+
+def _type_name(value: object) -> str:
+    return {
+        dict: "mapping",
+        list: "list",
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+class _Validator:
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.problems: list[Problem] = []
+
+    # -- small typed getters: each records a problem and returns None when the value is wrong
+
+    def fail(self, path: str, message: str, hint: str | None = None) -> None:
+        self.problems.append(Problem(path, message, hint))
+
+    def unknown_keys(self, raw: Mapping[Any, Any], allowed: Sequence[str], prefix: str) -> None:
+        for key in raw:
+            if not isinstance(key, str):
+                self.fail(f"{prefix}{key!r}", "keys must be strings")
+            elif key not in allowed:
+                self.fail(
+                    f"{prefix}{key}",
+                    "unknown key",
+                    did_you_mean(key, allowed) or f"allowed: {', '.join(allowed)}",
+                )
+
+    def typed(self, raw: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...]) -> Any:
+        value = raw.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in _as_tuple(kind))
+        if not ok:
+            names = " or ".join(_type_name(k()) if k is not type(None) else "null" for k in _as_tuple(kind))
+            self.fail(path, f"must be a {names}, got {_type_name(value)} {value!r}"[:200])
+            return None
+        return value
+
+    def string(self, raw: Mapping[str, Any], key: str, path: str) -> str | None:
+        value = self.typed(raw, key, path, str)
+        if value is not None and not value.strip():
+            self.fail(path, "must not be empty")
+            return None
+        return value  # type: ignore[no-any-return]
+
+    def integer(self, raw: Mapping[str, Any], key: str, path: str) -> int | None:
+        return self.typed(raw, key, path, int)  # type: ignore[no-any-return]
+
+    def boolean(self, raw: Mapping[str, Any], key: str, path: str) -> bool | None:
+        return self.typed(raw, key, path, bool)  # type: ignore[no-any-return]
+
+    def string_list(self, raw: Mapping[str, Any], key: str, path: str) -> tuple[str, ...] | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.fail(path, f"must be a list of strings, got {_type_name(value)}")
+            return None
+        return tuple(value)
+
+    def local_path(self, text: str, path: str, s3_root: Path | None, what: str) -> Path | None:
+        """Resolve a local path, file:// URI or s3:// URI (under the local S3 root) to an absolute path."""
+        if text.startswith("s3://"):
+            if s3_root is None:
+                self.fail(
+                    path,
+                    f"{text} is an S3 URI but no local S3 root is set",
+                    "set local_s3_root (a folder whose subfolders are buckets) or use a local path",
+                )
+                return None
+            parsed = urlparse(text)
+            resolved = (s3_root / parsed.netloc / unquote(parsed.path).lstrip("/")).resolve()
+        elif text.startswith("file://"):
+            resolved = (self.base_dir / unquote(urlparse(text).path)).resolve()
+        elif "://" in text:
+            self.fail(path, f"unsupported URI scheme in {text!r}", "use a local path, file:// or s3://")
+            return None
+        else:
+            resolved = (self.base_dir / Path(text).expanduser()).resolve()
+        return resolved
+
+    def existing(self, resolved: Path | None, path: str, what: str) -> Path | None:
+        if resolved is not None and not resolved.exists():
+            self.fail(path, f"{what} not found: {resolved}", "check the path; relative paths start at the spec file")
+            return None
+        return resolved
+
+    # -- the job
+
+    def job(self, raw: Mapping[str, Any]) -> JobSpec | None:
+        self.unknown_keys(raw, JOB_KEYS, "")
+
+        job_name = self.string(raw, "job_name", "job_name")
+        if job_name is not None and not JOB_NAME_PATTERN.match(job_name):
+            self.fail("job_name", f"{job_name!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+                      "letters, digits and hyphens, 1-63 chars, starting and ending alphanumeric")
+        base = self.string(raw, "base_job_name", "base_job_name")
+        if base is not None and not JOB_NAME_PATTERN.match(base):
+            self.fail("base_job_name", f"{base!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+                      "letters, digits and hyphens, starting and ending alphanumeric")
+        image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
+
+        groups, heterogeneous = self.groups(raw)
+        group_names = [g.instance_group_name for g in groups]
+
+        s3_root_text = self.string(raw, "local_s3_root", "local_s3_root")
+        s3_root = self.existing(
+            self.local_path(s3_root_text, "local_s3_root", None, "local S3 root") if s3_root_text else None,
+            "local_s3_root",
+            "local S3 root",
+        )
+
+        entry_point, source_dir = self.code(raw)
+        entry = self.string_list(raw, "container_entry_point", "container_entry_point")
+        args = self.string_list(raw, "container_arguments", "container_arguments")
+        if entry_point is None and entry is None and "entry_point" not in raw:
+            self.fail("entry_point", "missing", "name the script to run (relative to source_dir)")
+
+        job_mode = self.string(raw, "input_mode", "input_mode") or "File"
+        if job_mode not in INPUT_MODES:
+            self.fail("input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {job_mode!r}",
+                      did_you_mean(job_mode, INPUT_MODES))
+        elif job_mode == "Pipe":
+            self.fail("input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
+        inputs = self.inputs(raw, group_names, heterogeneous, s3_root)
+        distribution = self.distribution(raw, group_names, heterogeneous)
+
+        hyperparameters = self.hyperparameters(raw)
+        environment = self.environment(raw)
+
+        out_text = self.string(raw, "output_path", "output_path") or "output"
+        output_path = self.local_path(out_text, "output_path", s3_root, "output path")
+        ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
+        checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
+        ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
+        if not ckpt_local.startswith("/"):
+            self.fail("checkpoint_local_path", "must be an absolute path inside the container")
+
+        max_run = self.integer(raw, "max_run", "max_run")
+        if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
+            self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
+        isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
+        log_level = self.integer(raw, "container_log_level", "container_log_level")
+        region = self.string(raw, "region", "region") or DEFAULT_REGION
+        if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", region):
+            self.fail("region", f"{region!r} is not an AWS region name", "e.g. us-east-1")
+
+        if self.problems or output_path is None:
+            return None
+        return JobSpec(
+            job_name=job_name,
+            base_job_name=base or _default_base_name(image),
+            image_uri=image,
+            entry_point=entry_point,
+            source_dir=source_dir,
+            instance_groups=tuple(groups),
+            heterogeneous=heterogeneous,
+            hyperparameters=hyperparameters,
+            environment=environment,
+            inputs=inputs,
+            input_mode=job_mode,
+            distribution=distribution,
+            output_path=output_path,
+            checkpoint_s3_uri=checkpoint,
+            checkpoint_local_path=ckpt_local,
+            max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
+            enable_network_isolation=bool(isolation),
+            container_entry_point=entry,
+            container_arguments=args,
+            container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
+            region=region,
+            spec_dir=self.base_dir,
+        )
+
+    def groups(self, raw: Mapping[str, Any]) -> tuple[list[InstanceGroup], bool]:
+        has_groups = raw.get("instance_groups") is not None
+        has_single = raw.get("instance_type") is not None or raw.get("instance_count") is not None
+        if has_groups and has_single:
+            self.fail("instance_groups", "instance_type/instance_count and instance_groups are mutually exclusive",
+                      "use instance_groups for a heterogeneous cluster, the pair for a homogeneous one")
+            return [], True
+        if not has_groups:
+            if not has_single:
+                self.fail("instance_groups", "missing",
+                          "give instance_groups (heterogeneous) or instance_type + instance_count")
+                return [], False
+            itype = self.string(raw, "instance_type", "instance_type")
+            count = self.integer(raw, "instance_count", "instance_count")
+            if itype is None and "instance_type" not in raw:
+                self.fail("instance_type", "missing", "e.g. ml.c5.xlarge")
+            count = 1 if count is None and "instance_count" not in raw else count
+            if count is not None and count < 1:
+                self.fail("instance_count", f"must be at least 1, got {count}")
+            if itype is not None:
+                self.instance_type(itype, "instance_type")
+            if count is not None and count > MAX_HOSTS:
+                self.fail("instance_count", f"{count} hosts is more than this emulator runs ({MAX_HOSTS})",
+                          "every host is a container on this one machine")
+            if itype is None or count is None:
+                return [], False
+            return [InstanceGroup(HOMOGENEOUS_GROUP, itype, count)], False
+
+        items = raw["instance_groups"]
+        if not isinstance(items, list):
+            self.fail("instance_groups", f"must be a list of groups, got {_type_name(items)}")
+            return [], True
+        if not items:
+            self.fail("instance_groups", "must name at least one group")
+        if len(items) > MAX_INSTANCE_GROUPS:
+            self.fail("instance_groups", f"at most {MAX_INSTANCE_GROUPS} instance groups, got {len(items)}",
+                      "the service's limit (ResourceConfig.InstanceGroups)")
+        groups: list[InstanceGroup] = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            path = f"instance_groups[{i}]"
+            if not isinstance(item, dict):
+                self.fail(path, f"must be a mapping, got {_type_name(item)}")
+                continue
+            self.unknown_keys(item, GROUP_KEYS, path + ".")
+            name = self.string(item, "instance_group_name", path + ".instance_group_name")
+            itype = self.string(item, "instance_type", path + ".instance_type")
+            count = self.integer(item, "instance_count", path + ".instance_count")
+            for key in GROUP_KEYS:
+                if key not in item:
+                    self.fail(f"{path}.{key}", "missing")
+            if name is not None:
+                if not GROUP_NAME_PATTERN.match(name):
+                    self.fail(path + ".instance_group_name", f"{name!r}: 1-64 characters, no '/' or control chars")
+                if name in seen:
+                    self.fail(path + ".instance_group_name", f"duplicate group name {name!r}",
+                              "instance group names must be unique")
+                seen.add(name)
+            if itype is not None:
+                self.instance_type(itype, path + ".instance_type")
+            if count is not None and count < 0:
+                self.fail(path + ".instance_count", f"must be 0 or more, got {count}")
+            if name is not None and itype is not None and count is not None:
+                groups.append(InstanceGroup(name, itype, count))
+        total = sum(g.instance_count for g in groups if g.instance_count > 0)
+        if groups and len(groups) == len(items) and total == 0:
+            self.fail("instance_groups", "every group has instance_count 0: the job has no host",
+                      "give at least one group a positive instance_count")
+        if total > MAX_HOSTS:
+            self.fail("instance_groups", f"{total} hosts in all is more than this emulator runs ({MAX_HOSTS})",
+                      "every host is a container on this one machine")
+        return groups, True
+
+    def instance_type(self, name: str, path: str) -> None:
+        if lookup_instance_type(name) is None:
+            near = suggest_instance_types(name)
+            hint = f"did you mean {', '.join(near)}?" if near else "see `hetero-emu instance-types`"
+            self.fail(path, f"unknown instance type {name!r}", hint)
+
+    def code(self, raw: Mapping[str, Any]) -> tuple[str | None, Path | None]:
+        entry_point = self.string(raw, "entry_point", "entry_point")
+        src_text = self.string(raw, "source_dir", "source_dir")
+        if src_text is not None and ("://" in src_text and not src_text.startswith("file://")):
+            self.fail("source_dir", f"{src_text!r}: only local folders are supported", "give a local path")
+            return entry_point, None
+        source_dir = self.existing(
+            self.local_path(src_text, "source_dir", None, "source_dir") if src_text else None,
+            "source_dir",
+            "source_dir",
+        )
+        if source_dir is not None and not source_dir.is_dir():
+            self.fail("source_dir", f"{source_dir} is not a directory")
+            return entry_point, None
+        if entry_point is None:
+            return None, source_dir
+        if Path(entry_point).is_absolute() or ".." in Path(entry_point).parts:
+            self.fail("entry_point", f"{entry_point!r} must be a relative path inside source_dir")
+            return None, source_dir
+        if src_text is None:
+            # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
+            # file is uploaded; it becomes the whole of /opt/ml/code.
+            script = self.base_dir / entry_point
+            if not script.is_file():
+                self.fail("entry_point", f"script not found: {script}",
+                          "set source_dir, or give a path relative to the spec file")
+                return None, None
+            return script.name, script.parent
+        if source_dir is not None and not (source_dir / entry_point).is_file():
+            self.fail("entry_point", f"{entry_point!r} not found in source_dir {source_dir}")
+            return None, source_dir
+        return entry_point, source_dir
+
+    def inputs(
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, s3_root: Path | None
+    ) -> dict[str, TrainingInput]:
+        value = raw.get("inputs")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("inputs", f"must be a mapping of channel name to input, got {_type_name(value)}")
+            return {}
+        channels: dict[str, TrainingInput] = {}
+        assigned: list[str] = []
+        unassigned: list[str] = []
+        for name, item in value.items():
+            path = f"inputs.{name}"
+            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.match(name):
+                self.fail(path, f"channel name {name!r} breaks SageMaker's pattern {CHANNEL_NAME_PATTERN.pattern}")
+                continue
+            if isinstance(item, str):
+                item = {"s3_data": item}
+            if not isinstance(item, dict):
+                self.fail(path, f"must be a path/URI or a mapping of TrainingInput fields, got {_type_name(item)}")
+                continue
+            self.unknown_keys(item, CHANNEL_KEYS, path + ".")
+            data = self.string(item, "s3_data", path + ".s3_data")
+            if data is None and "s3_data" not in item:
+                self.fail(path + ".s3_data", "missing", "a local folder or file, file:// or s3:// URI")
+            dist = self.string(item, "distribution", path + ".distribution") or "FullyReplicated"
+            if dist not in S3_DISTRIBUTIONS:
+                self.fail(path + ".distribution", f"must be one of {', '.join(S3_DISTRIBUTIONS)}, got {dist!r}",
+                          did_you_mean(dist, S3_DISTRIBUTIONS))
+            mode = self.string(item, "input_mode", path + ".input_mode")
+            if mode is not None and mode not in INPUT_MODES:
+                self.fail(path + ".input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {mode!r}",
+                          did_you_mean(mode, INPUT_MODES))
+            elif mode == "Pipe":
+                self.fail(path + ".input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
+            data_type = self.string(item, "s3_data_type", path + ".s3_data_type") or "S3Prefix"
+            if data_type not in S3_DATA_TYPES:
+                self.fail(path + ".s3_data_type", f"{data_type!r} is not supported yet", "use S3Prefix")
+            wrapping = self.string(item, "record_wrapping", path + ".record_wrapping")
+            if wrapping not in (None, "None"):
+                self.fail(path + ".record_wrapping", f"{wrapping!r} is not supported yet", "omit it")
+            content_type = self.string(item, "content_type", path + ".content_type")
+            groups = self.string_list(item, "instance_groups", path + ".instance_groups")
+            if groups is not None:
+                if not heterogeneous:
+                    self.fail(path + ".instance_groups", "instance groups are only for a heterogeneous cluster",
+                              "use instance_groups at the top level, or drop this field")
+                for g in groups:
+                    if g not in group_names:
+                        self.fail(path + ".instance_groups", f"no instance group named {g!r}",
+                                  did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
+                if not groups:
+                    self.fail(path + ".instance_groups", "must name at least one group, or be omitted")
+                assigned.append(name)
+            else:
+                unassigned.append(name)
+            source = None
+            if data is not None:
+                source = self.existing(self.local_path(data, path + ".s3_data", s3_root, "data"),
+                                       path + ".s3_data", "channel data")
+            if source is None:
+                continue
+            files = _list_files(source)
+            if dist == "ShardedByS3Key" and not files:
+                self.fail(path + ".s3_data", f"{source} holds no file to shard")
+            channels[name] = TrainingInput(
+                s3_data=data or "",
+                source=source,
+                distribution=dist,
+                input_mode=mode,
+                content_type=content_type,
+                instance_groups=groups or (),
+                s3_data_type=data_type,
+                files=files,
+                single_file=source.is_file(),
+            )
+        if assigned and unassigned:
+            # The service rejects a job where only some channels name instance groups.
+            self.fail("inputs", f"channels {', '.join(assigned)} name instance groups but "
+                      f"{', '.join(unassigned)} do not", "assign instance_groups to every channel or to none")
+        return channels
+
+    def distribution(
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool
+    ) -> Distribution | None:
+        value = raw.get("distribution")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.fail("distribution", f"must be a mapping, got {_type_name(value)}")
+            return None
+        allowed = (*DISTRIBUTION_STRATEGIES, "instance_groups")
+        self.unknown_keys(value, allowed, "distribution.")
+        strategies = [k for k in value if k in DISTRIBUTION_STRATEGIES]
+        # smdistributed model parallel runs on top of MPI: the SDK allows exactly that pair.
+        if set(strategies) == {"mpi", "smdistributed"}:
+            strategies = ["mpi"]
+        if len(strategies) != 1:
+            self.fail("distribution", f"give exactly one strategy, got {len(strategies)}",
+                      f"one of {', '.join(DISTRIBUTION_STRATEGIES)}")
+            return None
+        strategy = strategies[0]
+        options = value[strategy]
+        if not isinstance(options, dict):
+            self.fail(f"distribution.{strategy}", f"must be a mapping such as {{enabled: true}}, "
+                      f"got {_type_name(options)}")
+            return None
+        groups = self.string_list(value, "instance_groups", "distribution.instance_groups")
+        if groups is not None:
+            for g in groups:
+                if g not in group_names:
+                    self.fail("distribution.instance_groups", f"no instance group named {g!r}",
+                              did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
+        if heterogeneous and len(group_names) > 1 and (groups is None or len(groups) != 1):
+            self.fail("distribution.instance_groups",
+                      "a heterogeneous cluster's distribution must name exactly one instance group",
+                      "e.g. instance_groups: [dnn_group]")
+        elif groups is not None and len(groups) > 1:
+            self.fail("distribution.instance_groups", "only one instance group can be named")
+        extra = {k: v for k, v in value.items() if k in DISTRIBUTION_STRATEGIES and k != strategy}
+        return Distribution(strategy, {**extra, strategy: options}, groups or ())
+
+    def hyperparameters(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        value = raw.get("hyperparameters")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("hyperparameters", f"must be a mapping, got {_type_name(value)}")
+            return {}
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(f"hyperparameters.{key!r}", "names must be strings")
+            elif key.startswith("sagemaker_"):
+                self.fail(f"hyperparameters.{key}", "names starting with sagemaker_ are reserved",
+                          "the emulator sets them, as the SDK does")
+        return dict(value)
+
+    def environment(self, raw: Mapping[str, Any]) -> dict[str, str]:
+        value = raw.get("environment")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("environment", f"must be a mapping, got {_type_name(value)}")
+            return {}
+        env: dict[str, str] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
+                self.fail(f"environment.{key}", "not a valid environment variable name")
+            elif isinstance(item, dict | list) or item is None:
+                self.fail(f"environment.{key}", f"must be a string, number or boolean, got {_type_name(item)}")
+            else:
+                env[key] = str(item).lower() if isinstance(item, bool) else str(item)
+        return env
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _default_base_name(image: str) -> str:
+    """The SDK's base name when none is given: the image's repository name."""
+    name = image.rsplit("/", 1)[-1].split(":", 1)[0]
+    cleaned = re.sub(r"[^a-zA-Z0-9-]+", "-", name).strip("-")
+    return cleaned[:39] or "training-job"
+
+
+def _list_files(source: Path) -> tuple[str, ...]:
+    if source.is_file():
+        return (source.name,)
+    return tuple(sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()))
+
+
+# --------------------------------------------------------------------------------------------------
+# The Python API
+
+
+Listener = Callable[[str], None]
+
+
+class Job:
+    """A job built in Python with the SDK's argument names; `run()` runs it like `hetero-emu run`.
+
+    Keyword arguments are the YAML spec's keys; `InstanceGroup` and `TrainingInput` objects are
+    accepted where the SDK takes them, and relative paths resolve against `base_dir` (default: cwd).
+
+    >>> Job(entry_point="train.py", source_dir="code",
+    ...     instance_groups=[InstanceGroup("data_group", "ml.c5.xlarge", 2),
+    ...                      InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
+    ...     inputs={"training": TrainingInput("./data", instance_groups=("data_group",))})
+    """
+
+    def __init__(self, *, base_dir: Path | str | None = None, **kwargs: Any) -> None:
+        self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+        self.raw = _to_raw(kwargs)
+
+    def spec(self) -> JobSpec:
+        return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)")
+
+    def run(self, **run_options: Any) -> Any:
+        """Validate, plan and run on the local Docker engine; returns the `JobResult`."""
+        from emulator.runner import run_job  # imported late: only running needs the Docker layer
+
+        return run_job(self.spec(), **run_options)
+
+
+def _to_raw(value: Any) -> Any:
+    """Turn SDK-style objects (InstanceGroup, TrainingInput) into the YAML spec's plain mapping."""
+    if isinstance(value, InstanceGroup):
+        return {
+            "instance_group_name": value.instance_group_name,
+            "instance_type": value.instance_type,
+            "instance_count": value.instance_count,
+        }
+    if isinstance(value, TrainingInput):
+        out: dict[str, Any] = {"s3_data": value.s3_data, "distribution": value.distribution,
+                               "s3_data_type": value.s3_data_type}
+        if value.input_mode:
+            out["input_mode"] = value.input_mode
+        if value.content_type:
+            out["content_type"] = value.content_type
+        if value.instance_groups:
+            out["instance_groups"] = list(value.instance_groups)
+        return out
+    if isinstance(value, Mapping):
+        return {k: _to_raw(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_to_raw(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

@@ -1,0 +1,91 @@
+"""Lay out a job's folder on the host before the containers start, and tidy it afterwards.
+
+`<output_path>/<job_name>/hosts/algo-N/` becomes that host's /opt/ml (bind mount), so what a host
+leaves behind is kept as it was. The user's data is never written: channels are bind-mounted
+read-only, and ShardedByS3Key shares are hard links (no copy of the contents) under `.staging/`,
+which is removed after the job.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from emulator.errors import UsageError
+from emulator.plan import Plan, staging_dir
+
+# Folders the service creates under /opt/ml before the algorithm starts.
+# https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html
+HOST_FOLDERS = ("model", "output/data", "checkpoints", "input/data", "code")
+
+
+def stage(plan: Plan) -> None:
+    """Create the job folder (never reusing an existing one) and every host's /opt/ml tree."""
+    job_dir = Path(plan.job_dir)
+    try:
+        job_dir.parent.mkdir(parents=True, exist_ok=True)
+        job_dir.mkdir()
+    except FileExistsError:
+        raise UsageError(
+            f"the job's output folder already exists: {job_dir}",
+            hint="an existing job's output is never overwritten: use another job_name, or move it away",
+        ) from None
+    except OSError as err:
+        raise UsageError(f"cannot create the output folder {job_dir}: {err.strerror}",
+                         hint="check output_path and its permissions") from None
+    (job_dir / "logs").mkdir()
+    (job_dir / "output").mkdir()
+    spec = plan.spec
+    for host in plan.hosts:
+        root = Path(host.host_dir)
+        for folder in HOST_FOLDERS:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        for name in host.channels:
+            (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
+        for relative, content in host.files.items():
+            target = root / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        for channel, files in host.shards.items():
+            link_share(spec.inputs[channel].source, files, staging_dir(plan.job_dir, channel, host.name))
+        if spec.checkpoint_s3_uri is not None and spec.checkpoint_s3_uri.is_dir():
+            # The service downloads checkpoint_s3_uri into checkpoint_local_path before the job.
+            shutil.copytree(spec.checkpoint_s3_uri, root / "checkpoints", dirs_exist_ok=True)
+
+
+def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
+    """Put one host's share of a channel under `target`, as hard links where the filesystem allows.
+
+    A hard link costs no data copy, so staging time does not grow with the data; across filesystems
+    (EXDEV) or where links are refused, the file is copied instead.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    for relative in files:
+        src = source / relative if source.is_dir() else source
+        dst = target / relative
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError as err:
+            if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
+                raise
+            shutil.copy2(src, dst)
+
+
+def unstage(plan: Plan) -> None:
+    """Remove the hard-link shares; the user's files they point to are untouched."""
+    shutil.rmtree(Path(plan.job_dir) / ".staging", ignore_errors=True)
+
+
+def sync_checkpoints(plan: Plan) -> None:
+    """Copy every host's checkpoints back to checkpoint_s3_uri, in host order, as the service uploads them."""
+    target = plan.spec.checkpoint_s3_uri
+    if target is None:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for host in plan.hosts:
+        folder = Path(host.host_dir) / "checkpoints"
+        if folder.is_dir():
+            shutil.copytree(folder, target, dirs_exist_ok=True)
