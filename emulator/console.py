@@ -15,6 +15,9 @@ _COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
 
 
 class Reporter(Protocol):
+    def set_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
+        """Learn the (host, group) pairs before the first log line, to align and colour prefixes."""
+
     def step(self, message: str) -> None: ...
 
     def info(self, message: str) -> None: ...
@@ -100,6 +103,9 @@ class RecordingReporter:
         self.warnings: list[str] = []
         self.lines: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
+
+    def set_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
+        self.hosts = list(hosts)
 
     def step(self, message: str) -> None:
         self.steps.append(message)

@@ -27,6 +27,7 @@ LABEL_JOB_DIR = f"{LABEL_PREFIX}.job-dir"
 
 HOST_ORDERS = ("spec", "shuffled")
 OPT_ML = "/opt/ml"
+CHECKPOINTS = "/opt/ml/checkpoints"
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,20 @@ def network_name(job_name: str) -> str:
     return f"hetero-emu-{job_name}"
 
 
-def make_plan(spec: JobSpec, job_name: str, host_order: str = "spec", seed: int | None = None) -> Plan:
-    """Spec -> plan. Pure: the same arguments always give an equal plan."""
+def make_plan(
+    spec: JobSpec,
+    job_name: str,
+    host_order: str = "spec",
+    seed: int | None = None,
+    job_dir: Path | None = None,
+) -> Plan:
+    """Spec -> plan. Pure: the same arguments always give an equal plan.
+
+    `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR.
+    """
     groups = assign_hosts(spec, host_order, seed)
     group_tuples = [(g.name, g.instance_type, g.hosts) for g in groups]
-    job_dir = spec.output_path / job_name
+    job_dir = job_dir if job_dir is not None else spec.output_path / job_name
     hyperparameters = contract.dumps(contract.hyperparameters(spec, job_name))
     job_labels = {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)}
 
@@ -187,6 +197,8 @@ def make_plan(spec: JobSpec, job_name: str, host_order: str = "spec", seed: int 
             mounts = [Mount(str(host_dir), OPT_ML, read_only=False)]
             if spec.source_dir is not None:
                 mounts.append(Mount(str(spec.source_dir), contract.CODE_DIR, read_only=True))
+            if spec.checkpoint_local_path != CHECKPOINTS:
+                mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
             host_shards: dict[str, tuple[str, ...]] = {}
             for name in channels:
                 channel = spec.inputs[name]

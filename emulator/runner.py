@@ -71,7 +71,8 @@ def run_job(
         backend = DockerBackend()
     seed = choose_seed(host_order, seed)
     plan = make_plan(spec, job_name_from(spec, now()), host_order, seed)
-    reporter = reporter or ConsoleReporter([(h.name, h.group) for h in plan.hosts])
+    reporter = reporter or ConsoleReporter()
+    reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
     return Run(plan, backend, reporter, RunOptions(host_order, seed, keep, grace, build_image), now,
                image_builder).execute()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -190,10 +191,8 @@ class DockerBackend:
             list(pool.map(stop_one, names))
 
     def _kill_quietly(self, name: str) -> None:
-        try:
+        with contextlib.suppress(docker.errors.APIError):
             self.api.kill(name)
-        except docker.errors.APIError:
-            pass
 
     def remove(self, plan: Plan) -> None:
         resources = [Resource("container", h.container_name, plan.job_name, dict(h.labels)) for h in plan.hosts]

@@ -1,0 +1,400 @@
+"""The `hetero-emu` command line: a thin typer app over spec -> plan -> backend.
+
+Every EmulatorError is mapped to its exit code here and only here (DESIGN §6): 0 Completed, 1 Failed,
+2 invalid spec or usage, 3 environment problem, 130 stopped by the user.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import click
+import typer
+import yaml
+
+from emulator import compose, contract, staging
+from emulator.artifacts import JobResult
+from emulator.catalog import catalog
+from emulator.console import ConsoleReporter, Reporter
+from emulator.errors import EmulatorError, SpecError, UsageError
+from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, make_plan, render
+from emulator.spec import JobSpec, load_spec_file
+
+app = typer.Typer(
+    name="hetero-emu",
+    help="Run SageMaker heterogeneous-cluster training jobs locally on Docker, offline.\n\n"
+    "Each instance group becomes containers algo-1..N with the /opt/ml files the service writes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+image_app = typer.Typer(help="Build the default training image (offline).", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEMO_SPEC = EXAMPLES / "data-offload" / "job.yaml"
+
+
+class HostOrder(str, Enum):
+    spec = "spec"
+    shuffled = "shuffled"
+
+
+class _State:
+    debug = False
+
+
+SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+HostOrderOpt = Annotated[
+    HostOrder,
+    typer.Option("--host-order", help="spec: algo-1..N in group order; shuffled: hosts assigned to groups "
+                 "in a seeded random order, as the service may do."),
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed for --host-order shuffled (printed when chosen).")]
+JobNameOpt = Annotated[str | None, typer.Option("--job-name", help="Exact job name (overrides the spec's).")]
+OutputOpt = Annotated[
+    Path | None, typer.Option("--output-path", help="Where <job_name>/ goes (overrides the spec's output_path).")
+]
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    _State.debug = debug
+
+
+def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
+    overrides: dict[str, Any] = {}
+    if job_name:
+        overrides["job_name"] = job_name
+    if output_path is not None:
+        overrides["output_path"] = str(output_path.resolve())
+    return load_spec_file(spec_path, overrides)
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _image_builder(backend: Any) -> Any:
+    def build(reporter: Reporter) -> None:
+        from emulator.backend.image import build_default_image
+
+        report = build_default_image(backend.client, progress=reporter.info)
+        reporter.info(f"built {report.image} in {report.seconds:.0f} s ({report.size_bytes / 1e6:.0f} MB)")
+
+    return build
+
+
+def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
+         quiet: bool) -> JobResult:
+    from emulator.backend.docker import DockerBackend
+    from emulator.runner import run_job
+
+    backend = DockerBackend()
+    # With --json, stdout carries only the JSON document; host logs go to stderr.
+    reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
+    result = run_job(
+        spec,
+        backend=backend,
+        reporter=reporter,
+        host_order=host_order.value,
+        seed=seed,
+        keep=keep,
+        grace=grace,
+        image_builder=_image_builder(backend),
+    )
+    if as_json:
+        _emit_json(json.loads((result.job_dir / "job.json").read_text()))
+    else:
+        _print_summary(result)
+    return result
+
+
+def _print_summary(result: JobResult) -> None:
+    rows = [("HOST", "GROUP", "INSTANCE TYPE", "EXIT", "SECONDS")]
+    for h in result.hosts:
+        rows.append((h.host, h.group, h.instance_type, "-" if h.exit_code is None else str(h.exit_code),
+                     f"{h.seconds:.1f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    err = sys.stderr
+    err.write("\n")
+    for r in rows:
+        err.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    err.write(f"\n{result.job_name}: {result.status} in {result.seconds:.1f} s\n")
+    if result.failure_reason:
+        err.write(f"FailureReason: {result.failure_reason}\n")
+    if result.seed is not None:
+        err.write(f"host order seed: {result.seed}\n")
+    err.write(f"job:    {result.job_dir / 'job.json'}\n")
+    if result.model_artifact:
+        err.write(f"model:  {result.model_artifact}\n")
+    if result.output_artifact:
+        err.write(f"output: {result.output_artifact}\n")
+    err.write(f"logs:   {result.job_dir / 'logs'}\n")
+
+
+@app.command()
+def run(
+    spec_path: SpecArg,
+    host_order: HostOrderOpt = HostOrder.spec,
+    seed: SeedOpt = None,
+    job_name: JobNameOpt = None,
+    output_path: OutputOpt = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep containers and network afterwards, for debugging.")]
+    = False,
+    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL when stopping hosts.")]
+    = 10.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or host logs, only the summary.")]
+    = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a job in the foreground: every host's log, then a table of hosts and the status.
+
+    Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
+    """
+    spec = _load(spec_path, job_name, output_path)
+    result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def demo(
+    output_path: Annotated[Path, typer.Option("--output-path", help="Where the demo job's folder goes.")]
+    = Path("hetero-emu-output"),
+    keep: Annotated[bool, typer.Option("--keep", help="Keep containers and network afterwards.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the data-offload example: a CPU group serves preprocessed batches to a GPU group's trainer."""
+    if not DEMO_SPEC.is_file():
+        raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
+    spec = _load(DEMO_SPEC, None, output_path)
+    result = _run(spec, host_order=HostOrder.spec, seed=None, keep=keep, grace=10.0, as_json=as_json, quiet=False)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def validate(spec_path: SpecArg, as_json: JsonOpt = False) -> None:
+    """Check a spec against SageMaker's rules without touching Docker; report every problem at once."""
+    try:
+        spec = _load(spec_path)
+    except SpecError as err:
+        if as_json:
+            _emit_json({"valid": False, "problems": [
+                {"path": p.path, "message": p.message, "hint": p.hint} for p in err.problems]})
+            raise typer.Exit(err.exit_code) from None
+        raise
+    groups = [{"instance_group_name": g.instance_group_name, "instance_type": g.instance_type,
+               "instance_count": g.instance_count} for g in spec.instance_groups]
+    if as_json:
+        _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs)})
+    else:
+        hosts = sum(g.instance_count for g in spec.instance_groups)
+        typer.echo(f"{spec_path}: valid ({len(groups)} group(s), {hosts} host(s), {len(spec.inputs)} channel(s))")
+
+
+@app.command("render")
+def render_cmd(
+    spec_path: SpecArg,
+    out: Annotated[Path, typer.Option("--output", "-o", help="Folder to write (must be new or empty).")],
+    host_order: HostOrderOpt = HostOrder.spec,
+    seed: SeedOpt = None,
+    job_name: JobNameOpt = None,
+) -> None:
+    """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
+
+    DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml). `docker-compose -f
+    DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
+    """
+    from emulator.plan import job_name_from
+    from emulator.runner import choose_seed
+
+    spec = _load(spec_path, job_name)
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} exists and is not an empty folder", hint="render into a new folder")
+    if out.exists():
+        out.rmdir()  # empty: stage() creates it afresh
+    seed = choose_seed(host_order.value, seed)
+    from datetime import datetime, timezone
+
+    plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order.value, seed,
+                     job_dir=out)
+    staging.stage(plan)
+    (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
+    (out / "compose.yaml").write_text(yaml.safe_dump(compose.compose_project(plan), sort_keys=False))
+    typer.echo(render(plan))
+    typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
+
+
+@image_app.command("build")
+def image_build(
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Build again even if the image is up to date.")]
+    = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the default training image offline (Debian rootfs + the real sagemaker-training toolkit)."""
+    from emulator.backend.docker import connect
+    from emulator.backend.image import build_default_image
+
+    report = build_default_image(connect(), rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
+    if as_json:
+        _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
+                    "size_bytes": report.size_bytes})
+    else:
+        verb = "built" if report.built else "up to date:"
+        typer.echo(f"{verb} {report.image} ({report.size_bytes / 1e6:.0f} MB, {report.seconds:.1f} s)")
+
+
+@app.command()
+def ps(as_json: JsonOpt = False) -> None:
+    """List the containers and networks of emulated jobs (found by their Docker labels)."""
+    from emulator.backend.docker import DockerBackend
+
+    found = DockerBackend().find()
+    if as_json:
+        _emit_json([{"kind": r.kind, "name": r.name, "job": r.job, "host": r.labels.get(LABEL_HOST),
+                     "group": r.labels.get(LABEL_GROUP), "status": r.status} for r in found])
+        return
+    if not found:
+        typer.echo("no emulated jobs running")
+        return
+    typer.echo(f"{'JOB':<48} {'KIND':<9} {'NAME':<56} {'GROUP':<16} STATUS")
+    for r in sorted(found, key=lambda r: (r.job, r.kind, r.name)):
+        typer.echo(f"{r.job:<48} {r.kind:<9} {r.name:<56} {r.labels.get(LABEL_GROUP, ''):<16} {r.status}")
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="A job name (running or kept) or a job's output folder.")],
+    host: Annotated[str | None, typer.Option("--host", help="Only this host, e.g. algo-2.")] = None,
+) -> None:
+    """Print a job's host logs with `algo-N (group) |` prefixes: from the engine, else from its folder."""
+    from emulator.backend.docker import DockerBackend
+
+    folder = Path(job)
+    if not (folder / "logs").is_dir():
+        containers = [r for r in DockerBackend().find(job) if r.kind == "container"]
+        if not containers:
+            raise UsageError(f"no job {job!r} in the engine and no job folder at {folder}",
+                             hint="give the job's output folder (<output_path>/<job_name>)")
+        folder = Path(containers[0].labels.get(LABEL_JOB_DIR, ""))
+    log_dir = folder / "logs"
+    if not log_dir.is_dir():
+        raise UsageError(f"no logs folder at {log_dir}")
+    groups = _host_groups(folder)
+    files = sorted(log_dir.glob("algo-*.log"), key=lambda p: contract.host_sort_key(p.stem))
+    hosts = [(p.stem, groups.get(p.stem, "?")) for p in files if host in (None, p.stem)]
+    reporter = ConsoleReporter(hosts)
+    for name, group in hosts:
+        for line in (log_dir / f"{name}.log").read_text(errors="replace").splitlines():
+            reporter.log_line(name, group, line)
+
+
+def _host_groups(folder: Path) -> dict[str, str]:
+    out = {}
+    for config in folder.glob("hosts/algo-*/input/config/resourceconfig.json"):
+        data = json.loads(config.read_text())
+        out[data["current_host"]] = data["current_group_name"]
+    return out
+
+
+@app.command()
+def stop(
+    job: Annotated[str, typer.Argument(help="The job name.")],
+    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL.")] = 10.0,
+) -> None:
+    """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
+    from emulator.backend.docker import DockerBackend
+
+    backend = DockerBackend()
+    found = [r for r in backend.find(job) if r.kind == "container"]
+    if not found:
+        raise UsageError(f"no running job named {job!r}", hint="`hetero-emu ps` lists them")
+    backend.stop_resources(found, grace)
+    typer.echo(f"stopped {len(found)} container(s) of {job}")
+
+
+@app.command()
+def clean(
+    job: Annotated[str | None, typer.Option("--job", help="Only this job.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove every container and network the emulator made (found by label), e.g. after a crash."""
+    from emulator.backend.docker import DockerBackend
+
+    backend = DockerBackend()
+    found = backend.find(job)
+    backend.remove_resources(found)
+    if as_json:
+        _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in found]})
+    else:
+        typer.echo(f"removed {sum(r.kind == 'container' for r in found)} container(s) and "
+                   f"{sum(r.kind == 'network' for r in found)} network(s)")
+
+
+@app.command("instance-types")
+def instance_types(
+    family: Annotated[str | None, typer.Option("--family", help="Only this family, e.g. ml.p3.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the instance types the emulator knows (vCPUs, memory, GPUs)."""
+    types = [t for t in catalog().values() if family in (None, t.family)]
+    if as_json:
+        _emit_json([{"name": t.name, "vcpus": t.vcpus, "memory_gib": t.memory_gib, "gpus": t.gpus,
+                     "gpu_model": t.gpu_model} for t in types])
+        return
+    typer.echo(f"{'INSTANCE TYPE':<22} {'VCPUS':>5} {'MEMORY GIB':>10} {'GPUS':>4}  GPU MODEL")
+    for t in types:
+        typer.echo(f"{t.name:<22} {t.vcpus:>5} {t.memory_gib:>10g} {t.gpus:>4}  {t.gpu_model or '-'}")
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _fail(err: EmulatorError) -> NoReturn:
+    sys.stderr.write(f"error: {err.message}\n")
+    if err.hint:
+        sys.stderr.write(f"hint: {err.hint}\n")
+    if _State.debug:
+        traceback.print_exception(err)
+    sys.exit(err.exit_code)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    # SIGTERM (e.g. from CI's timeout) stops the job like Ctrl-C does: teardown runs in `finally`.
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _State.debug = "--debug" in sys.argv[1:]
+    try:
+        code = app(standalone_mode=False)
+    except EmulatorError as err:
+        _fail(err)
+    except click.exceptions.UsageError as err:
+        err.show()
+        sys.exit(2)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        sys.stderr.write("stopped by the user\n")
+        sys.exit(130)
+    except Exception as err:  # a bug: say so plainly, traceback only with --debug
+        if _State.debug:
+            raise
+        sys.stderr.write(f"internal error: {type(err).__name__}: {err}\nhint: rerun with --debug and report it\n")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
