@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The one command that runs every test, on a fresh machine with only a Docker engine running:
+# installs what is missing, lints, type-checks, builds the default training image offline, and
+# runs the unit and the Docker integration tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+
+echo "== ruff"
+.venv/bin/ruff check emulator tests benchmarks
+echo "== mypy"
+.venv/bin/mypy emulator
+
+echo "== building the default training image (offline; skipped when up to date)"
+.venv/bin/hetero-emu image build
+
+echo "== pytest"
+.venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
