@@ -348,7 +348,8 @@ def instance_types(
     as_json: JsonOpt = False,
 ) -> None:
     """List the instance types the emulator knows (vCPUs, memory, GPUs)."""
-    types = [t for t in catalog().values() if family in (None, t.family)]
+    types = sorted((t for t in catalog().values() if family in (None, t.family)),
+                   key=lambda t: (t.family, t.vcpus, t.memory_gib))
     if as_json:
         _emit_json([{"name": t.name, "vcpus": t.vcpus, "memory_gib": t.memory_gib, "gpus": t.gpus,
                      "gpu_model": t.gpu_model} for t in types])

@@ -111,7 +111,7 @@ def job_name_from(spec: JobSpec, now: datetime) -> str:
     if spec.job_name:
         return spec.job_name
     stamp = now.strftime("%Y-%m-%d-%H-%M-%S-%f")[:-3]
-    base = spec.base_job_name[: 63 - len(stamp) - 1].rstrip("-")
+    base = spec.base_job_name[: 63 - len(stamp) - 1]
     return f"{base}-{stamp}"
 
 

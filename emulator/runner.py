@@ -155,10 +155,8 @@ class Run:
                 reporter.info(f"kept containers and network {plan.network} (--keep); "
                               f"remove them with `hetero-emu clean --job {plan.job_name}`")
             else:
-                try:
-                    self.backend.stop(self.names, grace=1)
-                finally:
-                    self.backend.remove(plan)
+                reporter.step(f"removing {len(plan.hosts)} containers and network {plan.network}")
+                self.backend.remove(plan)
 
     def ensure_image(self) -> None:
         image = self.plan.image
@@ -236,6 +234,8 @@ class Run:
             text = f"AlgorithmError: {who} exited with code {state.exit_code}: {detail}"
         elif state.exit_code == 137:
             text = f"{who} was killed (SIGKILL, exit code 137)"
+        elif state.exit_code == 143:
+            text = f"{who} was stopped (SIGTERM, exit code 143)"
         else:
             text = f"AlgorithmError: {who} exited with code {state.exit_code}"
             if tail:

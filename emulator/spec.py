@@ -311,6 +311,10 @@ class _Validator:
                 return None
             parsed = urlparse(text)
             resolved = (s3_root / parsed.netloc / unquote(parsed.path).lstrip("/")).resolve()
+            if not resolved.is_relative_to(s3_root.resolve()) or not parsed.netloc:
+                self.fail(path, f"{text} does not name a bucket and key under local_s3_root {s3_root}",
+                          "s3://bucket/key, without '..'")
+                return None
         elif text.startswith("file://"):
             resolved = (self.base_dir / unquote(urlparse(text).path)).resolve()
         elif "://" in text:
@@ -332,11 +336,11 @@ class _Validator:
         self.unknown_keys(raw, JOB_KEYS, "")
 
         job_name = self.string(raw, "job_name", "job_name")
-        if job_name is not None and not JOB_NAME_PATTERN.match(job_name):
+        if job_name is not None and not JOB_NAME_PATTERN.fullmatch(job_name):
             self.fail("job_name", f"{job_name!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, 1-63 chars, starting and ending alphanumeric")
         base = self.string(raw, "base_job_name", "base_job_name")
-        if base is not None and not JOB_NAME_PATTERN.match(base):
+        if base is not None and not JOB_NAME_PATTERN.fullmatch(base):
             self.fail("base_job_name", f"{base!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, starting and ending alphanumeric")
         image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
@@ -383,7 +387,7 @@ class _Validator:
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
         log_level = self.integer(raw, "container_log_level", "container_log_level")
         region = self.string(raw, "region", "region") or DEFAULT_REGION
-        if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", region):
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
             self.fail("region", f"{region!r} is not an AWS region name", "e.g. us-east-1")
 
         if self.problems or output_path is None:
@@ -465,7 +469,7 @@ class _Validator:
                 if key not in item:
                     self.fail(f"{path}.{key}", "missing")
             if name is not None:
-                if not GROUP_NAME_PATTERN.match(name):
+                if not GROUP_NAME_PATTERN.fullmatch(name):
                     self.fail(path + ".instance_group_name", f"{name!r}: 1-64 characters, no '/' or control chars")
                 if name in seen:
                     self.fail(path + ".instance_group_name", f"duplicate group name {name!r}",
@@ -539,7 +543,7 @@ class _Validator:
         unassigned: list[str] = []
         for name, item in value.items():
             path = f"inputs.{name}"
-            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.match(name):
+            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.fullmatch(name):
                 self.fail(path, f"channel name {name!r} breaks SageMaker's pattern {CHANNEL_NAME_PATTERN.pattern}")
                 continue
             if isinstance(item, str):
@@ -672,7 +676,7 @@ class _Validator:
             return {}
         env: dict[str, str] = {}
         for key, item in value.items():
-            if not isinstance(key, str) or not ENV_NAME_PATTERN.match(key):
+            if not isinstance(key, str) or not ENV_NAME_PATTERN.fullmatch(key):
                 self.fail(f"environment.{key}", "not a valid environment variable name")
             elif isinstance(item, dict | list) or item is None:
                 self.fail(f"environment.{key}", f"must be a string, number or boolean, got {_type_name(item)}")

@@ -1,0 +1,423 @@
+"""The plan: a pure function from a validated spec to hosts, groups, mounts, labels and files.
+
+Expected values are written by hand from DESIGN §2/§4 and the SageMaker SDK's naming rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, Mount, Plan, job_name_from, make_plan, shard
+from emulator.spec import JobSpec
+
+JOB = "hetero-test"
+CONFIG = "input/config/"
+
+
+def hetero(*groups: tuple[str, str, int], **extra: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "job_name": JOB,
+        "entry_point": "train.py",
+        "source_dir": "./code",
+        "instance_groups": [{"instance_group_name": n, "instance_type": t, "instance_count": c} for n, t, c in groups],
+    }
+    raw.update(extra)
+    return raw
+
+
+def names(n: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, n + 1)]
+
+
+def config(plan: Plan, host: str, name: str) -> Any:
+    return json.loads(plan.host(host).files[CONFIG + name])
+
+
+def mount_at(plan: Plan, host: str, target: str) -> Mount:
+    matches = [m for m in plan.host(host).mounts if m.target == target]
+    assert len(matches) == 1, f"{host}: expected one mount at {target}, got {plan.host(host).mounts}"
+    return matches[0]
+
+
+THREE_GROUPS = hetero(("a", "ml.c5.xlarge", 2), ("b", "ml.p3.2xlarge", 1), ("c", "ml.m5.large", 3))
+
+
+@pytest.fixture
+def three_groups(load: Callable[..., JobSpec]) -> JobSpec:
+    return load(THREE_GROUPS)
+
+
+@pytest.fixture
+def with_channels(load: Callable[..., JobSpec]) -> JobSpec:
+    """data_group (algo-1, algo-2) gets `training`, dnn_group (algo-3) gets `validation`."""
+    return load(
+        hetero(
+            ("data_group", "ml.c5.xlarge", 2),
+            ("dnn_group", "ml.p3.2xlarge", 1),
+            inputs={
+                "training": {"s3_data": "./data/train", "instance_groups": ["data_group"]},
+                "validation": {"s3_data": "./data/validation", "instance_groups": ["dnn_group"]},
+            },
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Host numbering
+
+
+def test_hosts_are_numbered_across_groups_in_spec_order(three_groups: JobSpec) -> None:
+    plan = make_plan(three_groups, JOB)
+    assert [(g.name, g.hosts) for g in plan.groups] == [
+        ("a", ("algo-1", "algo-2")),
+        ("b", ("algo-3",)),
+        ("c", ("algo-4", "algo-5", "algo-6")),
+    ]
+    assert [(h.name, h.group, h.instance_type) for h in plan.hosts] == [
+        ("algo-1", "a", "ml.c5.xlarge"),
+        ("algo-2", "a", "ml.c5.xlarge"),
+        ("algo-3", "b", "ml.p3.2xlarge"),
+        ("algo-4", "c", "ml.m5.large"),
+        ("algo-5", "c", "ml.m5.large"),
+        ("algo-6", "c", "ml.m5.large"),
+    ]
+
+
+def test_shuffled_with_a_seed_is_deterministic(three_groups: JobSpec) -> None:
+    first = make_plan(three_groups, JOB, host_order="shuffled", seed=1234)
+    second = make_plan(three_groups, JOB, host_order="shuffled", seed=1234)
+    assert first == second
+    assert first.groups == second.groups
+    assert first.seed == 1234
+    assert first.host_order == "shuffled"
+
+
+def test_different_seeds_eventually_give_a_different_assignment(three_groups: JobSpec) -> None:
+    assignments = {make_plan(three_groups, JOB, host_order="shuffled", seed=s).groups for s in range(30)}
+    assert len(assignments) > 1
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_shuffled_is_a_permutation_keeping_group_sizes(three_groups: JobSpec, seed: int) -> None:
+    plan = make_plan(three_groups, JOB, host_order="shuffled", seed=seed)
+    every = [h for g in plan.groups for h in g.hosts]
+    assert sorted(every) == sorted(names(6))
+    assert len(every) == len(set(every)) == 6
+    assert [(g.name, len(g.hosts)) for g in plan.groups] == [("a", 2), ("b", 1), ("c", 3)]
+    # Every host's own record agrees with its group's host list.
+    for g in plan.groups:
+        for host in g.hosts:
+            assert plan.host(host).group == g.name
+
+
+def _contiguous(hosts: tuple[str, ...]) -> bool:
+    numbers = sorted(int(h.rsplit("-", 1)[1]) for h in hosts)
+    return numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def test_some_seed_gives_non_contiguous_groups_and_moves_algo_1(three_groups: JobSpec) -> None:
+    # As the real service may: the AWS guide shows instance_group_2 with hosts ["algo-3", "algo-1"].
+    non_contiguous = first_group_without_algo_1 = False
+    for seed in range(200):
+        plan = make_plan(three_groups, JOB, host_order="shuffled", seed=seed)
+        non_contiguous |= any(not _contiguous(g.hosts) for g in plan.groups if g.hosts)
+        first_group_without_algo_1 |= "algo-1" not in plan.groups[0].hosts
+        if non_contiguous and first_group_without_algo_1:
+            break
+    assert non_contiguous, "no seed in 0..199 gave a group non-contiguous host numbers"
+    assert first_group_without_algo_1, "no seed in 0..199 moved algo-1 out of the first group"
+
+
+def test_shuffled_resourceconfig_matches_the_group_assignment(three_groups: JobSpec) -> None:
+    plan = make_plan(three_groups, JOB, host_order="shuffled", seed=3)
+    expected = [
+        {"instance_group_name": g.name, "instance_type": g.instance_type, "hosts": list(g.hosts)} for g in plan.groups
+    ]
+    for host in plan.hosts:
+        rc = config(plan, host.name, "resourceconfig.json")
+        assert rc["instance_groups"] == expected
+        assert rc["current_group_name"] == host.group
+        assert host.name in next(g["hosts"] for g in expected if g["instance_group_name"] == host.group)
+
+
+def test_spec_order_plan_records_no_seed(three_groups: JobSpec) -> None:
+    plan = make_plan(three_groups, JOB, seed=99)
+    assert plan.host_order == "spec"
+    assert plan.seed is None
+
+
+def test_unknown_host_order_is_refused(three_groups: JobSpec) -> None:
+    with pytest.raises(ValueError, match="host_order"):
+        make_plan(three_groups, JOB, host_order="random")
+
+
+def test_ten_or_more_hosts_sort_numerically(load: Callable[..., JobSpec]) -> None:
+    spec = load(hetero(("a", "ml.c5.xlarge", 5), ("b", "ml.c5.xlarge", 7)))
+    plan = make_plan(spec, JOB)
+    expected = names(12)  # algo-1, algo-2, ..., algo-9, algo-10, algo-11, algo-12
+    assert [h.name for h in plan.hosts] == expected
+    assert plan.groups[1].hosts == ("algo-6", "algo-7", "algo-8", "algo-9", "algo-10", "algo-11", "algo-12")
+    rc = config(plan, "algo-10", "resourceconfig.json")
+    assert rc["hosts"] == expected
+    assert rc["hosts"].index("algo-2") < rc["hosts"].index("algo-10")
+
+
+# --------------------------------------------------------------------------------------------------
+# Job names
+
+
+NOW = datetime(2024, 1, 2, 3, 4, 5, 678901)
+
+
+def test_job_name_is_base_plus_sdk_timestamp(load: Callable[..., JobSpec]) -> None:
+    raw = hetero(("a", "ml.c5.xlarge", 1))
+    del raw["job_name"]
+    raw["base_job_name"] = "hello-hetero"
+    assert job_name_from(load(raw), NOW) == "hello-hetero-2024-01-02-03-04-05-678"
+
+
+def test_job_name_timestamp_truncates_microseconds_to_milliseconds(load: Callable[..., JobSpec]) -> None:
+    raw = hetero(("a", "ml.c5.xlarge", 1))
+    del raw["job_name"]
+    raw["base_job_name"] = "b"
+    spec = load(raw)
+    assert job_name_from(spec, datetime(2023, 12, 31, 23, 59, 59, 999999)) == "b-2023-12-31-23-59-59-999"
+    assert job_name_from(spec, datetime(2023, 12, 31, 23, 59, 59, 123)) == "b-2023-12-31-23-59-59-000"
+
+
+def test_long_base_is_truncated_to_a_63_char_job_name(load: Callable[..., JobSpec]) -> None:
+    raw = hetero(("a", "ml.c5.xlarge", 1))
+    del raw["job_name"]
+    raw["base_job_name"] = "abcdefghij" * 5  # 50 chars; 63 - len("-2024-01-02-03-04-05-678") = 39 are kept
+    name = job_name_from(load(raw), NOW)
+    assert name == "abcdefghijabcdefghijabcdefghijabcdefghi-2024-01-02-03-04-05-678"
+    assert len(name) == 63
+
+
+def test_explicit_job_name_wins(load: Callable[..., JobSpec]) -> None:
+    raw = hetero(("a", "ml.c5.xlarge", 1), base_job_name="ignored-base")
+    raw["job_name"] = "exactly-this"
+    assert job_name_from(load(raw), NOW) == "exactly-this"
+
+
+# --------------------------------------------------------------------------------------------------
+# Sharding
+
+
+@pytest.mark.parametrize(
+    ("n_files", "n_hosts"),
+    [(10, 3), (3, 3), (9, 3), (1, 1), (7, 1), (2, 5), (0, 2), (100, 7)],
+)
+def test_shard_is_disjoint_complete_and_balanced(n_files: int, n_hosts: int) -> None:
+    files = tuple(f"part-{i:04d}.csv" for i in range(n_files))
+    hosts = tuple(names(n_hosts))
+    shares = shard(files, hosts)
+    assert set(shares) == set(hosts)
+    every = [f for share in shares.values() for f in share]
+    assert len(every) == len(set(every)), "a file went to two hosts"
+    assert sorted(every) == sorted(files), "some file went to no host"
+    sizes = [len(share) for share in shares.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_shard_with_more_hosts_than_files_leaves_some_hosts_empty() -> None:
+    shares = shard(("x.csv", "y.csv"), ("algo-1", "algo-2", "algo-3", "algo-4"))
+    assert sorted(len(s) for s in shares.values()) == [0, 0, 1, 1]
+    assert sorted(f for s in shares.values() for f in s) == ["x.csv", "y.csv"]
+
+
+def test_sharded_channel_gives_each_host_of_its_group_a_disjoint_share(load: Callable[..., JobSpec]) -> None:
+    spec = load(
+        hetero(
+            ("data_group", "ml.c5.xlarge", 2),
+            ("dnn_group", "ml.p3.2xlarge", 1),
+            inputs={
+                "training": {
+                    "s3_data": "./data/train",
+                    "distribution": "ShardedByS3Key",
+                    "instance_groups": ["data_group"],
+                }
+            },
+        )
+    )
+    plan = make_plan(spec, JOB)
+    one, two = plan.host("algo-1").shards["training"], plan.host("algo-2").shards["training"]
+    assert not set(one) & set(two)
+    assert sorted(one + two) == ["part-0.csv", "part-1.csv", "part-2.csv"]
+    assert "training" not in plan.host("algo-3").shards
+    for host in ("algo-1", "algo-2"):
+        mount = mount_at(plan, host, "/opt/ml/input/data/training")
+        assert mount.read_only
+        # A host's share is staged apart from the user's data: it is not the whole source folder.
+        assert mount.source != str(spec.inputs["training"].source)
+        assert config(plan, host, "inputdataconfig.json")["training"]["S3DistributionType"] == "ShardedByS3Key"
+    assert (
+        mount_at(plan, "algo-1", "/opt/ml/input/data/training").source
+        != mount_at(plan, "algo-2", "/opt/ml/input/data/training").source
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Channels and mounts
+
+
+def test_channels_go_only_to_the_hosts_of_their_groups(with_channels: JobSpec) -> None:
+    plan = make_plan(with_channels, JOB)
+    data = "/opt/ml/input/data/"
+    for host, channel, other in (
+        ("algo-1", "training", "validation"),
+        ("algo-2", "training", "validation"),
+        ("algo-3", "validation", "training"),
+    ):
+        h = plan.host(host)
+        assert h.channels == (channel,)
+        assert set(config(plan, host, "inputdataconfig.json")) == {channel}
+        targets = {m.target for m in h.mounts}
+        assert data + channel in targets
+        assert not any(t.startswith(data + other) for t in targets)
+
+
+def test_channel_without_groups_goes_to_every_host(load: Callable[..., JobSpec]) -> None:
+    spec = load(
+        hetero(
+            ("data_group", "ml.c5.xlarge", 2), ("dnn_group", "ml.p3.2xlarge", 1), inputs={"training": "./data/train"}
+        )
+    )
+    plan = make_plan(spec, JOB)
+    for host in names(3):
+        assert plan.host(host).channels == ("training",)
+        assert set(config(plan, host, "inputdataconfig.json")) == {"training"}
+
+
+def test_code_and_data_are_mounted_read_only_and_opt_ml_writable(with_channels: JobSpec, project: Path) -> None:
+    plan = make_plan(with_channels, JOB)
+    root = project.resolve()
+    for host in names(3):
+        code = mount_at(plan, host, "/opt/ml/code")
+        assert code.source == str(root / "code")
+        assert code.read_only is True
+        opt_ml = mount_at(plan, host, "/opt/ml")
+        assert opt_ml.read_only is False
+        assert opt_ml.source == str(root / "output" / JOB / "hosts" / host)
+        assert plan.host(host).host_dir == opt_ml.source
+    training = mount_at(plan, "algo-1", "/opt/ml/input/data/training")
+    assert training == Mount(str(root / "data" / "train"), "/opt/ml/input/data/training", read_only=True)
+    validation = mount_at(plan, "algo-3", "/opt/ml/input/data/validation")
+    assert validation == Mount(str(root / "data" / "validation"), "/opt/ml/input/data/validation", read_only=True)
+
+
+def test_each_host_has_its_own_opt_ml(with_channels: JobSpec) -> None:
+    plan = make_plan(with_channels, JOB)
+    sources = [mount_at(plan, h, "/opt/ml").source for h in names(3)]
+    assert len(set(sources)) == 3
+
+
+def test_single_file_channel_is_mounted_as_that_file(load: Callable[..., JobSpec], project: Path) -> None:
+    spec = load(hetero(("a", "ml.c5.xlarge", 1), inputs={"training": "./data/single.csv"}))
+    plan = make_plan(spec, JOB)
+    mount = mount_at(plan, "algo-1", "/opt/ml/input/data/training/single.csv")
+    assert mount.source == str((project / "data" / "single.csv").resolve())
+    assert mount.read_only is True
+    assert not any(m.target == "/opt/ml/input/data/training" for m in plan.host("algo-1").mounts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Names, labels, environment, command
+
+
+def test_container_names_are_job_dash_host(with_channels: JobSpec) -> None:
+    plan = make_plan(with_channels, JOB)
+    assert [h.container_name for h in plan.hosts] == ["hetero-test-algo-1", "hetero-test-algo-2", "hetero-test-algo-3"]
+
+
+def test_labels_name_job_host_and_group(with_channels: JobSpec) -> None:
+    plan = make_plan(with_channels, JOB)
+    expected = {"algo-1": "data_group", "algo-2": "data_group", "algo-3": "dnn_group"}
+    for host, grp in expected.items():
+        labels = plan.host(host).labels
+        assert labels[LABEL_JOB] == "hetero-test"
+        assert labels[LABEL_HOST] == host
+        assert labels[LABEL_GROUP] == grp
+    assert plan.labels[LABEL_JOB] == "hetero-test"
+    assert len({LABEL_JOB, LABEL_HOST, LABEL_GROUP}) == 3
+
+
+def test_environment_has_training_job_variables_and_the_spec_environment(load: Callable[..., JobSpec]) -> None:
+    spec = load(hetero(("a", "ml.c5.xlarge", 2), environment={"MY_VAR": "value"}, region="eu-west-1"))
+    plan = make_plan(spec, JOB)
+    for host in plan.hosts:
+        env = host.environment
+        assert env["TRAINING_JOB_NAME"] == "hetero-test"
+        assert env["AWS_REGION"] == "eu-west-1"
+        assert env["MY_VAR"] == "value"
+        assert re.fullmatch(r"arn:aws:sagemaker:eu-west-1:\d{12}:training-job/hetero-test", env["TRAINING_JOB_ARN"])
+
+
+def test_command_is_train_by_default(with_channels: JobSpec) -> None:
+    plan = make_plan(with_channels, JOB)
+    assert plan.entrypoint is None
+    assert plan.command == ("train",)
+
+
+def test_container_entry_point_and_arguments_replace_train(load: Callable[..., JobSpec]) -> None:
+    raw = hetero(("a", "ml.c5.xlarge", 1), container_entry_point=["python3"], container_arguments=["-c", "pass"])
+    plan = make_plan(load(raw), JOB)
+    assert plan.entrypoint == ("python3",)
+    assert plan.command == ("-c", "pass")
+
+
+def test_job_dir_is_output_path_slash_job_name(with_channels: JobSpec, project: Path) -> None:
+    plan = make_plan(with_channels, JOB)
+    assert plan.job_dir == str(project.resolve() / "output" / "hetero-test")
+
+
+# --------------------------------------------------------------------------------------------------
+# Purity
+
+
+def test_planning_twice_gives_equal_plans(with_channels: JobSpec) -> None:
+    assert make_plan(with_channels, JOB) == make_plan(with_channels, JOB)
+
+
+def test_planning_writes_nothing_to_disk(with_channels: JobSpec, project: Path) -> None:
+    before = sorted(p for p in project.rglob("*"))
+    make_plan(with_channels, JOB)
+    assert sorted(p for p in project.rglob("*")) == before
+
+
+def test_plan_to_dict_is_json_serialisable(with_channels: JobSpec) -> None:
+    data = make_plan(with_channels, JOB).to_dict()
+    text = json.dumps(data)
+    assert json.loads(text) == data
+    assert "spec" not in data
+    assert [h["name"] for h in data["hosts"]] == names(3)
+    assert data["job_name"] == "hetero-test"
+
+
+def test_plans_for_different_jobs_differ(with_channels: JobSpec) -> None:
+    assert make_plan(with_channels, "job-one") != make_plan(with_channels, "job-two")
+
+
+# --------------------------------------------------------------------------------------------------
+# Zero-count groups
+
+
+def test_zero_count_group_appears_in_resourceconfig_with_no_hosts(load: Callable[..., JobSpec]) -> None:
+    spec = load(hetero(("data_group", "ml.c5.xlarge", 2), ("dnn_group", "ml.p3.2xlarge", 0)))
+    plan = make_plan(spec, JOB)
+    assert [h.name for h in plan.hosts] == ["algo-1", "algo-2"]
+    assert plan.groups[1].hosts == ()
+    for host in ("algo-1", "algo-2"):
+        rc = config(plan, host, "resourceconfig.json")
+        assert rc["instance_groups"] == [
+            {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1", "algo-2"]},
+            {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": []},
+        ]
+        assert rc["hosts"] == ["algo-1", "algo-2"]
