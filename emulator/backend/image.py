@@ -1,0 +1,725 @@
+"""Build the default training image offline (DESIGN §7).
+
+No registry is reachable where the emulator runs, so nothing can be pulled, not even a base image.
+The default image is therefore made from parts this machine can reach:
+
+1. a Debian bookworm minbase rootfs made with mmdebstrap (or debootstrap) from the Debian archive
+   the host's apt already uses, written as a tarball into the cache directory;
+2. that tarball `docker import`ed as the base image;
+3. wheels of emulator/image/requirements.txt built on the host with `pip wheel` (the
+   sagemaker-training toolkit is source-only and needs gcc + Python headers, which the host has
+   and a minbase image does not);
+4. a classic `docker build` of emulator/image/Dockerfile with those wheels, `FROM` the base.
+
+The image carries a label with the hash of its recipe; when an image with that tag and that label
+exists the whole build is skipped. This is the only module that builds images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import docker
+import docker.errors
+
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.errors import ImageBuildError
+
+Progress = Callable[[str], None]
+
+#: The build recipe: Dockerfile and requirements.txt.
+RECIPE_DIR = Path(__file__).resolve().parent.parent / "image"
+#: The imported Debian rootfs every default image starts `FROM` (the Dockerfile's BASE_IMAGE).
+BASE_IMAGE = "hetero-emu/base:bookworm"
+#: Label on the training image: sha256 of the recipe (Dockerfile, requirements.txt, rootfs recipe).
+RECIPE_LABEL = "hetero-emu.image.recipe"
+#: Label on the base image: the key of the rootfs recipe it was made from.
+ROOTFS_LABEL = "hetero-emu.image.rootfs"
+#: Label the Dockerfile puts on its first stage, so that stage can be pruned after the build.
+STAGE_LABEL = "hetero-emu.image.stage"
+
+SUITE = "bookworm"
+#: Debian packages on top of minbase. python3-venv brings ensurepip for `python3 -m venv`;
+#: ca-certificates is Debian's own bundle (the host's is never copied in); procps and iproute2
+#: (`ps`, `ip`) are for debugging a host from `docker exec`; netbase gives /etc/services and
+#: /etc/protocols, which socket.getservbyname and friends need.
+ROOTFS_PACKAGES: tuple[str, ...] = (
+    "python3",
+    "python3-venv",
+    "ca-certificates",
+    "procps",
+    "iproute2",
+    "netbase",
+)
+#: Keep documentation out of the rootfs as Debian's slim images do (copyright files stay); this
+#: config is also written into the image, so packages a user adds later stay slim too.
+DPKG_OPTIONS: tuple[str, ...] = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/lintian/*",
+)
+#: mmdebstrap's hook that merges /usr with symlinks itself. Without it, bookworm's
+#: init-system-helpers pulls in the usrmerge package and, through it, ~45 MB of perl.
+MERGED_USR_HOOK = Path("/usr/share/mmdebstrap/hooks/merged-usr")
+#: A rootfs is only useful for building this image, so recommends would be dead weight.
+APT_OPTIONS: tuple[str, ...] = ('APT::Install-Recommends "false"',)
+
+#: Environment variables that override the Debian mirror read from the host's apt sources.
+MIRROR_ENV = "HETERO_EMU_DEBIAN_MIRROR"
+SECURITY_MIRROR_ENV = "HETERO_EMU_DEBIAN_SECURITY_MIRROR"
+
+_STEPS = 4
+_HEARTBEAT_SECONDS = 15.0
+_TAIL_LINES = 20
+_INDENT = "      "
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What `build_default_image` did: `built` is False when the image was already up to date."""
+
+    image: str
+    built: bool
+    seconds: float
+    size_bytes: int
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AptSource:
+    """One `deb` line of the host's apt configuration (one URI x one suite)."""
+
+    uri: str
+    suite: str
+    components: tuple[str, ...]
+
+    def line(self) -> str:
+        return " ".join(["deb", self.uri, self.suite, *self.components])
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def image_present(client: docker.DockerClient, tag: str) -> bool:
+    """True when the engine has an image with this tag. Other engine errors propagate."""
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/hetero-emu`, else `~/.cache/hetero-emu`: rootfs tarballs and wheels."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hetero-emu"
+
+
+def recipe_hash() -> str:
+    """sha256 of everything that decides the image's content, stored in its RECIPE_LABEL."""
+    digest = hashlib.sha256()
+    for name in ("Dockerfile", "requirements.txt"):
+        digest.update(name.encode() + b"\0" + _recipe_file(name) + b"\0")
+    digest.update(_rootfs_recipe().encode())
+    return digest.hexdigest()
+
+
+def build_default_image(
+    client: docker.DockerClient,
+    *,
+    rebuild: bool = False,
+    progress: Progress = print,
+    cache_dir: Path | None = None,
+) -> BuildReport:
+    """Build DEFAULT_IMAGE offline, or do nothing when it is already up to date.
+
+    Idempotent: an image with the tag and the current recipe label is kept (built=False) unless
+    `rebuild`, which also ignores the cached rootfs tarball and wheels. Raises ImageBuildError.
+    """
+    started = time.monotonic()
+    cache = (cache_dir or default_cache_dir()).expanduser()
+    want = recipe_hash()
+    if not rebuild and _up_to_date(client, want):
+        return _skipped(client, want, started, progress)
+    _mkdir(cache)
+    # Two builds at once (parallel test workers, two terminals) would race on the cache and the
+    # tags; the second waits and then usually finds the image up to date.
+    with _build_lock(cache / "build.lock", progress):
+        if not rebuild and _up_to_date(client, want):
+            return _skipped(client, want, started, progress)
+        old_image = _image_id(client, DEFAULT_IMAGE)
+        steps = (
+            _step_base(client, cache, rebuild=rebuild, progress=progress),
+            _step_wheels(cache, rebuild=rebuild, progress=progress),
+            _step_build(client, cache / "wheels" / _wheels_key(), want, rebuild, progress),
+        )
+        _remove_quietly(client, old_image, keep=_image_id(client, DEFAULT_IMAGE))
+        size = _image_size(client, DEFAULT_IMAGE)
+        seconds = time.monotonic() - started
+        progress(f"image {DEFAULT_IMAGE} built in {seconds:.1f}s ({size / 1e6:.0f} MB)")
+        return BuildReport(DEFAULT_IMAGE, True, seconds, size, steps)
+
+
+# --------------------------------------------------------------------------------------------
+# host apt sources -> Debian mirrors (pure functions; the mirror is never written into the repo)
+
+
+def parse_apt_sources(files: Mapping[str, str]) -> list[AptSource]:
+    """Every enabled `deb` entry in apt source files, keyed by file name (`.list` or `.sources`)."""
+    found: list[AptSource] = []
+    for name, text in files.items():
+        found += _parse_deb822(text) if name.endswith(".sources") else _parse_one_line(text)
+    return found
+
+
+def debian_mirrors(sources: Sequence[AptSource], suite: str = SUITE) -> list[AptSource]:
+    """The entries mmdebstrap should use for `suite`, chosen from the host's apt sources.
+
+    A bookworm host's own entries are used as they are (main, updates, security; not backports).
+    Any other Debian host lends its archive URIs, with the suite names swapped for `suite`'s.
+    """
+    wanted = {suite, f"{suite}-updates", f"{suite}-security"}
+    same = [s for s in sources if s.suite in wanted]
+    if any(s.suite == suite for s in same):
+        return _dedupe(same)
+    picked: list[AptSource] = []
+    for source in sources:
+        last = urlsplit(source.uri).path.rstrip("/").rsplit("/", 1)[-1]
+        if last == "debian" and not source.suite.endswith(("-backports", "-security")):
+            updates = source.suite.endswith("-updates")
+            picked.append(AptSource(source.uri, f"{suite}-updates" if updates else suite, ("main",)))
+        elif last == "debian-security":
+            picked.append(AptSource(source.uri, f"{suite}-security", ("main",)))
+    if any(s.suite == suite for s in picked):
+        return _dedupe(picked)
+    return []
+
+
+def host_debian_mirrors(environ: Mapping[str, str] | None = None, apt_dir: Path = Path("/etc/apt")) -> list[AptSource]:
+    """The Debian mirrors for the rootfs: $HETERO_EMU_DEBIAN_MIRROR, else the host's apt sources."""
+    env = os.environ if environ is None else environ
+    if env.get(MIRROR_ENV):
+        chosen = [AptSource(env[MIRROR_ENV], SUITE, ("main",))]
+        if env.get(SECURITY_MIRROR_ENV):
+            chosen.append(AptSource(env[SECURITY_MIRROR_ENV], f"{SUITE}-security", ("main",)))
+        return chosen
+    files: dict[str, str] = {}
+    paths = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    paths += sorted((apt_dir / "sources.list.d").glob("*.sources"))
+    for path in paths:
+        with contextlib.suppress(OSError):
+            files[path.name] = path.read_text(encoding="utf-8", errors="replace")
+    chosen = debian_mirrors(parse_apt_sources(files))
+    if not chosen:
+        raise ImageBuildError(
+            f"no Debian archive found in the apt sources under {apt_dir}",
+            hint=f"set {MIRROR_ENV} to the URL of a Debian mirror this machine can reach "
+            f"(optionally {SECURITY_MIRROR_ENV} for security updates)",
+        )
+    return chosen
+
+
+def _parse_one_line(text: str) -> list[AptSource]:
+    found: list[AptSource] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        # Options such as [signed-by=...] are dropped: mmdebstrap supplies the archive keys.
+        line = re.sub(r"\[[^\]]*\]", " ", line)
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] == "deb" and not fields[1].startswith("cdrom:"):
+            found.append(AptSource(fields[1], fields[2], tuple(fields[3:]) or ("main",)))
+    return found
+
+
+def _parse_deb822(text: str) -> list[AptSource]:
+    found: list[AptSource] = []
+    for stanza in re.split(r"\n[ \t]*\n", text):
+        fields: dict[str, str] = {}
+        key = ""
+        for raw in stanza.splitlines():
+            if raw.startswith("#") or not raw.strip():
+                continue
+            if raw[0] in " \t" and key:  # a continuation line of a multi-line field
+                fields[key] += " " + raw.strip()
+            elif ":" in raw:
+                key, value = raw.split(":", 1)
+                key = key.strip().lower()
+                fields[key] = value.strip()
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        components = tuple(fields.get("components", "main").split())
+        for uri in fields.get("uris", "").split():
+            if uri.startswith("cdrom:"):
+                continue
+            for suite in fields.get("suites", "").split():
+                found.append(AptSource(uri, suite, components))
+    return found
+
+
+def _dedupe(sources: Iterable[AptSource]) -> list[AptSource]:
+    return list(dict.fromkeys(sources))
+
+
+# --------------------------------------------------------------------------------------------
+# step 1+2: base rootfs and its import
+
+
+def _step_base(client: docker.DockerClient, cache: Path, *, rebuild: bool, progress: Progress) -> str:
+    key = _rootfs_key()
+    if not rebuild and _labels(client, BASE_IMAGE).get(ROOTFS_LABEL) == key:
+        progress(f"[1/{_STEPS}] base rootfs: image {BASE_IMAGE} is up to date")
+        progress(f"[2/{_STEPS}] import: nothing to do")
+        return f"base: {BASE_IMAGE} up to date"
+    tarball = cache / "rootfs" / f"{SUITE}-{key[:16]}.tar"
+    if tarball.is_file() and not rebuild:
+        progress(f"[1/{_STEPS}] base rootfs: cached {tarball}")
+        rootfs_note = "rootfs cached"
+    else:
+        _make_rootfs(tarball, progress)
+        rootfs_note = "rootfs built"
+    progress(f"[2/{_STEPS}] import: docker import {tarball.name} as {BASE_IMAGE} ...")
+    old_base = _image_id(client, BASE_IMAGE)
+    _import_rootfs(client, tarball, key, progress)
+    _remove_quietly(client, old_base, keep=_image_id(client, BASE_IMAGE))
+    return f"base: {rootfs_note}, imported as {BASE_IMAGE}"
+
+
+def _make_rootfs(tarball: Path, progress: Progress) -> None:
+    mirrors = host_debian_mirrors()
+    tool = _rootfs_tool()
+    used = mirrors if tool == "mmdebstrap" else [m for m in mirrors if m.suite == SUITE]
+    where = ", ".join(f"{m.uri} {m.suite}" for m in used)
+    progress(f"[1/{_STEPS}] base rootfs: {SUITE} minbase via {tool} from {where} ...")
+    _mkdir(tarball.parent)
+    partial = tarball.with_name(tarball.name + ".part")
+    hint = (
+        f"{tool} needs root (or, for mmdebstrap, unprivileged user namespaces) and the Debian "
+        "mirror from the host's apt sources; check the output above"
+    )
+    try:
+        if tool == "mmdebstrap":
+            cmd = [
+                "mmdebstrap",
+                "--variant=minbase",
+                "--format=tar",
+                f"--include={','.join(ROOTFS_PACKAGES)}",
+                *([f"--hook-dir={MERGED_USR_HOOK}"] if MERGED_USR_HOOK.is_dir() else []),
+                *(f"--aptopt={opt}" for opt in APT_OPTIONS),
+                *(f"--dpkgopt={opt}" for opt in DPKG_OPTIONS),
+                SUITE,
+                str(partial),
+                *(m.line() for m in mirrors),
+            ]
+            _run_tool(cmd, what="mmdebstrap", hint=hint, progress=progress)
+        else:
+            _debootstrap(partial, mirrors, hint, progress)
+        partial.replace(tarball)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _rootfs_tool() -> str:
+    for tool in ("mmdebstrap", "debootstrap"):
+        if shutil.which(tool):
+            return tool
+    raise ImageBuildError(
+        "neither mmdebstrap nor debootstrap is installed: cannot make the Debian base rootfs",
+        hint="apt-get install mmdebstrap (or debootstrap), then run `hetero-emu image build` again",
+    )
+
+
+def _debootstrap(partial: Path, mirrors: Sequence[AptSource], hint: str, progress: Progress) -> None:
+    # debootstrap takes a single mirror: the main archive. Security updates are not applied in this
+    # fallback; mmdebstrap is preferred because it takes the host's full list.
+    main = next(m for m in mirrors if m.suite == SUITE)
+    with tempfile.TemporaryDirectory(dir=partial.parent, prefix="debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(ROOTFS_PACKAGES)}",
+            f"--components={','.join(main.components)}",
+            SUITE,
+            str(root),
+            main.uri,
+        ]
+        _run_tool(cmd, what="debootstrap", hint=hint, progress=progress)
+        (root / "etc/apt/sources.list").write_text("".join(m.line() + "\n" for m in mirrors))
+        conf = root / "etc/apt/apt.conf.d/99hetero-emu"
+        conf.write_text("".join(opt + ";\n" for opt in APT_OPTIONS))
+        for leftover in ("var/lib/apt/lists", "var/cache/apt/archives"):
+            for path in (root / leftover).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        _run_tool(
+            ["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."],
+            what="tar of the debootstrap rootfs",
+            hint=hint,
+            progress=progress,
+        )
+
+
+def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, progress: Progress) -> None:
+    repository, tag = BASE_IMAGE.rsplit(":", 1)
+    # An imported rootfs has no config at all; give it the PATH and shell every image expects.
+    changes = [
+        f"LABEL {ROOTFS_LABEL}={key}",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        'CMD ["/bin/bash"]',
+    ]
+
+    def call() -> Any:
+        return client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
+
+    try:
+        answer = _with_heartbeat(call, "docker import", progress)
+    except docker.errors.DockerException as exc:
+        raise ImageBuildError(
+            f"docker import of {tarball} failed: {_one_line(exc)}",
+            hint=f"delete {tarball} and run `hetero-emu image build --rebuild`",
+        ) from exc
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    if '"error"' in text or not image_present(client, BASE_IMAGE):
+        raise ImageBuildError(
+            f"docker import of {tarball} failed: {text[-500:]}",
+            hint=f"delete {tarball} and run `hetero-emu image build --rebuild`",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# step 3: wheels
+
+
+def _step_wheels(cache: Path, *, rebuild: bool, progress: Progress) -> str:
+    target = cache / "wheels" / _wheels_key()
+    done = target / ".complete"
+    if done.is_file() and not rebuild:
+        progress(f"[3/{_STEPS}] wheels: cached {target}")
+        return "wheels: cached"
+    if sys.version_info[:2] != (3, 11) or sys.implementation.name != "cpython":
+        raise ImageBuildError(
+            f"the host Python is {sys.implementation.name} {sys.version.split()[0]}, "
+            "but the image's (Debian bookworm) is CPython 3.11: its wheels would not install",
+            hint="run hetero-emu with a CPython 3.11 interpreter",
+        )
+    progress(f"[3/{_STEPS}] wheels: {Path(sys.executable).name} -m pip wheel -r requirements.txt ...")
+    _mkdir(target.parent)
+    partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".part-"))
+    try:
+        requirements = partial / "requirements.txt"
+        requirements.write_bytes(_recipe_file("requirements.txt"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "--wheel-dir",
+            str(partial / "wheels"),
+            "--requirement",
+            str(requirements),
+        ]
+        _run_tool(
+            cmd,
+            what="pip wheel",
+            hint="the host needs PyPI (or a pip index) plus gcc and the Python 3.11 headers to "
+            "build sagemaker-training (apt-get install gcc python3-dev)",
+            progress=progress,
+        )
+        shutil.rmtree(target, ignore_errors=True)
+        (partial / "wheels").replace(target)
+        done.write_text(f"{time.time()}\n")
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    count = len(list(target.glob("*.whl")))
+    return f"wheels: built {count}"
+
+
+# --------------------------------------------------------------------------------------------
+# step 4: docker build
+
+
+def _step_build(client: docker.DockerClient, wheels: Path, want: str, rebuild: bool, progress: Progress) -> str:
+    progress(f"[4/{_STEPS}] docker build {DEFAULT_IMAGE} FROM {BASE_IMAGE} ...")
+    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+    error: str | None = None
+    with tempfile.TemporaryFile() as context:
+        _write_context(context, wheels)
+        context.seek(0)
+        try:
+            stream = client.api.build(
+                fileobj=context,
+                custom_context=True,
+                tag=DEFAULT_IMAGE,
+                labels={RECIPE_LABEL: want},
+                pull=False,  # the base exists only here; no registry may be contacted
+                nocache=rebuild,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                timeout=None,  # a streamed build is legitimately silent for a while
+            )
+            for chunk in _heartbeat_iter(stream, "docker build", progress):
+                text = chunk.get("stream") or chunk.get("status") or ""
+                for line in str(text).splitlines():
+                    if line.strip():
+                        tail.append(line)
+                        progress(_INDENT + line)
+                if "error" in chunk:
+                    error = str(chunk.get("error", "")).strip()
+        except docker.errors.DockerException as exc:
+            error = _one_line(exc)
+    _prune_leftovers(client)
+    if error is not None or _labels(client, DEFAULT_IMAGE).get(RECIPE_LABEL) != want:
+        raise ImageBuildError(
+            f"docker build of {DEFAULT_IMAGE} failed: {error or 'no image with the new label'}" + _format_tail(tail),
+            hint="fix the cause above, then run `hetero-emu image build --rebuild`",
+        )
+    return f"build: {DEFAULT_IMAGE}"
+
+
+def _write_context(fileobj: Any, wheels: Path) -> None:
+    with tarfile.open(fileobj=fileobj, mode="w") as tar:
+        for name in ("Dockerfile", "requirements.txt"):
+            data = _recipe_file(name)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+        for wheel in sorted(wheels.glob("*.whl")):
+            tar.add(wheel, arcname=f"wheels/{wheel.name}")
+
+
+def _prune_leftovers(client: docker.DockerClient) -> None:
+    # The first stage's image holds the wheels and a second copy of the venv and nothing refers to
+    # it; the classic builder leaves it dangling. Older default and base images whose tag moved on
+    # (a rebuild while a container still used them) are dangling too. The engine's prune skips
+    # images a container still uses; each call ANDs its labels, hence one call per label.
+    for label in (f"{STAGE_LABEL}=venv", RECIPE_LABEL, ROOTFS_LABEL):
+        with contextlib.suppress(docker.errors.DockerException):
+            client.images.prune(filters={"dangling": True, "label": label})
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _recipe_file(name: str) -> bytes:
+    # emulator/image/ ships as package data next to this package (pyproject: "image/*").
+    path = RECIPE_DIR / name
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ImageBuildError(
+            f"image recipe file {path} is missing: {exc.strerror}",
+            hint="reinstall hetero-emu; emulator/image/ is part of the package",
+        ) from exc
+
+
+def _rootfs_recipe() -> str:
+    return json.dumps(
+        {
+            "suite": SUITE,
+            "variant": "minbase",
+            "packages": ROOTFS_PACKAGES,
+            "dpkg": DPKG_OPTIONS,
+            "apt": APT_OPTIONS,
+            "usr": "merged by hook",
+        },
+        sort_keys=True,
+    )
+
+
+def _rootfs_key() -> str:
+    return hashlib.sha256(_rootfs_recipe().encode()).hexdigest()
+
+
+def _wheels_key() -> str:
+    # The wheels depend on the pins and on the host interpreter's ABI, nothing else.
+    digest = hashlib.sha256(_recipe_file("requirements.txt"))
+    digest.update(f"{sys.implementation.cache_tag}-{sys.platform}".encode())
+    return f"py{sys.version_info[0]}{sys.version_info[1]}-{digest.hexdigest()[:16]}"
+
+
+def _up_to_date(client: docker.DockerClient, want: str) -> bool:
+    return _labels(client, DEFAULT_IMAGE).get(RECIPE_LABEL) == want
+
+
+def _skipped(client: docker.DockerClient, want: str, started: float, progress: Progress) -> BuildReport:
+    progress(f"image {DEFAULT_IMAGE} is up to date (recipe {want[:12]}); nothing to build")
+    size = _image_size(client, DEFAULT_IMAGE)
+    return BuildReport(DEFAULT_IMAGE, False, time.monotonic() - started, size, ())
+
+
+def _labels(client: docker.DockerClient, tag: str) -> dict[str, str]:
+    try:
+        image = client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return {}
+    except docker.errors.DockerException as exc:
+        raise ImageBuildError(
+            f"cannot inspect image {tag}: {_one_line(exc)}", hint="is the Docker engine running?"
+        ) from exc
+    return dict(image.labels or {})
+
+
+def _image_id(client: docker.DockerClient, tag: str) -> str | None:
+    try:
+        return str(client.images.get(tag).id)
+    except docker.errors.DockerException:
+        return None
+
+
+def _image_size(client: docker.DockerClient, tag: str) -> int:
+    try:
+        return int(client.images.get(tag).attrs.get("Size", 0))
+    except docker.errors.DockerException:
+        return 0
+
+
+def _remove_quietly(client: docker.DockerClient, image_id: str | None, keep: str | None) -> None:
+    # A rebuild moves the tag; the old image would linger untagged. It stays if a container or a
+    # child image still uses it (removal fails), which is the engine's call to make.
+    if image_id and image_id != keep:
+        with contextlib.suppress(docker.errors.DockerException):
+            client.images.remove(image_id, noprune=False)
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImageBuildError(
+            f"cannot create cache directory {path}: {exc.strerror}",
+            hint="set XDG_CACHE_HOME to a writable directory",
+        ) from exc
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
+    if sys.platform == "win32":  # no flock; the builder needs a Linux host anyway
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another image build to finish (lock {path}) ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_tool(cmd: Sequence[str], *, what: str, hint: str, progress: Progress) -> None:
+    """Run a build tool, forwarding its output lines; ImageBuildError with its tail on failure."""
+    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+    except OSError as exc:
+        raise ImageBuildError(f"{what}: cannot run {cmd[0]}: {exc.strerror}", hint=hint) from exc
+    assert proc.stdout is not None
+    try:
+        for line in _heartbeat_iter(proc.stdout, what, progress):
+            line = line.rstrip()
+            if line:
+                tail.append(line)
+                progress(_INDENT + line)
+        code = proc.wait()
+    except BaseException:
+        # Ctrl-C or a failing progress callback: do not leave the tool running behind us.
+        proc.kill()
+        proc.wait()
+        raise
+    if code != 0:
+        raise ImageBuildError(f"{what} failed with exit code {code}" + _format_tail(tail), hint=hint)
+
+
+def _heartbeat_iter(items: Iterable[Any], what: str, progress: Progress) -> Iterator[Any]:
+    """Yield `items` (read in a thread); report 'still running' whenever they pause a while."""
+    box: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for item in items:
+                box.put(("item", item))
+        except BaseException as exc:  # handed over to the consuming thread
+            box.put(("error", exc))
+        else:
+            box.put(("end", None))
+
+    threading.Thread(target=pump, name=f"hetero-emu {what}", daemon=True).start()
+    started = time.monotonic()
+    while True:
+        try:
+            kind, value = box.get(timeout=_HEARTBEAT_SECONDS)
+        except queue.Empty:
+            progress(f"{_INDENT}... {what} still running ({time.monotonic() - started:.0f}s)")
+            continue
+        if kind == "end":
+            return
+        if kind == "error":
+            raise value
+        yield value
+
+
+def _with_heartbeat(call: Callable[[], Any], what: str, progress: Progress) -> Any:
+    result: list[Any] = []
+
+    def run() -> Iterator[None]:
+        result.append(call())
+        yield from ()
+
+    for _ in _heartbeat_iter(run(), what, progress):
+        pass
+    return result[0]
+
+
+def _format_tail(tail: Iterable[str]) -> str:
+    lines = list(tail)
+    if not lines:
+        return ""
+    return "; last output:\n" + "\n".join(_INDENT + line for line in lines)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
