@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +40,19 @@ def _first_line(err: BaseException) -> str:
     return text[0][:300] if text else type(err).__name__
 
 
+def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> dict[str, str]:
+    """The first free addresses of the subnet (skipping the gateway), one per host, in order."""
+    free = (str(a) for a in ipaddress.ip_network(subnet).hosts() if str(a) != gateway)
+    return {host: next(free) for host in hosts}
+
+
 class DockerBackend:
     """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses."""
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
         self._log_threads: list[threading.Thread] = []
+        self._addresses: dict[str, dict[str, str]] = {}
 
     @property
     def client(self) -> docker.DockerClient:
@@ -69,21 +77,46 @@ class DockerBackend:
         return True
 
     def create_network(self, plan: Plan) -> None:
-        try:
-            # internal=True: a bridge with no route out of the host, while containers on it still
-            # reach each other, which is what EnableNetworkIsolation means for a multi-host job.
-            self.api.create_network(
-                plan.network, driver="bridge", internal=plan.network_isolation, labels=dict(plan.labels),
-                check_duplicate=True,
-            )
-        except docker.errors.APIError as err:
-            raise EnvironmentProblem(
-                f"cannot create network {plan.network}: {_first_line(err)}",
-                hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
-            ) from None
+        """A bridge network of the job's own, with a fixed address per host.
+
+        The engine's DNS forgets a container as soon as it exits, but the toolkit resolves every
+        algo-N before it runs the script, retrying for 15 minutes
+        (sagemaker_training/entry_point.py `_wait_hostname_resolution`), and a host that exits 0
+        early must stop nobody. So every host gets a static address and an /etc/hosts entry for
+        every other host: names resolve for the whole job, as on the service. Static addresses
+        need a subnet configured by the user, so the network is created once to let the engine
+        pick a free subnet, then again with that subnet given explicitly.
+        """
+        labels = dict(plan.labels)
+        last_error: Exception | None = None
+        for _ in range(3):
+            try:
+                # internal=True: a bridge with no route out of the host, while containers on it
+                # still reach each other: what EnableNetworkIsolation means for a multi-host job.
+                probe = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
+                                                labels=labels, check_duplicate=True)
+                config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
+                self.api.remove_network(probe["Id"])
+                pool = docker.types.IPAMPool(subnet=config["Subnet"], gateway=config.get("Gateway"))
+                self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
+                                        labels=labels, check_duplicate=True,
+                                        ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+            except docker.errors.APIError as err:
+                last_error = err
+                if err.status_code == 409:  # the name is taken: not something a retry fixes
+                    break
+                continue  # another job took the subnet between the two calls: pick again
+            self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
+                                                            [h.name for h in plan.hosts])
+            return
+        raise EnvironmentProblem(
+            f"cannot create network {plan.network}: {_first_line(last_error or Exception('unknown'))}",
+            hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
+        )
 
     def create_container(self, plan: Plan, host: HostPlan) -> None:
         api = self.api
+        addresses = self._addresses.get(plan.job_name, {})
         host_config = api.create_host_config(
             mounts=[
                 docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in host.mounts
@@ -91,9 +124,10 @@ class DockerBackend:
             # A tiny init as PID 1 forwards SIGTERM to `train`, so stopping a job takes a moment, not
             # the whole grace period (PID 1 ignores signals it installs no handler for).
             init=True,
+            extra_hosts={name: address for name, address in addresses.items() if name != host.name},
         )
         networking = api.create_networking_config(
-            {plan.network: api.create_endpoint_config(aliases=[host.name])}
+            {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}
         )
         try:
             api.create_container(
