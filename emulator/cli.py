@@ -51,7 +51,7 @@ class _State:
     debug = False
 
 
-SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False)]
+SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False, metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 HostOrderOpt = Annotated[
     HostOrder,
@@ -376,6 +376,13 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _is_click_error(err: BaseException) -> bool:
+    """click's ClickException, whichever copy raised it: typer >= 0.29 bundles its own click."""
+    return isinstance(err, click.exceptions.ClickException) or (
+        callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int)
+    )
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     _State.debug = "--debug" in sys.argv[1:]
@@ -383,13 +390,18 @@ def main() -> None:
         code = app(standalone_mode=False)
     except EmulatorError as err:
         _fail(err)
-    except click.exceptions.UsageError as err:
-        err.show()
-        sys.exit(2)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except KeyboardInterrupt:
         sys.stderr.write("stopped by the user\n")
         sys.exit(130)
-    except Exception as err:  # a bug: say so plainly, traceback only with --debug
+    except Exception as err:
+        if _is_click_error(err):
+            # Usage errors (unknown option, missing argument, bad choice): click's own message.
+            err.show()  # type: ignore[attr-defined]
+            sys.exit(err.exit_code)  # type: ignore[attr-defined]
+        if type(err).__name__ == "Abort":  # click turns Ctrl-C at a prompt into Abort
+            sys.stderr.write("stopped by the user\n")
+            sys.exit(130)
+        # A bug: say so plainly, traceback only with --debug.
         if _State.debug:
             raise
         sys.stderr.write(f"internal error: {type(err).__name__}: {err}\nhint: rerun with --debug and report it\n")

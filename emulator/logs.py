@@ -23,9 +23,12 @@ class LogCollector:
         self._tails: dict[str, deque[str]] = {h.name: deque(maxlen=TAIL_LINES) for h in plan.hosts}
         self._files = {h.name: open(Path(plan.job_dir) / "logs" / f"{h.name}.log", "ab") for h in plan.hosts}  # noqa: SIM115
         self._lock = threading.Lock()
+        self._closed = False
 
     def __call__(self, container: str, chunk: bytes) -> None:
         host = self._by_container[container]
+        if self._closed:
+            return  # a stream that outlived wait_logs' timeout: its file is closed
         self._files[host.name].write(chunk)
         self._files[host.name].flush()
         data = self._partial.pop(host.name, b"") + chunk
@@ -46,10 +49,10 @@ class LogCollector:
     def close(self) -> None:
         """Flush unterminated last lines and close the log files."""
         with self._lock:
-            for container, host in self._by_container.items():
+            self._closed = True
+            for host in self._by_container.values():
                 rest = self._partial.pop(host.name, b"")
                 if rest:
                     self._emit(host.name, host.group, rest)
-                del container
             for f in self._files.values():
                 f.close()

@@ -97,11 +97,15 @@ class Run:
         self.image_builder = image_builder
         self.names = [h.container_name for h in plan.hosts]
         self.host_of = {h.container_name: h for h in plan.hosts}
-        self.exit_codes: dict[str, int] = {}
+        self.exit_codes: dict[str, int | None] = {}
         self.exit_times: dict[str, float] = {}
         self.oom: set[str] = set()
         self.stopped_by_us: set[str] = set()
         self.first_failed: str | None = None
+        self.errors: dict[str, str] = {}
+        # Only what this run created is removed: a name another run holds is never touched.
+        self.created: list[str] = []
+        self.created_network = False
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -121,8 +125,10 @@ class Run:
             try:
                 reporter.step(f"creating network {plan.network} and {len(plan.hosts)} containers")
                 self.backend.create_network(plan)
+                self.created_network = True
                 for host in plan.hosts:
                     self.backend.create_container(plan, host)
+                    self.created.append(host.container_name)
                 reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
                 self.backend.start(self.names)
                 t0 = time.monotonic()
@@ -132,7 +138,7 @@ class Run:
             except KeyboardInterrupt:
                 reporter.warn("stopping the job (interrupted)")
                 self.stop_running()
-                status, secondary, reason = "Stopped", "Stopped", "Stopped by the user"
+                status, secondary, reason = "Stopped", "Stopped", None
             finally:
                 self.backend.wait_logs(timeout=5)
                 logs.close()
@@ -150,13 +156,15 @@ class Run:
             artifacts.write_description(plan, result)
             return result
         finally:
-            staging.unstage(plan)
             if self.options.keep:
+                # The shares stay too: a kept container restarted by hand still finds its mounts.
                 reporter.info(f"kept containers and network {plan.network} (--keep); "
                               f"remove them with `hetero-emu clean --job {plan.job_name}`")
             else:
-                reporter.step(f"removing {len(plan.hosts)} containers and network {plan.network}")
-                self.backend.remove(plan)
+                staging.unstage(plan)
+                if self.created or self.created_network:
+                    reporter.step(f"removing {len(self.created)} containers and network {plan.network}")
+                self.backend.remove(plan, self.created, self.created_network)
 
     def ensure_image(self) -> None:
         image = self.plan.image
@@ -185,15 +193,18 @@ class Run:
         deadline = t0 + self.plan.max_run
         pending = list(self.names)
         while pending:
-            for state in self.backend.states(pending):
-                if state.running:
-                    continue
+            exited = [state for state in self.backend.states(pending) if not state.running]
+            for state in exited:
                 self.record_exit(state)
                 pending.remove(state.name)
-                if state.exit_code != 0:
-                    self.first_failed = state.name
-                    self.stop_running()
-                    return "Failed", "Failed", None
+            failed = [state for state in exited if state.exit_code != 0]
+            if failed:
+                # Of several hosts seen failing in one poll, blame the one that exited first: a data
+                # server that died because its trainer crashed is a consequence, not the cause.
+                first = min(failed, key=lambda st: (st.finished_at or float("inf"), self.names.index(st.name)))
+                self.first_failed = first.name
+                self.stop_running()
+                return "Failed", "Failed", None
             if pending and time.monotonic() > deadline:
                 self.stop_running()
                 return ("Failed", "MaxRuntimeExceeded",
@@ -206,10 +217,12 @@ class Run:
     def record_exit(self, state: ContainerState) -> None:
         if state.name in self.exit_codes:
             return
-        self.exit_codes[state.name] = state.exit_code if state.exit_code is not None else -1
+        self.exit_codes[state.name] = state.exit_code
         self.exit_times[state.name] = time.monotonic()
         if state.oom_killed:
             self.oom.add(state.name)
+        if state.error:
+            self.errors[state.name] = state.error
 
     def stop_running(self) -> None:
         running = [n for n in self.names if n not in self.exit_codes]
@@ -248,8 +261,9 @@ class Run:
             name = host.container_name
             code = self.exit_codes.get(name)
             reason = None
-            if code not in (0, None) and name not in self.stopped_by_us:
-                state = ContainerState(name, False, code, oom_killed=name in self.oom)
+            exited = name in self.exit_codes
+            if exited and code != 0 and name not in self.stopped_by_us:
+                state = ContainerState(name, False, code, oom_killed=name in self.oom, error=self.errors.get(name, ""))
                 reason = self.failure_reason(host, state, logs.tail(host.name))
             elif name in self.stopped_by_us:
                 reason = f"stopped by the emulator (exit code {code})"

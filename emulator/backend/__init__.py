@@ -22,6 +22,8 @@ class ContainerState:
     exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
+    # When it exited (seconds since the epoch), to blame the first of several hosts that fail at once.
+    finished_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,9 @@ class Backend(Protocol):
     def stop(self, names: Sequence[str], grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine."""
 
-    def remove(self, plan: Plan) -> None:
-        """Remove the job's containers and network; safe to call on a partly created job."""
+    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+        """Remove these containers of the job (and its network if `network`), exactly those: a
+        name another run holds must never be touched."""
 
     def wait_logs(self, timeout: float) -> None:
         """Wait until every follow_logs stream has drained."""

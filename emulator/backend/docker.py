@@ -7,6 +7,7 @@ import ipaddress
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any
 
 import docker
@@ -44,6 +45,19 @@ def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> di
     """The first free addresses of the subnet (skipping the gateway), one per host, in order."""
     free = (str(a) for a in ipaddress.ip_network(subnet).hosts() if str(a) != gateway)
     return {host: next(free) for host in hosts}
+
+
+def _epoch(stamp: object) -> float | None:
+    """Docker's RFC 3339 timestamp with nanoseconds -> seconds since the epoch."""
+    if not isinstance(stamp, str) or stamp.startswith("0001-"):
+        return None
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        seconds = datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+    digits = "".join(ch for ch in fraction if ch.isdigit())
+    return seconds + (int(digits) / 10 ** len(digits) if digits else 0.0)
 
 
 class DockerBackend:
@@ -208,6 +222,7 @@ class DockerBackend:
                     exit_code=None if running else int(state.get("ExitCode", 0)),
                     oom_killed=bool(state.get("OOMKilled")),
                     error=str(state.get("Error") or ""),
+                    finished_at=None if running else _epoch(state.get("FinishedAt")),
                 )
             )
         return out
@@ -228,10 +243,12 @@ class DockerBackend:
         with contextlib.suppress(docker.errors.APIError):
             self.api.kill(name)
 
-    def remove(self, plan: Plan) -> None:
-        resources = [Resource("container", h.container_name, plan.job_name, dict(h.labels)) for h in plan.hosts]
-        resources.append(Resource("network", plan.network, plan.job_name, dict(plan.labels)))
+    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+        resources = [Resource("container", name, plan.job_name, {}) for name in containers]
+        if network:
+            resources.append(Resource("network", plan.network, plan.job_name, dict(plan.labels)))
         self.remove_resources(resources)
+        self._addresses.pop(plan.job_name, None)
 
     def find(self, job: str | None = None) -> list[Resource]:
         filters = {"label": [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_JOB}={job}"] if job else [])}

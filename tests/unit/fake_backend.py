@@ -1,0 +1,333 @@
+"""An in-memory `Backend` for the runner's unit tests: scriptable per host, records every call.
+
+Each host (by its name, `algo-N`) gets a `HostScript`: exit with a code after some (real, tiny)
+seconds, or run until stopped; print log chunks; write files into its /opt/ml folder (the plan's
+`host_dir`) just before it exits, whatever makes it exit; be OOM-killed; ignore SIGTERM; vanish.
+
+Time is real but short: a container's exit is decided from `time.monotonic()` when the runner asks
+(`states`, `stop`), with one clock reading per call, so hosts scripted to exit at the same moment
+are always seen exiting in the same poll. Nothing runs in the background except the log pumps,
+which deliver a host's chunks in order and end.
+
+A runner that keeps polling for `give_up_after` seconds (default 20) gets an AssertionError from
+`states()` instead of hanging the session.
+
+The fake is strict where Docker is: a bind mount whose source is missing, a network or container
+name that already exists, starting an unknown container all raise. Misuse of the protocol by the
+runner (starting twice, creating a container before the network) raises AssertionError.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulator.backend import ContainerState, LineSink, Resource
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.errors import DockerUnavailable, EnvironmentProblem
+from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+
+SIGTERM_EXIT = 143
+SIGKILL_EXIT = 137
+
+
+@dataclass(frozen=True)
+class HostScript:
+    """What one fake container does once started."""
+
+    exit_code: int = 0
+    after: float = 0.0  # seconds after start() at which it exits by itself
+    until_stopped: bool = False  # never exits by itself; stop() ends it
+    files: Mapping[str, str | bytes] = field(default_factory=dict)  # relative to its /opt/ml, written at exit
+    logs: Sequence[str | bytes] = ()  # raw output chunks, as the engine streams them
+    oom: bool = False  # killed by the kernel at `after`: exit 137, OOMKilled
+    ignore_sigterm: bool = False  # stop() has to SIGKILL it: 137 instead of 143
+    disappear: bool = False  # at `after` its container is gone (removed behind the runner's back)
+
+
+def exits(code: int = 0, after: float = 0.0, **kw: object) -> HostScript:
+    return HostScript(exit_code=code, after=after, **kw)  # type: ignore[arg-type]
+
+
+def runs_until_stopped(**kw: object) -> HostScript:
+    return HostScript(until_stopped=True, **kw)  # type: ignore[arg-type]
+
+
+def oom_killed(after: float = 0.0, **kw: object) -> HostScript:
+    return HostScript(exit_code=SIGKILL_EXIT, after=after, oom=True, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class FakeContainer:
+    name: str
+    job: str
+    labels: Mapping[str, str]
+    script: HostScript
+    host: HostPlan | None = None
+    started_at: float | None = None
+    exit_code: int | None = None
+    finished: bool = False
+    oom: bool = False
+    stopped: bool = False  # ended by a stop() call
+    gone: bool = False  # vanished (HostScript.disappear)
+    finished_at: float | None = None  # when it exited (the scripted moment, not when it was noticed)
+
+    @property
+    def running(self) -> bool:
+        return not self.finished
+
+
+@dataclass(frozen=True)
+class StopCall:
+    names: tuple[str, ...]
+    grace: float
+    running: tuple[str, ...]  # which of `names` were running when stop() was called
+
+
+class FakeBackend:
+    """Implements emulator.backend.Backend in memory."""
+
+    def __init__(
+        self,
+        scripts: Mapping[str, HostScript] | None = None,
+        *,
+        images: Iterable[str] = (DEFAULT_IMAGE,),
+        engine_up: bool = True,
+        fail_create: Mapping[str, BaseException] | None = None,
+        interrupt_on_states_call: int | None = None,
+        leftovers: Iterable[Resource] = (),
+        give_up_after: float = 20.0,
+    ) -> None:
+        self.scripts = dict(scripts or {})
+        self.images = set(images)
+        self.engine_up = engine_up
+        self.fail_create = dict(fail_create or {})
+        self.interrupt_on_states_call = interrupt_on_states_call
+        self.leftovers = list(leftovers)
+        # A runner that never stops a host which runs until stopped would hang the test session:
+        # states() fails the test instead, this many seconds after start().
+        self.give_up_after = give_up_after
+
+        self._lock = threading.RLock()
+        self.containers: dict[str, FakeContainer] = {}  # what the fake engine holds now
+        self.networks: dict[str, str] = {}  # network name -> job
+        self.calls: list[tuple[object, ...]] = []  # every call, in order
+        self.created: list[str] = []
+        self.removed: list[str] = []
+        self.networks_created: list[str] = []
+        self.networks_removed: list[str] = []
+        self.start_calls: list[tuple[str, ...]] = []
+        self.stop_calls: list[StopCall] = []
+        self.remove_calls: list[str] = []
+        self.states_calls = 0
+        self.followed: list[str] = []
+        # host -> container path -> sorted files under that mount's source, seen at create time
+        self.mounts_seen: dict[str, dict[str, list[str]]] = {}
+        self._log_threads: list[threading.Thread] = []
+
+    # -- helpers for tests
+
+    def add_foreign_container(self, name: str, job: str, running: bool = True) -> None:
+        """A container some other driver made (e.g. another run of the same job name)."""
+        labels = {LABEL_MANAGED: "true", LABEL_JOB: job}
+        c = FakeContainer(name, job, labels, runs_until_stopped(), started_at=time.monotonic())
+        if not running:
+            c.finished, c.exit_code = True, 0
+        self.containers[name] = c
+
+    def add_foreign_network(self, name: str, job: str) -> None:
+        self.networks[name] = job
+
+    def call_names(self) -> list[str]:
+        return [str(c[0]) for c in self.calls]
+
+    @property
+    def stopped_while_running(self) -> set[str]:
+        """Containers a stop() call found running (i.e. that did not exit by themselves first)."""
+        return {n for call in self.stop_calls for n in call.running}
+
+    # -- the protocol
+
+    def _record(self, *call: object) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def ping(self) -> None:
+        self._record("ping")
+        if not self.engine_up:
+            raise DockerUnavailable("no Docker engine answers: fake engine is down", hint="start it")
+
+    def image_present(self, image: str) -> bool:
+        self._record("image_present", image)
+        return image in self.images
+
+    def create_network(self, plan: Plan) -> None:
+        self._record("create_network", plan.network)
+        with self._lock:
+            if plan.network in self.networks:
+                raise EnvironmentProblem(f"cannot create network {plan.network}: already exists")
+            self.networks[plan.network] = plan.job_name
+            self.networks_created.append(plan.network)
+
+    def create_container(self, plan: Plan, host: HostPlan) -> None:
+        self._record("create_container", host.container_name)
+        with self._lock:
+            assert plan.network in self.networks, "container created before its network"
+            if host.name in self.fail_create:
+                raise self.fail_create[host.name]
+            if host.container_name in self.containers:
+                raise EnvironmentProblem(f"cannot create container {host.container_name}: name in use (409)")
+            for mount in host.mounts:
+                if not Path(mount.source).exists():
+                    raise EnvironmentProblem(f"bind source path does not exist: {mount.source}")
+            self.mounts_seen[host.name] = {
+                m.target: sorted(
+                    str(p.relative_to(m.source)) for p in Path(m.source).rglob("*") if p.is_file()
+                )
+                if Path(m.source).is_dir()
+                else [Path(m.source).name]
+                for m in host.mounts
+            }
+            self.containers[host.container_name] = FakeContainer(
+                host.container_name, plan.job_name, dict(host.labels), self.scripts.get(host.name, HostScript()),
+                host,
+            )
+            self.created.append(host.container_name)
+
+    def start(self, names: Sequence[str]) -> None:
+        self._record("start", tuple(names))
+        now = time.monotonic()
+        with self._lock:
+            self.start_calls.append(tuple(names))
+            for name in names:
+                c = self.containers.get(name)
+                assert c is not None, f"start of unknown container {name}"
+                assert c.started_at is None, f"{name} started twice"
+                c.started_at = now
+
+    def follow_logs(self, name: str, sink: LineSink) -> None:
+        self._record("follow_logs", name)
+        c = self.containers[name]
+        chunks = [x.encode() if isinstance(x, str) else x for x in c.script.logs]
+        self.followed.append(name)
+
+        def pump() -> None:
+            for chunk in chunks:
+                sink(name, chunk)
+
+        thread = threading.Thread(target=pump, name=f"fake-logs-{name}", daemon=True)
+        thread.start()
+        self._log_threads.append(thread)
+
+    def wait_logs(self, timeout: float) -> None:
+        self._record("wait_logs", timeout)
+        for thread in self._log_threads:
+            thread.join(timeout)
+        self._log_threads = [t for t in self._log_threads if t.is_alive()]
+
+    def _finish(self, c: FakeContainer, code: int, *, oom: bool = False, stopped: bool = False) -> None:
+        if c.host is not None:
+            root = Path(c.host.host_dir)
+            for relative, content in c.script.files.items():
+                target = root / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, bytes):
+                    target.write_bytes(content)
+                else:
+                    target.write_text(content)
+        c.finished, c.exit_code, c.oom, c.stopped = True, code, oom, stopped
+        if c.finished_at is None:
+            c.finished_at = time.monotonic()
+
+    def _settle(self, c: FakeContainer, now: float) -> None:
+        """Let a container exit by itself if its time has come."""
+        s = c.script
+        if c.finished or c.started_at is None or s.until_stopped or now < c.started_at + s.after:
+            return
+        c.finished_at = c.started_at + s.after
+        if s.disappear:
+            self._finish(c, -1)
+            c.gone = True
+            self.containers.pop(c.name, None)
+        elif s.oom:
+            self._finish(c, SIGKILL_EXIT, oom=True)
+        else:
+            self._finish(c, s.exit_code)
+
+    def states(self, names: Sequence[str]) -> list[ContainerState]:
+        self._record("states", tuple(names))
+        with self._lock:
+            self.states_calls += 1
+            if self.states_calls == self.interrupt_on_states_call:
+                raise KeyboardInterrupt
+            now = time.monotonic()
+            started = [c.started_at for c in self.containers.values() if c.started_at is not None]
+            if started and now - min(started) > self.give_up_after:
+                raise AssertionError(f"the runner is still polling {self.give_up_after:g} s after start()")
+            out = []
+            for name in names:
+                c = self.containers.get(name)
+                if c is not None:
+                    self._settle(c, now)
+                c = self.containers.get(name)
+                if c is None:
+                    out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
+                elif c.running:
+                    out.append(ContainerState(name, running=True))
+                else:
+                    out.append(ContainerState(name, running=False, exit_code=c.exit_code, oom_killed=c.oom,
+                                              finished_at=c.finished_at))
+            return out
+
+    def stop(self, names: Sequence[str], grace: float) -> None:
+        self._record("stop", tuple(names), grace)
+        with self._lock:
+            now = time.monotonic()
+            running = []
+            for name in names:
+                c = self.containers.get(name)
+                if c is None:
+                    continue
+                self._settle(c, now)
+                if c.running and c.started_at is not None:
+                    running.append(name)
+                    self._finish(c, SIGKILL_EXIT if c.script.ignore_sigterm else SIGTERM_EXIT, stopped=True)
+            self.stop_calls.append(StopCall(tuple(names), grace, tuple(running)))
+
+    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+        self._record("remove", plan.job_name)
+        with self._lock:
+            self.remove_calls.append(plan.job_name)
+            for name in containers:
+                if self.containers.pop(name, None) is not None:
+                    self.removed.append(name)
+            if network and self.networks.pop(plan.network, None) is not None:
+                self.networks_removed.append(plan.network)
+
+    def find(self, job: str | None = None) -> list[Resource]:
+        self._record("find", job)
+        with self._lock:
+            found = [
+                Resource("container", c.name, c.job, dict(c.labels), "running" if c.running else "exited")
+                for c in self.containers.values()
+            ]
+            found += [
+                Resource("network", n, j, {LABEL_MANAGED: "true", LABEL_JOB: j}) for n, j in self.networks.items()
+            ]
+            found += self.leftovers
+        return [r for r in found if job in (None, r.job)]
+
+    def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
+        self.stop([r.name for r in resources if r.kind == "container"], grace)
+
+    def remove_resources(self, resources: Iterable[Resource]) -> None:
+        self._record("remove_resources")
+        with self._lock:
+            for r in resources:
+                if r.kind == "container" and self.containers.pop(r.name, None) is not None:
+                    self.removed.append(r.name)
+                elif r.kind == "network" and self.networks.pop(r.name, None) is not None:
+                    self.networks_removed.append(r.name)

@@ -1,0 +1,315 @@
+"""The `hetero-emu` command line, without a Docker engine.
+
+Exit codes are tested through `python -m emulator.cli` in a subprocess: `main()` maps errors to exit
+codes, and typer's CliRunner calls the app directly, bypassing it. CliRunner is used only for `--help`.
+The 'no engine' case points DOCKER_HOST at a socket that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from emulator.cli import app
+
+COMMANDS = [
+    ["run"],
+    ["demo"],
+    ["validate"],
+    ["render"],
+    ["image"],
+    ["image", "build"],
+    ["ps"],
+    ["logs"],
+    ["stop"],
+    ["clean"],
+    ["instance-types"],
+]
+
+GOOD = """\
+job_name: cli-job
+entry_point: train.py
+source_dir: code
+hyperparameters: {epochs: 2}
+instance_groups:
+  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 2}
+  - {instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 1}
+inputs:
+  training: {s3_data: data, content_type: text/csv, instance_groups: [data_group]}
+output_path: out
+"""
+
+# Five independent problems, one per line of interest.
+BAD = """\
+job_name: cli-job
+entry_point: train.py
+source_dir: code
+hyperparameter: {epochs: 2}
+instance_groups:
+  - {instance_group_name: data_group, instance_type: ml.c5.xlarg, instance_count: -1}
+  - {instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 1}
+inputs:
+  training: {s3_data: data, instance_groups: [data_grp]}
+max_run: 0
+"""
+BAD_PATHS = [
+    "hyperparameter",
+    "instance_groups[0].instance_type",
+    "instance_groups[0].instance_count",
+    "inputs.training.instance_groups",
+    "max_run",
+]
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "code").mkdir(parents=True)
+    (root / "code" / "train.py").write_text("print('hi')\n")
+    (root / "data").mkdir()
+    (root / "data" / "a.csv").write_text("1,2\n")
+    (root / "good.yaml").write_text(GOOD)
+    (root / "bad.yaml").write_text(BAD)
+    return root
+
+
+def cli(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "emulator.cli", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=60,
+    )
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "internal error" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# help
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_of_every_command(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+    assert " ".join(command) in result.output
+
+
+def test_top_level_help_lists_the_commands() -> None:
+    proc = cli("--help")
+    assert proc.returncode == 0
+    for command in ("run", "validate", "render", "demo", "image", "ps", "logs", "stop", "clean", "instance-types"):
+        assert command in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("hetero-emu") is None, reason="the package's entry point is not installed")
+def test_entry_point_is_installed() -> None:
+    proc = subprocess.run(["hetero-emu", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "hetero-emu" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------
+# validate
+
+
+def test_validate_good_spec(proj: Path) -> None:
+    proc = cli("validate", proj / "good.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "valid" in proc.stdout
+    assert "2 group(s), 3 host(s), 1 channel(s)" in proc.stdout
+
+
+def test_validate_bad_spec_lists_every_problem(proj: Path) -> None:
+    proc = cli("validate", proj / "bad.yaml")
+    assert_clean_error(proc, 2)
+    for path in BAD_PATHS:
+        assert f"{path}:" in proc.stderr, path
+    assert "did you mean 'hyperparameters'?" in proc.stderr
+    assert "5 problems" in proc.stderr
+
+
+def test_validate_json_bad_spec(proj: Path) -> None:
+    proc = cli("validate", "--json", proj / "bad.yaml")
+    assert_clean_error(proc, 2)
+    doc = json.loads(proc.stdout)
+    assert doc["valid"] is False
+    assert sorted(p["path"] for p in doc["problems"]) == sorted(BAD_PATHS)
+    assert all(p["message"] for p in doc["problems"])
+
+
+def test_validate_json_good_spec(proj: Path) -> None:
+    proc = cli("validate", "--json", proj / "good.yaml")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["valid"] is True
+    assert [g["instance_group_name"] for g in doc["instance_groups"]] == ["data_group", "dnn_group"]
+    assert doc["channels"] == ["training"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("job_name: x\ninstance_groups: [1, 2\nentry_point: train.py\n", "malformed YAML: line"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("just a string\n", "must be a mapping"),
+        ("", "must be a mapping"),
+    ],
+    ids=["malformed", "list", "scalar", "empty"],
+)
+def test_unreadable_spec_gives_one_clear_message(proj: Path, text: str, fragment: str) -> None:
+    spec = proj / "broken.yaml"
+    spec.write_text(text)
+    proc = cli("validate", spec)
+    assert_clean_error(proc, 2)
+    assert fragment in proc.stderr
+    assert "1 problem" in proc.stderr
+    assert proc.stderr.count("\n  - ") == 1
+
+
+def test_validate_json_on_malformed_yaml(proj: Path) -> None:
+    spec = proj / "broken.yaml"
+    spec.write_text("a: [1, 2\n")
+    proc = cli("validate", "--json", spec)
+    assert_clean_error(proc, 2)
+    problems = json.loads(proc.stdout)["problems"]
+    assert len(problems) == 1
+    assert "malformed YAML" in problems[0]["message"]
+
+
+def test_validate_missing_file(proj: Path) -> None:
+    proc = cli("validate", proj / "nope.yaml")
+    assert_clean_error(proc, 2)
+    assert "not found" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# render
+
+
+def test_render_writes_plan_compose_and_host_files(proj: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rendered" / "job"
+    proc = cli("render", proj / "good.yaml", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["job_name"] == "cli-job"
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2", "algo-3"]
+    compose = yaml.safe_load((out / "compose.yaml").read_text())
+    assert sorted(compose["services"]) == ["algo-1", "algo-2", "algo-3"]
+    for host, group in (("algo-1", "data_group"), ("algo-2", "data_group"), ("algo-3", "dnn_group")):
+        config = out / "hosts" / host / "input" / "config"
+        resource = json.loads((config / "resourceconfig.json").read_text())
+        assert resource["current_host"] == host
+        assert resource["current_group_name"] == group
+        hyper = json.loads((config / "hyperparameters.json").read_text())
+        assert hyper["epochs"] == "2"
+        assert hyper["sagemaker_program"] == '"train.py"'
+        channels = json.loads((config / "inputdataconfig.json").read_text())
+        assert list(channels) == (["training"] if group == "data_group" else [])
+    # no Docker was needed, and nothing was written next to the spec
+    assert not (proj / "out").exists()
+
+
+def test_render_into_an_existing_empty_folder(proj: Path, tmp_path: Path) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    proc = cli("render", proj / "good.yaml", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "plan.json").is_file()
+
+
+def test_render_refuses_a_non_empty_folder(proj: Path, tmp_path: Path) -> None:
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    proc = cli("render", proj / "good.yaml", "-o", out)
+    assert_clean_error(proc, 2)
+    assert "not an empty folder" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_render_a_bad_spec_writes_nothing(proj: Path, tmp_path: Path) -> None:
+    out = tmp_path / "never"
+    proc = cli("render", proj / "bad.yaml", "-o", out)
+    assert_clean_error(proc, 2)
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# instance-types
+
+
+def test_instance_types_lists_p3dn() -> None:
+    proc = cli("instance-types")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("ml.p3dn.24xlarge"))
+    assert "96" in line.split() and "8" in line.split()
+
+
+def test_instance_types_json() -> None:
+    proc = cli("instance-types", "--json")
+    assert proc.returncode == 0, proc.stderr
+    types = {t["name"]: t for t in json.loads(proc.stdout)}
+    assert types["ml.p3dn.24xlarge"]["gpus"] == 8
+    assert types["ml.c5.xlarge"]["gpus"] == 0
+
+
+def test_instance_types_family_filter() -> None:
+    proc = cli("instance-types", "--family", "ml.p3dn", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [t["name"] for t in json.loads(proc.stdout)] == ["ml.p3dn.24xlarge"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# no engine
+
+
+def test_run_without_an_engine_exits_3_with_a_hint(proj: Path) -> None:
+    proc = cli("run", proj / "good.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_clean_error(proc, 3)
+    assert "Docker" in proc.stderr
+    assert "hint:" in proc.stderr
+    assert not (proj / "out").exists()  # nothing staged before the engine answered
+
+
+def test_run_a_bad_spec_exits_2_before_looking_for_an_engine(proj: Path) -> None:
+    proc = cli("run", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_clean_error(proc, 2)
+    assert "invalid job spec" in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["ps"], ["clean"]], ids=" ".join)
+def test_engine_commands_without_an_engine_exit_3(command: list[str]) -> None:
+    proc = cli(*command, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_clean_error(proc, 3)
+    assert "Docker" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# usage errors (a bug, see the report)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--bogus", "good.yaml"], ["run"], ["frobnicate"], ["run", "good.yaml", "--host-order", "weird"]],
+    ids=["unknown-option", "missing-spec", "unknown-command", "bad-choice"],
+)
+def test_usage_errors_exit_2(proj: Path, args: list[str]) -> None:
+    proc = cli(*args, cwd=proj)
+    assert_clean_error(proc, 2)

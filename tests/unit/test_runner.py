@@ -1,0 +1,740 @@
+"""The job lifecycle (DESIGN §5-§6) driven through `run_job` against the in-memory FakeBackend.
+
+Every spec is YAML text written into tmp_path next to a code folder and channel data, loaded with
+`load_spec_file`, exactly as `hetero-emu run` does. The default cluster is heterogeneous:
+algo-1, algo-2 in data_group (ml.c5.xlarge) and algo-3 in dnn_group (ml.p3.2xlarge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_backend import FakeBackend, HostScript, exits, oom_killed, runs_until_stopped
+
+from emulator import runner
+from emulator.artifacts import JobResult
+from emulator.backend import Resource
+from emulator.console import RecordingReporter
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, UsageError
+from emulator.runner import run_job
+from emulator.spec import JobSpec, load_spec_file
+
+JOB = "fake-job"
+C = {h: f"{JOB}-{h}" for h in ("algo-1", "algo-2", "algo-3")}  # container names
+ALL = [C["algo-1"], C["algo-2"], C["algo-3"]]
+
+HETERO = f"""\
+job_name: {JOB}
+entry_point: train.py
+source_dir: code
+hyperparameters: {{epochs: 2, lr: 0.01}}
+instance_groups:
+  - {{instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 2}}
+  - {{instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 1}}
+inputs:
+  training:
+    s3_data: data/train
+    distribution: ShardedByS3Key
+    content_type: text/csv
+    instance_groups: [data_group]
+  validation:
+    s3_data: data/validation
+    instance_groups: [dnn_group]
+output_path: out
+max_run: 60
+"""
+
+TRAIN_FILES = [f"part-{i:04d}.csv" for i in range(5)]
+
+
+@pytest.fixture(autouse=True)
+def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "POLL_SECONDS", 0.01)
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "code").mkdir(parents=True)
+    (root / "code" / "train.py").write_text("print('hi')\n")
+    (root / "data" / "train").mkdir(parents=True)
+    for name in TRAIN_FILES:
+        (root / "data" / "train" / name).write_text(f"{name},1,2,3\n")
+    (root / "data" / "validation").mkdir()
+    (root / "data" / "validation" / "val.csv").write_text("v,1\n")
+    return root
+
+
+@pytest.fixture
+def spec_of(proj: Path) -> Callable[..., JobSpec]:
+    def load(text: str = HETERO) -> JobSpec:
+        path = proj / "job.yaml"
+        path.write_text(text)
+        return load_spec_file(path)
+
+    return load
+
+
+def run(spec: JobSpec, fake: FakeBackend, **kw: Any) -> tuple[JobResult, RecordingReporter]:
+    reporter = kw.pop("reporter", None) or RecordingReporter()
+    kw.setdefault("grace", 2.5)
+    try:
+        result = run_job(spec, backend=fake, reporter=reporter, **kw)
+    except KeyboardInterrupt:  # never let it escape into pytest (it would end the session)
+        pytest.fail("KeyboardInterrupt escaped run_job")
+    return result, reporter
+
+
+def job_json(result: JobResult) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((result.job_dir / "job.json").read_text())
+    return data
+
+
+def host_entry(doc: dict[str, Any], host: str) -> dict[str, Any]:
+    return next(h for h in doc["Hosts"] if h["Host"] == host)
+
+
+def torn_down(fake: FakeBackend) -> bool:
+    return not fake.containers and not fake.networks
+
+
+def tar_members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def checksums(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def tree_snapshot(folder: Path) -> dict[str, tuple[str, float]]:
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        out[str(p.relative_to(folder))] = (p.read_text() if p.is_file() else "<dir>", p.stat().st_mtime)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Completion
+
+
+def test_every_host_exits_zero_completes(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-1": exits(0, 0.02), "algo-2": exits(0, 0.05), "algo-3": exits(0, 0.08)})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert result.exit_code == 0
+    assert result.failure_reason is None
+    assert [(h.host, h.group, h.exit_code, h.failure_reason) for h in result.hosts] == [
+        ("algo-1", "data_group", 0, None),
+        ("algo-2", "data_group", 0, None),
+        ("algo-3", "dnn_group", 0, None),
+    ]
+    doc = job_json(result)
+    assert doc["TrainingJobStatus"] == "Completed"
+    assert "FailureReason" not in doc
+    assert fake.stopped_while_running == set()
+
+
+def test_containers_are_created_on_the_job_network_then_started_together(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend()
+    run(spec_of(), fake)
+
+    calls = fake.call_names()
+    assert fake.networks_created == [f"hetero-emu-{JOB}"]
+    assert fake.created == ALL
+    assert calls.index("create_network") < calls.index("create_container") < calls.index("start")
+    # one start() call naming every host: they start together, as the toolkit needs
+    assert fake.start_calls == [tuple(ALL)]
+    assert sorted(fake.followed) == sorted(ALL)
+
+
+def test_host_exiting_zero_early_stops_nobody(spec_of: Callable[..., JobSpec]) -> None:
+    # algo-1 is a data server the trainer shuts down early; the others keep working.
+    fake = FakeBackend({"algo-1": exits(0, 0.0), "algo-2": exits(0, 0.15), "algo-3": exits(0, 0.3)})
+    started = time.monotonic()
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert fake.stopped_while_running == set(), "a host exiting 0 must not stop the others"
+    assert [h.exit_code for h in result.hosts] == [0, 0, 0]
+    assert time.monotonic() - started >= 0.3  # the runner waited for algo-3 to finish by itself
+    seconds = {h.host: h.seconds for h in result.hosts}
+    assert seconds["algo-1"] < seconds["algo-3"]
+    assert seconds["algo-3"] >= 0.25
+
+
+# ---------------------------------------------------------------------------------------------------
+# Failure
+
+
+def test_failing_host_fails_the_job_and_stops_exactly_the_running_hosts(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({
+        "algo-1": exits(0, 0.0),  # finished early by itself: not to be stopped
+        "algo-2": exits(1, 0.1),
+        "algo-3": runs_until_stopped(),
+    })
+    result, _ = run(spec_of(), fake, grace=2.5)
+
+    assert result.status == "Failed"
+    assert result.exit_code == 1
+    first = fake.stop_calls[0]
+    assert first.names == (C["algo-3"],)
+    assert first.running == (C["algo-3"],)
+    assert first.grace == 2.5
+    assert fake.stopped_while_running == {C["algo-3"]}
+    codes = {h.host: h.exit_code for h in result.hosts}
+    assert codes == {"algo-1": 0, "algo-2": 1, "algo-3": 143}
+    assert "algo-2" in result.failure_reason and "data_group" in result.failure_reason  # type: ignore[operator]
+    doc = job_json(result)
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert doc["FailureReason"] == result.failure_reason
+    assert host_entry(doc, "algo-1")["FailureReason"] is None
+    assert host_entry(doc, "algo-2")["FailureReason"] == result.failure_reason
+    assert host_entry(doc, "algo-3")["ExitCode"] == 143
+
+
+def test_failure_reason_carries_the_failure_file(spec_of: Callable[..., JobSpec]) -> None:
+    text = "CUDA error: device-side assert triggered\nin loss.backward()"
+    fake = FakeBackend({
+        "algo-1": runs_until_stopped(),
+        "algo-2": runs_until_stopped(),
+        "algo-3": exits(2, 0.05, files={"output/failure": text}, logs=["epoch 1\n", "boom\n"]),
+    })
+    result, _ = run(spec_of(), fake)
+
+    reason = result.failure_reason
+    assert reason is not None
+    assert "algo-3" in reason and "dnn_group" in reason
+    assert text in reason
+    assert host_entry(job_json(result), "algo-3")["FailureReason"] == reason
+    assert fake.stopped_while_running == {C["algo-1"], C["algo-2"]}
+
+
+def test_failure_reason_from_a_long_failure_file_is_cut_at_1024_chars(spec_of: Callable[..., JobSpec]) -> None:
+    text = "".join(f"line {i:04d} of a long traceback\n" for i in range(200))  # ~6000 chars
+    assert len(text) > 3000
+    fake = FakeBackend({"algo-2": exits(1, 0.0, files={"output/failure": text}), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    reason = result.failure_reason
+    assert reason is not None
+    assert len(reason) <= 1024
+    assert "algo-2" in reason and "data_group" in reason
+    assert text[:800] in reason
+    assert "line 0100" not in reason  # nothing from beyond the first 1024 chars of the file
+
+
+def test_failure_reason_without_failure_file_has_exit_code_and_last_log_lines(
+    spec_of: Callable[..., JobSpec],
+) -> None:
+    lines = [f"step-{i:02d}\n" for i in range(1, 41)]
+    fake = FakeBackend({
+        "algo-1": runs_until_stopped(),
+        "algo-2": exits(3, 0.05, logs=[*lines, "fatal: disk on fire"]),  # last line: no newline
+        "algo-3": runs_until_stopped(),
+    })
+    result, _ = run(spec_of(), fake)
+
+    reason = result.failure_reason
+    assert reason is not None
+    assert "algo-2" in reason and "data_group" in reason
+    assert "code 3" in reason
+    assert "fatal: disk on fire" in reason
+    assert "step-40" in reason and "step-39" in reason
+    assert "step-01" not in reason  # the last lines, not the whole log
+
+
+def test_oom_killed_host_is_reported_as_out_of_memory(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-1": runs_until_stopped(), "algo-2": runs_until_stopped(), "algo-3": oom_killed(0.05)})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    reason = result.failure_reason
+    assert reason is not None
+    assert "out of memory" in reason
+    assert "algo-3" in reason and "dnn_group" in reason
+    assert {h.host: h.exit_code for h in result.hosts}["algo-3"] == 137
+
+
+def test_max_run_exceeded_stops_every_host(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({
+        "algo-1": runs_until_stopped(),
+        "algo-2": runs_until_stopped(ignore_sigterm=True),
+        "algo-3": runs_until_stopped(),
+    })
+    started = time.monotonic()
+    result, _ = run(spec_of(HETERO.replace("max_run: 60", "max_run: 1")), fake)
+    elapsed = time.monotonic() - started
+
+    assert 1.0 <= elapsed < 10
+    assert result.status == "Failed"
+    assert result.exit_code == 1
+    assert "MaxRuntimeExceeded" in (result.failure_reason or "")
+    doc = job_json(result)
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert doc["SecondaryStatus"] == "MaxRuntimeExceeded"
+    assert doc["StoppingCondition"] == {"MaxRuntimeInSeconds": 1}
+    assert fake.stopped_while_running == set(ALL)
+    assert {h["Host"]: h["ExitCode"] for h in doc["Hosts"]} == {"algo-1": 143, "algo-2": 137, "algo-3": 143}
+    assert torn_down(fake)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Interrupt and teardown
+
+
+def test_keyboard_interrupt_stops_the_job_and_tears_down(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")},
+                       interrupt_on_states_call=3)
+    result, reporter = run(spec_of(), fake)
+
+    assert result.status == "Stopped"
+    assert result.exit_code == 130
+    assert job_json(result)["TrainingJobStatus"] == "Stopped"
+    assert fake.stopped_while_running == set(ALL)
+    assert fake.stop_calls[0].grace == 2.5
+    assert fake.remove_calls == [JOB]
+    assert torn_down(fake)
+    assert any("interrupt" in w for w in reporter.warnings)
+
+
+def _scenario(name: str) -> tuple[dict[str, HostScript], dict[str, Any]]:
+    if name == "completed":
+        return {}, {}
+    if name == "failed":
+        return {"algo-1": exits(1, 0.02), "algo-2": runs_until_stopped(), "algo-3": runs_until_stopped()}, {}
+    if name == "interrupted":
+        return {h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")}, {"interrupt_on_states_call": 2}
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("scenario", ["completed", "failed", "interrupted"])
+def test_teardown_removes_containers_network_and_staging(spec_of: Callable[..., JobSpec], scenario: str) -> None:
+    scripts, options = _scenario(scenario)
+    fake = FakeBackend(scripts, **options)
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == {"completed": "Completed", "failed": "Failed", "interrupted": "Stopped"}[scenario]
+    assert fake.remove_calls == [JOB]
+    assert sorted(fake.removed) == sorted(ALL)
+    assert fake.networks_removed == [f"hetero-emu-{JOB}"]
+    assert torn_down(fake)
+    assert not (result.job_dir / ".staging").exists()
+    # what the hosts left is kept
+    assert (result.job_dir / "hosts" / "algo-3" / "input" / "config" / "resourceconfig.json").is_file()
+
+
+def test_exception_while_creating_containers_still_tears_down(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(fail_create={"algo-2": EnvironmentProblem("cannot create container: engine said no")})
+    spec = spec_of()
+    with pytest.raises(EnvironmentProblem, match="engine said no"):
+        run_job(spec, backend=fake, reporter=RecordingReporter())
+
+    assert fake.created == [C["algo-1"]]
+    assert fake.start_calls == []
+    assert fake.remove_calls == [JOB]
+    assert fake.removed == [C["algo-1"]]
+    assert torn_down(fake)
+    assert not (spec.output_path / JOB / ".staging").exists()
+
+
+def test_interrupt_while_creating_containers_stops_and_tears_down(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(fail_create={"algo-3": KeyboardInterrupt()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Stopped"
+    assert result.exit_code == 130
+    assert fake.start_calls == []
+    assert torn_down(fake)
+
+
+def test_keep_skips_removal(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend()
+    result, reporter = run(spec_of(), fake, keep=True)
+
+    assert result.status == "Completed"
+    assert fake.remove_calls == []
+    assert fake.removed == []
+    assert set(fake.containers) == set(ALL)
+    assert f"hetero-emu-{JOB}" in fake.networks
+    assert any(f"clean --job {JOB}" in i for i in reporter.infos)
+
+
+def test_keep_on_failure_still_stops_the_other_hosts(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-1": exits(1, 0.02), "algo-2": runs_until_stopped(), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake, keep=True)
+
+    assert result.status == "Failed"
+    assert fake.stopped_while_running == {C["algo-2"], C["algo-3"]}
+    assert fake.remove_calls == []
+    assert set(fake.containers) == set(ALL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Artifacts, job.json, logs
+
+
+def test_model_is_merged_in_host_order_and_output_comes_from_output_data(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({
+        "algo-1": exits(0, 0.0, files={"model/shared.txt": "from algo-1", "model/a.txt": "a"}),
+        "algo-2": exits(0, 0.05, files={"model/shared.txt": "from algo-2", "model/sub/b.bin": b"\x00\x01"}),
+        "algo-3": exits(0, 0.02, files={
+            "model/shared.txt": "from algo-3",
+            "model/c.txt": "c",
+            "output/data/metrics.json": '{"loss": 0.1}',
+            "checkpoints/not-in-any-archive.pt": "ckpt",
+        }),
+    })
+    result, _ = run(spec_of(), fake)
+
+    assert result.model_artifact == result.job_dir / "output" / "model.tar.gz"
+    assert result.output_artifact == result.job_dir / "output" / "output.tar.gz"
+    model = tar_members(result.model_artifact)
+    assert model == {"a.txt": b"a", "c.txt": b"c", "shared.txt": b"from algo-3", "sub/b.bin": b"\x00\x01"}
+    assert tar_members(result.output_artifact) == {"metrics.json": b'{"loss": 0.1}'}
+    assert job_json(result)["ModelArtifacts"] == {"S3ModelArtifacts": str(result.model_artifact)}
+    # each host's /opt/ml is kept as it was left
+    assert (result.job_dir / "hosts" / "algo-1" / "model" / "shared.txt").read_text() == "from algo-1"
+
+
+def test_model_merge_follows_numeric_host_order(spec_of: Callable[..., JobSpec]) -> None:
+    text = f"job_name: {JOB}\nentry_point: train.py\nsource_dir: code\n" \
+           "instance_type: ml.c5.xlarge\ninstance_count: 11\noutput_path: out\n"
+    writers = {h: exits(0, 0.0, files={"model/shared.txt": h}) for h in ("algo-2", "algo-9", "algo-10")}
+    result, _ = run(spec_of(text), FakeBackend(writers))
+
+    assert result.status == "Completed"
+    # algo-10 comes after algo-9 (not between algo-1 and algo-2): the later host wins
+    assert tar_members(result.model_artifact)["shared.txt"] == b"algo-10"  # type: ignore[arg-type]
+
+
+def test_artifacts_are_collected_from_a_failed_job(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({
+        "algo-1": runs_until_stopped(files={"model/partial.pt": "p1"}),
+        "algo-2": runs_until_stopped(),
+        "algo-3": exits(1, 0.02, files={"model/last.pt": "p3", "output/data/trace.txt": "t"}),
+    })
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert tar_members(result.model_artifact) == {"partial.pt": b"p1", "last.pt": b"p3"}  # type: ignore[arg-type]
+    assert tar_members(result.output_artifact) == {"trace.txt": b"t"}  # type: ignore[arg-type]
+
+
+def _clock() -> Callable[[], datetime]:
+    base = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+    ticks = iter(range(1000))
+    return lambda: base + timedelta(seconds=7 * next(ticks))
+
+
+def test_job_json_has_the_describe_training_job_shape(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-2": exits(4, 0.02), "algo-1": runs_until_stopped(), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake, now=_clock())
+    doc = job_json(result)
+
+    for key in ("TrainingJobName", "TrainingJobStatus", "FailureReason", "ResourceConfig", "InputDataConfig",
+                "HyperParameters", "ModelArtifacts", "TrainingStartTime", "TrainingEndTime"):
+        assert key in doc, key
+    assert doc["TrainingJobName"] == JOB
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert doc["ResourceConfig"]["InstanceGroups"] == [
+        {"InstanceCount": 2, "InstanceGroupName": "data_group", "InstanceType": "ml.c5.xlarge"},
+        {"InstanceCount": 1, "InstanceGroupName": "dnn_group", "InstanceType": "ml.p3.2xlarge"},
+    ]
+    channels = {c["ChannelName"]: c for c in doc["InputDataConfig"]}
+    assert set(channels) == {"training", "validation"}
+    assert channels["training"]["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert channels["training"]["DataSource"]["S3DataSource"]["InstanceGroupNames"] == ["data_group"]
+    assert channels["training"]["ContentType"] == "text/csv"
+    assert doc["HyperParameters"]["epochs"] == "2"
+    assert doc["HyperParameters"]["lr"] == "0.01"
+    assert doc["HyperParameters"]["sagemaker_program"] == '"train.py"'
+    start = datetime.fromisoformat(doc["TrainingStartTime"])
+    end = datetime.fromisoformat(doc["TrainingEndTime"])
+    assert start.tzinfo is not None and start < end
+    assert (start, end) == (result.start, result.end)
+
+    assert [h["Host"] for h in doc["Hosts"]] == ["algo-1", "algo-2", "algo-3"]
+    for entry in doc["Hosts"]:
+        assert {"Host", "InstanceGroupName", "InstanceType", "ExitCode", "FailureReason"} <= set(entry)
+    assert host_entry(doc, "algo-2") | {"Seconds": 0} == {
+        "Host": "algo-2", "InstanceGroupName": "data_group", "InstanceType": "ml.c5.xlarge", "ExitCode": 4,
+        "FailureReason": doc["FailureReason"], "Seconds": 0,
+    }
+    assert host_entry(doc, "algo-3")["InstanceType"] == "ml.p3.2xlarge"
+
+
+def test_homogeneous_job_json_has_instance_type_and_count(spec_of: Callable[..., JobSpec]) -> None:
+    text = f"job_name: {JOB}\nentry_point: train.py\nsource_dir: code\n" \
+           "instance_type: ml.m5.large\ninstance_count: 2\noutput_path: out\n"
+    result, _ = run(spec_of(text), FakeBackend())
+    doc = job_json(result)
+
+    assert doc["ResourceConfig"]["InstanceType"] == "ml.m5.large"
+    assert doc["ResourceConfig"]["InstanceCount"] == 2
+    assert {h["InstanceGroupName"] for h in doc["Hosts"]} == {"homogeneousCluster"}
+
+
+def test_logs_are_saved_raw_and_reach_the_reporter_as_lines(spec_of: Callable[..., JobSpec]) -> None:
+    chunks1 = [b"hel", b"lo\nwor", b"ld\r\n", b"bad byte \xff here\n", b"no newline at the end"]
+    chunks3 = [b"trainer up\n", b"epoch 1 loss 0.5\nepoch 2 loss 0.4\n"]
+    fake = FakeBackend({"algo-1": exits(0, 0.0, logs=chunks1), "algo-3": exits(0, 0.0, logs=chunks3)})
+    result, reporter = run(spec_of(), fake)
+
+    logs = result.job_dir / "logs"
+    assert (logs / "algo-1.log").read_bytes() == b"".join(chunks1)
+    assert (logs / "algo-2.log").read_bytes() == b""
+    assert (logs / "algo-3.log").read_bytes() == b"".join(chunks3)
+    by_host = [line for line in reporter.lines if line[0] == "algo-1"]
+    assert by_host == [
+        ("algo-1", "data_group", "hello"),
+        ("algo-1", "data_group", "world"),
+        ("algo-1", "data_group", "bad byte \ufffd here"),
+        ("algo-1", "data_group", "no newline at the end"),
+    ]
+    assert [line for line in reporter.lines if line[0] == "algo-3"] == [
+        ("algo-3", "dnn_group", "trainer up"),
+        ("algo-3", "dnn_group", "epoch 1 loss 0.5"),
+        ("algo-3", "dnn_group", "epoch 2 loss 0.4"),
+    ]
+    assert reporter.hosts == [("algo-1", "data_group"), ("algo-2", "data_group"), ("algo-3", "dnn_group")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Refusals before anything is created
+
+
+def test_existing_job_folder_is_refused_and_left_untouched(spec_of: Callable[..., JobSpec], proj: Path) -> None:
+    job_dir = proj / "out" / JOB
+    (job_dir / "output").mkdir(parents=True)
+    (job_dir / "job.json").write_text('{"TrainingJobStatus": "Completed"}')
+    (job_dir / "output" / "model.tar.gz").write_text("precious")
+    before = tree_snapshot(job_dir)
+    fake = FakeBackend()
+
+    with pytest.raises(UsageError) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+
+    assert info.value.exit_code == 2
+    assert "already exists" in info.value.message
+    assert tree_snapshot(job_dir) == before
+    assert not {"create_network", "create_container", "start", "remove", "stop"} & set(fake.call_names())
+
+
+def test_missing_custom_image_is_refused_before_anything_is_created(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    built: list[object] = []
+    fake = FakeBackend(images=())
+    spec = spec_of(HETERO + "image_uri: my/custom-trainer:1\n")
+
+    with pytest.raises(ImageMissing) as info:
+        run_job(spec, backend=fake, reporter=RecordingReporter(), image_builder=built.append)
+
+    assert info.value.exit_code == 3
+    assert "my/custom-trainer:1" in info.value.message
+    assert info.value.hint
+    assert built == []
+    assert not {"create_network", "create_container", "start"} & set(fake.call_names())
+    assert not (proj / "out" / JOB).exists()
+
+
+def test_missing_default_image_is_built_with_the_image_builder(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(images=())
+    reporter = RecordingReporter()
+    built: list[object] = []
+
+    def builder(rep: object) -> None:
+        built.append(rep)
+        fake.images.add(DEFAULT_IMAGE)
+
+    result, _ = run(spec_of(), fake, reporter=reporter, image_builder=builder)
+
+    assert built == [reporter]
+    assert result.status == "Completed"
+    assert fake.call_names().index("image_present") < fake.call_names().index("create_network")
+
+
+@pytest.mark.parametrize("build_image", [True, False])
+def test_missing_default_image_without_a_builder_is_an_environment_problem(
+    spec_of: Callable[..., JobSpec], build_image: bool,
+) -> None:
+    fake = FakeBackend(images=())
+    built: list[object] = []
+    builder = None if build_image else built.append
+
+    with pytest.raises(ImageMissing) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter(), build_image=build_image,
+                image_builder=builder)
+
+    assert info.value.exit_code == 3
+    assert "image build" in (info.value.hint or "")
+    assert built == []
+    assert "create_network" not in fake.call_names()
+
+
+def test_no_engine_is_an_environment_problem(spec_of: Callable[..., JobSpec], proj: Path) -> None:
+    fake = FakeBackend(engine_up=False)
+    with pytest.raises(DockerUnavailable) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+    assert info.value.exit_code == 3
+    assert not (proj / "out" / JOB).exists()
+
+
+def test_leftovers_of_other_jobs_are_reported(spec_of: Callable[..., JobSpec]) -> None:
+    old = Resource("container", "old-job-algo-1", "old-job", {"io.hetero-emu.job": "old-job"})
+    result, reporter = run(spec_of(), FakeBackend(leftovers=[old]))
+
+    assert result.status == "Completed"
+    assert any("old-job" in w and "clean" in w for w in reporter.warnings)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data staging
+
+
+def test_user_data_is_untouched_and_sharding_staging_is_removed(spec_of: Callable[..., JobSpec], proj: Path) -> None:
+    data = proj / "data"
+    before = checksums(data)
+    fake = FakeBackend({"algo-1": exits(0, 0.02), "algo-2": exits(0, 0.02), "algo-3": exits(0, 0.02)})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert checksums(data) == before
+    assert all(os.stat(p).st_nlink == 1 for p in data.rglob("*") if p.is_file())
+    assert not (result.job_dir / ".staging").exists()
+    # while the job ran, the data hosts each saw a disjoint share of the sharded channel, together all
+    share1 = fake.mounts_seen["algo-1"]["/opt/ml/input/data/training"]
+    share2 = fake.mounts_seen["algo-2"]["/opt/ml/input/data/training"]
+    assert share1 and share2
+    assert not set(share1) & set(share2)
+    assert sorted(share1 + share2) == TRAIN_FILES
+    # and only the dnn host got the validation channel
+    assert "/opt/ml/input/data/validation" not in fake.mounts_seen["algo-1"]
+    assert fake.mounts_seen["algo-3"]["/opt/ml/input/data/validation"] == ["val.csv"]
+    assert "/opt/ml/input/data/training" not in fake.mounts_seen["algo-3"]
+
+
+def test_user_data_is_untouched_after_a_failure(spec_of: Callable[..., JobSpec], proj: Path) -> None:
+    before = checksums(proj / "data")
+    fake = FakeBackend({"algo-1": exits(1, 0.02), "algo-2": runs_until_stopped(), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert checksums(proj / "data") == before
+    assert not (result.job_dir / ".staging").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Host order
+
+
+def _groups_on_disk(job_dir: Path) -> dict[str, str]:
+    out = {}
+    for path in job_dir.glob("hosts/algo-*/input/config/resourceconfig.json"):
+        config = json.loads(path.read_text())
+        out[config["current_host"]] = config["current_group_name"]
+    return out
+
+
+def test_shuffled_host_order_records_the_chosen_seed(spec_of: Callable[..., JobSpec]) -> None:
+    result, reporter = run(spec_of(), FakeBackend(), host_order="shuffled")
+    doc = job_json(result)
+
+    seed = doc["Emulator"]["Seed"]
+    assert isinstance(seed, int)
+    assert seed == result.seed
+    assert doc["Emulator"]["HostOrder"] == "shuffled"
+    assert any(str(seed) in i for i in reporter.infos)
+    assert {h["Host"]: h["InstanceGroupName"] for h in doc["Hosts"]} == _groups_on_disk(result.job_dir)
+
+
+def test_shuffled_host_order_with_a_given_seed_is_replayable(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    first, _ = run(spec_of(), FakeBackend(), host_order="shuffled", seed=1234)
+    groups1 = _groups_on_disk(first.job_dir)
+    second, _ = run(spec_of(HETERO.replace("output_path: out", "output_path: out2")), FakeBackend(),
+                    host_order="shuffled", seed=1234)
+
+    assert job_json(first)["Emulator"]["Seed"] == 1234
+    assert _groups_on_disk(second.job_dir) == groups1
+    assert sorted(groups1.values()) == ["data_group", "data_group", "dnn_group"]
+
+
+def test_spec_host_order_records_no_seed(spec_of: Callable[..., JobSpec]) -> None:
+    result, _ = run(spec_of(), FakeBackend())
+    doc = job_json(result)
+    assert doc["Emulator"]["Seed"] is None
+    assert _groups_on_disk(result.job_dir) == {"algo-1": "data_group", "algo-2": "data_group", "algo-3": "dnn_group"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Regressions: bugs found while writing these tests, now fixed.
+
+
+def test_hosts_exiting_in_the_same_poll_as_the_failing_one_are_not_stopped(
+    spec_of: Callable[..., JobSpec],
+) -> None:
+    # algo-1 fails and algo-2 finishes at the same moment; only algo-3 is still running.
+    fake = FakeBackend({"algo-1": exits(1, 0.05), "algo-2": exits(0, 0.05), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert fake.stop_calls[0].names == (C["algo-3"],)
+    algo2 = next(h for h in result.hosts if h.host == "algo-2")
+    assert (algo2.exit_code, algo2.failure_reason) == (0, None)
+
+
+def test_vanished_container_is_reported_as_disappeared(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-1": runs_until_stopped(), "algo-2": HostScript(after=0.05, disappear=True),
+                        "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    reason = result.failure_reason or ""
+    assert "algo-2" in reason and "data_group" in reason
+    assert "disappeared" in reason
+
+
+def test_failed_create_does_not_remove_another_runs_containers(spec_of: Callable[..., JobSpec]) -> None:
+    # Another driver is running the same job name with another output_path.
+    fake = FakeBackend()
+    fake.add_foreign_network(f"hetero-emu-{JOB}", JOB)
+    for name in ALL:
+        fake.add_foreign_container(name, JOB)
+
+    with pytest.raises(EnvironmentProblem):
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+
+    assert fake.stopped_while_running == set()
+    assert set(fake.containers) == set(ALL)
+    assert f"hetero-emu-{JOB}" in fake.networks
+
+
+def test_fake_clock_values_are_used_for_job_times(spec_of: Callable[..., JobSpec]) -> None:
+    clock = _clock()
+    seen: list[datetime] = []
+
+    def now() -> datetime:
+        seen.append(clock())
+        return seen[-1]
+
+    result, _ = run(spec_of(), FakeBackend(), now=now)
+    assert result.start in seen and result.end in seen
+    assert result.seconds > 0
