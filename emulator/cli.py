@@ -315,11 +315,15 @@ def stop(
 ) -> None:
     """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
     from emulator.backend.docker import DockerBackend
+    from emulator.runner import request_stop
 
     backend = DockerBackend()
     found = [r for r in backend.find(job) if r.kind == "container"]
     if not found:
         raise UsageError(f"no running job named {job!r}", hint="`hetero-emu ps` lists them")
+    job_dir = Path(found[0].labels.get(LABEL_JOB_DIR, ""))
+    if job_dir.is_dir():
+        request_stop(job_dir)  # first, so the driver reads the exits as a stop, not a failure
     backend.stop_resources(found, grace)
     typer.echo(f"stopped {len(found)} container(s) of {job}")
 

@@ -51,6 +51,19 @@ def choose_seed(host_order: str, seed: int | None) -> int | None:
     return seed
 
 
+STOP_MARKER = ".stop-requested"
+
+
+def stop_requested(plan: Plan) -> bool:
+    """`hetero-emu stop` drops this file in the job folder before it signals the hosts, so the
+    driver reports Stopped (StopTrainingJob) instead of blaming the first host that got SIGTERM."""
+    return (Path(plan.job_dir) / STOP_MARKER).exists()
+
+
+def request_stop(job_dir: Path) -> None:
+    (job_dir / STOP_MARKER).touch()
+
+
 def run_job(
     spec: JobSpec,
     *,
@@ -197,6 +210,10 @@ class Run:
             for state in exited:
                 self.record_exit(state)
                 pending.remove(state.name)
+            if stop_requested(self.plan):
+                self.reporter.warn("stopping the job (`hetero-emu stop`)")
+                self.stop_running()
+                return "Stopped", "Stopped", None
             failed = [state for state in exited if state.exit_code != 0]
             if failed:
                 # Of several hosts seen failing in one poll, blame the one that exited first: a data
