@@ -14,7 +14,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import click
 import typer
 import yaml
 
@@ -381,10 +380,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def _is_click_error(err: BaseException) -> bool:
-    """click's ClickException, whichever copy raised it: typer >= 0.29 bundles its own click."""
-    return isinstance(err, click.exceptions.ClickException) or (
-        callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int)
-    )
+    """click's ClickException, whichever copy raised it: typer >= 0.29 bundles its own click (and no
+    longer depends on the click package), older typer uses click's. Both have `show` and `exit_code`."""
+    return callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int)
 
 
 def main() -> None:
