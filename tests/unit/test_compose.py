@@ -1,0 +1,76 @@
+"""compose.py: the plan as a docker compose project (pure data, no Docker)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.compose import compose_project
+from emulator.plan import make_plan
+from emulator.spec import JobSpec
+
+
+def _project(load: Callable[[dict[str, Any]], JobSpec], raw: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+    return compose_project(make_plan(load(raw), "hetero-test", job_dir=job_dir))
+
+
+def test_one_service_per_host_with_fixed_names(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    doc = _project(load, valid_raw, tmp_path / "job")
+    assert list(doc["services"]) == ["algo-1", "algo-2", "algo-3"]
+    for host, service in doc["services"].items():
+        assert service["container_name"] == f"hetero-test-{host}"
+        assert service["hostname"] == host
+        assert service["networks"] == {"job": {"aliases": [host]}}
+        assert service["command"] == ["train"]
+        assert "entrypoint" not in service
+        assert service["init"] is True
+        assert service["labels"]["io.hetero-emu.host"] == host
+    assert doc["services"]["algo-3"]["labels"]["io.hetero-emu.group"] == "dnn_group"
+    assert doc["networks"]["job"]["name"] == "hetero-emu-hetero-test"
+    assert doc["networks"]["job"]["internal"] is False
+
+
+def test_volumes_relative_inside_the_job_folder_read_only_for_code_and_data(
+    load: Any, valid_raw: dict[str, Any], project: Path, tmp_path: Path
+) -> None:
+    doc = _project(load, valid_raw, tmp_path / "job")
+    algo1 = doc["services"]["algo-1"]["volumes"]
+    assert "./hosts/algo-1:/opt/ml:rw" in algo1
+    assert f"{project / 'code'}:/opt/ml/code:ro" in algo1
+    assert f"{project / 'data' / 'train'}:/opt/ml/input/data/training:ro" in algo1
+    assert not any("/opt/ml/input/data/validation" in v for v in algo1)
+    algo3 = doc["services"]["algo-3"]["volumes"]
+    assert f"{project / 'data' / 'validation'}:/opt/ml/input/data/validation:ro" in algo3
+    assert not any("/opt/ml/input/data/training" in v for v in algo3)
+
+
+def test_sharded_channel_mounts_the_staged_share(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["inputs"]["training"]["distribution"] = "ShardedByS3Key"
+    doc = _project(load, raw, tmp_path / "job")
+    assert "./.staging/training/algo-2:/opt/ml/input/data/training:ro" in doc["services"]["algo-2"]["volumes"]
+
+
+def test_entrypoint_arguments_isolation_and_environment(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["container_entry_point"] = ["python3", "/opt/ml/code/train.py"]
+    raw["container_arguments"] = ["--fast"]
+    raw["enable_network_isolation"] = True
+    raw["environment"] = {"MY_VAR": "x"}
+    doc = _project(load, raw, tmp_path / "job")
+    service = doc["services"]["algo-2"]
+    assert service["entrypoint"] == ["python3", "/opt/ml/code/train.py"]
+    assert service["command"] == ["--fast"]
+    assert service["environment"]["MY_VAR"] == "x"
+    assert service["environment"]["TRAINING_JOB_NAME"] == "hetero-test"
+    assert doc["networks"]["job"]["internal"] is True
+
+
+def test_round_trips_through_yaml(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    doc = _project(load, valid_raw, tmp_path / "job")
+    assert yaml.safe_load(yaml.safe_dump(doc, sort_keys=False)) == doc
+    assert doc["version"] == "2.4"
