@@ -20,7 +20,7 @@ import yaml
 from emulator import compose, contract, staging
 from emulator.artifacts import JobResult
 from emulator.catalog import catalog
-from emulator.console import ConsoleReporter, Reporter
+from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, make_plan, render
 from emulator.spec import JobSpec, load_spec_file
@@ -84,33 +84,19 @@ def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _image_builder(backend: Any) -> Any:
-    def build(reporter: Reporter) -> None:
-        from emulator.backend.image import build_default_image
-
-        report = build_default_image(backend.client, progress=reporter.info)
-        reporter.info(f"built {report.image} in {report.seconds:.0f} s ({report.size_bytes / 1e6:.0f} MB)")
-
-    return build
-
-
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
          quiet: bool) -> JobResult:
-    from emulator.backend.docker import DockerBackend
     from emulator.runner import run_job
 
-    backend = DockerBackend()
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
     result = run_job(
         spec,
-        backend=backend,
         reporter=reporter,
         host_order=host_order.value,
         seed=seed,
         keep=keep,
         grace=grace,
-        image_builder=_image_builder(backend),
     )
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))

@@ -81,7 +81,10 @@ def run_job(
     if backend is None:
         from emulator.backend.docker import DockerBackend
 
-        backend = DockerBackend()
+        docker_backend = DockerBackend()
+        backend = docker_backend
+        if image_builder is None:
+            image_builder = docker_backend.build_default_image
     seed = choose_seed(host_order, seed)
     plan = make_plan(spec, job_name_from(spec, now()), host_order, seed)
     reporter = reporter or ConsoleReporter()

@@ -15,6 +15,7 @@ import docker.errors
 import requests
 
 from emulator.backend import ContainerState, LineSink, Resource
+from emulator.console import Reporter
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
 from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
@@ -80,6 +81,12 @@ class DockerBackend:
 
     def ping(self) -> None:
         _ = self.client
+
+    def build_default_image(self, reporter: Reporter) -> None:
+        """Build the default training image offline, reporting progress (`run` does this when missing)."""
+        from emulator.backend.image import build_default_image
+
+        build_default_image(self.client, progress=reporter.info)
 
     def image_present(self, image: str) -> bool:
         try:
