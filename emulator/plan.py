@@ -7,8 +7,9 @@ printed (`render`), diffed, golden-tested and executed by any backend.
 
 from __future__ import annotations
 
+import ipaddress
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -264,6 +265,16 @@ def make_plan(
         labels=job_labels,
         spec=spec,
     )
+
+
+def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> dict[str, str]:
+    """The first free addresses of the subnet (skipping the gateway), one per host, in order.
+
+    Every host gets a fixed address and an /etc/hosts entry for every other host, because the
+    engine's DNS forgets a container once it exits while the toolkit keeps resolving every algo-N.
+    """
+    free = (str(a) for a in ipaddress.ip_network(subnet).hosts() if str(a) != gateway)
+    return {host: next(free) for host in hosts}
 
 
 def staging_dir(job_dir: str, channel: str, host: str) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ import requests
 from emulator.backend import ContainerState, LineSink, Resource
 from emulator.console import Reporter
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
-from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.
@@ -40,12 +39,6 @@ def connect(timeout: float = 10) -> docker.DockerClient:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0][:300] if text else type(err).__name__
-
-
-def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> dict[str, str]:
-    """The first free addresses of the subnet (skipping the gateway), one per host, in order."""
-    free = (str(a) for a in ipaddress.ip_network(subnet).hosts() if str(a) != gateway)
-    return {host: next(free) for host in hosts}
 
 
 def _epoch(stamp: object) -> float | None:

@@ -142,3 +142,42 @@ def test_rendered_hello_hetero_runs_under_compose(tmp_path: Path) -> None:
     for name in ("algo-1", "algo-2", "algo-3"):
         assert (out / "hosts" / name / "model" / f"{name}.txt").is_file()
         assert re.search(rf"^{re.escape(job)}-{name} exited with code 0$", up.stdout + up.stderr, flags=re.M)
+
+
+# algo-1 exits at once; algo-2 starts the toolkit's `train` 3 s later, which first resolves every
+# algo-N (retrying for 15 minutes). The engine's DNS has forgotten algo-1 by then: only the fixed
+# addresses and /etc/hosts entries keep the job from hanging.
+EARLY_EXIT_ENTRYPOINT = ["sh", "-c", 'if [ "$(hostname)" = algo-1 ]; then exit 0; fi; sleep 3; exec train']
+RESOLVED = 'import socket; print("RESOLVED", socket.gethostbyname("algo-1"), flush=True)\n'
+
+
+def early_exit_spec(tmp_path: Path) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(RESOLVED)
+    spec = {
+        "entry_point": "train.py",
+        "source_dir": "code",
+        "container_entry_point": EARLY_EXIT_ENTRYPOINT,
+        "instance_groups": [
+            {"instance_group_name": "ga", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            {"instance_group_name": "gb", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+        ],
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_exited_host_stays_resolvable_under_compose(tmp_path: Path) -> None:
+    out = tmp_path / "rendered"
+    job = f"early-{uuid.uuid4().hex[:8]}"
+    rendered = cli("render", str(early_exit_spec(tmp_path)), "-o", str(out), "--job-name", job)
+    assert rendered.returncode == 0, rendered.stderr
+    up = run_rendered(out, job)
+    assert re.search(r"^\S+\s+\| RESOLVED 10\.\d+\.\d+\.\d+$", up.stdout, flags=re.M), up.stdout[-3000:]
+
+
+def test_exited_host_stays_resolvable_under_run(tmp_path: Path) -> None:
+    result = cli("run", str(early_exit_spec(tmp_path)), "--output-path", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RESOLVED" in result.stdout

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from emulator.compose import compose_project
+from emulator.compose import compose_project, job_subnet
 from emulator.plan import make_plan
 from emulator.spec import JobSpec
 
@@ -24,7 +25,7 @@ def test_one_service_per_host_with_fixed_names(load: Any, valid_raw: dict[str, A
     for host, service in doc["services"].items():
         assert service["container_name"] == f"hetero-test-{host}"
         assert service["hostname"] == host
-        assert service["networks"] == {"job": {"aliases": [host]}}
+        assert service["networks"]["job"]["aliases"] == [host]
         assert service["command"] == ["train"]
         assert "entrypoint" not in service
         assert service["init"] is True
@@ -74,3 +75,31 @@ def test_round_trips_through_yaml(load: Any, valid_raw: dict[str, Any], tmp_path
     doc = _project(load, valid_raw, tmp_path / "job")
     assert yaml.safe_load(yaml.safe_dump(doc, sort_keys=False)) == doc
     assert doc["version"] == "2.4"
+
+
+def test_fixed_addresses_keep_every_host_resolvable(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    doc = _project(load, valid_raw, tmp_path / "job")
+    config = doc["networks"]["job"]["ipam"]["config"][0]
+    subnet = ipaddress.ip_network(config["subnet"])
+    assert subnet.prefixlen == 24 and subnet.subnet_of(ipaddress.ip_network("10.200.0.0/13"))
+    addresses = {h: s["networks"]["job"]["ipv4_address"] for h, s in doc["services"].items()}
+    assert len(set(addresses.values())) == 3
+    assert config["gateway"] not in addresses.values()
+    assert all(ipaddress.ip_address(a) in subnet for a in addresses.values())
+    for host, service in doc["services"].items():
+        # every other host, by the address it really has; never itself (Docker adds that line)
+        assert sorted(service["extra_hosts"]) == sorted(f"{h}:{a}" for h, a in addresses.items() if h != host)
+
+
+def test_subnet_depends_only_on_the_job_name() -> None:
+    assert job_subnet("job-a") == job_subnet("job-a")
+    assert len({job_subnet(f"job-{i}")[0] for i in range(50)}) > 40
+
+
+def test_dollar_signs_are_literal(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["container_entry_point"] = ["sh", "-c", 'echo "$(hostname)" $HOME']
+    raw["environment"] = {"PRICE": "5$"}
+    service = _project(load, raw, tmp_path / "job")["services"]["algo-1"]
+    assert service["entrypoint"] == ["sh", "-c", 'echo "$$(hostname)" $$HOME']
+    assert service["environment"]["PRICE"] == "5$$"
