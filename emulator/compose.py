@@ -62,7 +62,7 @@ def compose_project(plan: Plan) -> dict[str, Any]:
         if plan.entrypoint is not None:
             service["entrypoint"] = list(plan.entrypoint)
         services[host.name] = service
-    return _escape({
+    document: dict[str, Any] = _escape({
         "version": COMPOSE_VERSION,
         "services": services,
         "networks": {
@@ -74,6 +74,7 @@ def compose_project(plan: Plan) -> dict[str, Any]:
             }
         },
     })
+    return document
 
 
 def _escape(value: Any) -> Any:
