@@ -10,6 +10,7 @@ import json
 import signal
 import sys
 import traceback
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -22,7 +23,8 @@ from emulator.artifacts import JobResult
 from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, SpecError, UsageError
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, make_plan, render
+from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, job_name_from, make_plan, render
+from emulator.runner import choose_seed, request_stop, run_job
 from emulator.spec import JobSpec, load_spec_file
 
 app = typer.Typer(
@@ -86,8 +88,6 @@ def _emit_json(data: Any) -> None:
 
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
          quiet: bool) -> JobResult:
-    from emulator.runner import run_job
-
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
     result = run_job(
@@ -200,9 +200,6 @@ def render_cmd(
     DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml). `docker-compose -f
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
-    from emulator.plan import job_name_from
-    from emulator.runner import choose_seed
-
     spec = _load(spec_path, job_name)
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -210,8 +207,6 @@ def render_cmd(
     if out.exists():
         out.rmdir()  # empty: stage() creates it afresh
     seed = choose_seed(host_order.value, seed)
-    from datetime import datetime, timezone
-
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order.value, seed,
                      job_dir=out)
     staging.stage(plan)
@@ -300,7 +295,6 @@ def stop(
 ) -> None:
     """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
     from emulator.backend.docker import DockerBackend
-    from emulator.runner import request_stop
 
     backend = DockerBackend()
     found = [r for r in backend.find(job) if r.kind == "container"]

@@ -1,0 +1,68 @@
+"""console.py and logs.py: what the user sees while a job runs."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from emulator.console import ConsoleReporter, RecordingReporter, use_colour
+from emulator.logs import LogCollector
+from emulator.plan import make_plan
+from emulator.spec import validate
+
+
+def test_prefixes_are_aligned_like_docker_compose() -> None:
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "data_group"), ("algo-10", "dnn")], out=out, colour=False)
+    reporter.log_line("algo-1", "data_group", "hello")
+    reporter.log_line("algo-10", "dnn", "world")
+    assert out.getvalue().splitlines() == ["algo-1 (data_group) | hello", "algo-10 (dnn)       | world"]
+
+
+def test_each_host_gets_its_own_colour() -> None:
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a"), ("algo-2", "a")], out=out, colour=True)
+    reporter.log_line("algo-1", "a", "x")
+    reporter.log_line("algo-2", "a", "y")
+    first, second = out.getvalue().splitlines()
+    assert first.startswith("\x1b[") and second.startswith("\x1b[")
+    assert first.split("m", 1)[0] != second.split("m", 1)[0]
+
+
+def test_steps_are_numbered_on_stderr() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    reporter = ConsoleReporter(out=out, err=err, colour=False)
+    reporter.step("staging")
+    reporter.step("starting")
+    assert err.getvalue().splitlines() == ["[1] staging", "[2] starting"]
+    assert out.getvalue() == ""
+
+
+def test_no_colour_when_not_a_terminal_or_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert use_colour(io.StringIO()) is False
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert use_colour(io.StringIO()) is True
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert use_colour(io.StringIO()) is False
+
+
+def test_log_collector_splits_chunks_into_lines_and_saves_raw_bytes(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text("")
+    spec = validate({"job_name": "j", "entry_point": "t.py", "source_dir": "code", "instance_type": "ml.c5.xlarge",
+                     "instance_count": 1}, base_dir=tmp_path)
+    plan = make_plan(spec, "j")
+    (Path(plan.job_dir) / "logs").mkdir(parents=True)
+    reporter = RecordingReporter()
+    logs = LogCollector(plan, reporter)
+    for chunk in (b"first li", b"ne\nsecond\r\nthi", b"rd \xff"):
+        logs("j-algo-1", chunk)
+    logs.close()
+    logs("j-algo-1", b"too late\n")  # a stream that outlived the wait: dropped, no error
+    assert [line for _, _, line in reporter.lines] == ["first line", "second", "third \ufffd"]
+    assert (Path(plan.job_dir) / "logs" / "algo-1.log").read_bytes() == b"first line\nsecond\r\nthird \xff"
+    assert logs.tail("algo-1")[-1] == "third \ufffd"
