@@ -144,6 +144,23 @@ def test_cluster_a_hello_hetero(tmp_path: Path) -> None:
         # Typed by the toolkit from the JSON-encoded hyperparameters.json.
         assert info["hyperparameters"] == {"epochs": 2, "greeting": "hello"}, host
         assert type(info["hyperparameters"]["epochs"]) is int, host
+        # The variables `train` hands the user script.
+        sm = info["sm_env"]
+        assert sm["SM_CURRENT_HOST"] == host
+        assert sm["SM_CURRENT_INSTANCE_TYPE"] == itype, host
+        assert sm["SM_CURRENT_INSTANCE_GROUP"] == group, host
+        assert json.loads(sm["SM_CURRENT_INSTANCE_GROUP_HOSTS"]) == group_hosts, host
+        assert json.loads(sm["SM_INSTANCE_GROUPS"]) == [G1, G2], host
+        assert sm["SM_IS_HETERO"] == "true", host
+        assert json.loads(sm["SM_HOSTS"]) == ["algo-1", "algo-2", "algo-3"], host
+        assert sm["SM_HP_EPOCHS"] == "2", host
+        assert sm["SM_MODEL_DIR"] == "/opt/ml/model", host
+        if group == G1:
+            assert json.loads(sm["SM_CHANNELS"]) == ["training"], host
+            assert sm["SM_CHANNEL_TRAINING"] == "/opt/ml/input/data/training", host
+        else:
+            assert json.loads(sm["SM_CHANNELS"]) == [], host
+            assert "SM_CHANNEL_TRAINING" not in sm, host
 
     # The TCP hop from instance_group_2 to the first host of instance_group_1, by its algo-N name.
     tcp = [line for host, _, line in reporter.lines if host == "algo-3" and line.startswith("HELLO_TCP reply=")]

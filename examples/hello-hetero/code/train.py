@@ -59,6 +59,21 @@ def group_hosts(env: environment.Environment, group: str) -> list[str]:
     return list(hosts)
 
 
+SM_VARIABLES = (
+    "SM_CURRENT_HOST",
+    "SM_CURRENT_INSTANCE_TYPE",
+    "SM_CURRENT_INSTANCE_GROUP",
+    "SM_CURRENT_INSTANCE_GROUP_HOSTS",
+    "SM_INSTANCE_GROUPS",
+    "SM_IS_HETERO",
+    "SM_HOSTS",
+    "SM_CHANNELS",
+    "SM_CHANNEL_TRAINING",
+    "SM_HP_EPOCHS",
+    "SM_MODEL_DIR",
+)
+
+
 def describe(env: environment.Environment) -> dict[str, Any]:
     channel_files = {
         channel: sorted(p.name for p in Path(path).iterdir()) if Path(path).is_dir() else []
@@ -79,6 +94,8 @@ def describe(env: environment.Environment) -> dict[str, Any]:
         "channel_input_dirs": env.channel_input_dirs,
         "channel_files": channel_files,
         "hyperparameters": env.hyperparameters,
+        # What `train` put in this script's environment (the SM_* variables a script usually reads).
+        "sm_env": {k: v for k, v in sorted(os.environ.items()) if k in SM_VARIABLES},
     }
 
 
