@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
 echo "== ruff"
-.venv/bin/ruff check emulator tests benchmarks
+.venv/bin/ruff check emulator tests benchmarks examples
 echo "== mypy"
 .venv/bin/mypy emulator
 
