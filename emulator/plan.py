@@ -196,8 +196,6 @@ def make_plan(
             host_dir = job_dir / "hosts" / host
             channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
             mounts = [Mount(str(host_dir), OPT_ML, read_only=False)]
-            if spec.source_dir is not None:
-                mounts.append(Mount(str(spec.source_dir), contract.CODE_DIR, read_only=True))
             if spec.checkpoint_local_path != CHECKPOINTS:
                 mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
             host_shards: dict[str, tuple[str, ...]] = {}

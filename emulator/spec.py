@@ -9,6 +9,7 @@ raises one `SpecError` listing them all. Names follow the SageMaker Python SDK v
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,6 +143,8 @@ class JobSpec:
     base_job_name: str
     image_uri: str
     entry_point: str | None
+    # What is copied into every host's /opt/ml/code: the source_dir folder, or the entry script
+    # alone when no source_dir is given (the SDK uploads just that file then).
     source_dir: Path | None
     instance_groups: tuple[InstanceGroup, ...]
     heterogeneous: bool
@@ -186,6 +189,8 @@ def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None)
         raise SpecError(
             [Problem("", f"not UTF-8 text (byte {err.start})", "save the spec as UTF-8")], str(path)
         ) from None
+    except OSError as err:
+        raise SpecError([Problem("", f"cannot read {path}: {err.strerror}", "check its permissions")]) from None
     raw = parse_yaml(text, str(path))
     if overrides:
         raw = {**raw, **overrides}
@@ -333,6 +338,7 @@ class _Validator:
     # -- the job
 
     def job(self, raw: Mapping[str, Any]) -> JobSpec | None:
+        raw = _drop_nulls(raw)
         self.unknown_keys(raw, JOB_KEYS, "")
 
         job_name = self.string(raw, "job_name", "job_name")
@@ -377,9 +383,18 @@ class _Validator:
         output_path = self.local_path(out_text, "output_path", s3_root, "output path")
         ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
         checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
+        if checkpoint is not None and checkpoint.exists() and not checkpoint.is_dir():
+            self.fail("checkpoint_s3_uri", f"{checkpoint} is a file, not a folder")
         ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
+        reserved = ("/opt/ml/input", "/opt/ml/code", "/opt/ml/model", "/opt/ml/output")
         if not ckpt_local.startswith("/"):
             self.fail("checkpoint_local_path", "must be an absolute path inside the container")
+        elif os.path.normpath(ckpt_local) in ("/", "/opt", "/opt/ml") or any(
+            os.path.normpath(ckpt_local) == r or os.path.normpath(ckpt_local).startswith(r + "/") for r in reserved
+        ):
+            self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
+                      "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
+        self.no_overlap(output_path, checkpoint, source_dir, inputs)
 
         max_run = self.integer(raw, "max_run", "max_run")
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
@@ -416,6 +431,20 @@ class _Validator:
             region=region,
             spec_dir=self.base_dir,
         )
+
+    def no_overlap(
+        self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput]
+    ) -> None:
+        """What the job writes (output_path, checkpoints) must not lie inside what it reads, nor contain
+        it: the user's code and data are never written, and must not see the job's own output."""
+        readers = [("source_dir", code)] + [(f"inputs.{n}.s3_data", c.source) for n, c in inputs.items()]
+        for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint)):
+            if written is None:
+                continue
+            for reader_name, read in readers:
+                if read is not None and (written.is_relative_to(read) or read.is_relative_to(written)):
+                    self.fail(field_name, f"{written} overlaps {reader_name} ({read})",
+                              "the job would write into data or code it reads: use a separate folder")
 
     def groups(self, raw: Mapping[str, Any]) -> tuple[list[InstanceGroup], bool]:
         has_groups = raw.get("instance_groups") is not None
@@ -461,6 +490,7 @@ class _Validator:
             if not isinstance(item, dict):
                 self.fail(path, f"must be a mapping, got {_type_name(item)}")
                 continue
+            item = _drop_nulls(item)
             self.unknown_keys(item, GROUP_KEYS, path + ".")
             name = self.string(item, "instance_group_name", path + ".instance_group_name")
             itype = self.string(item, "instance_type", path + ".instance_type")
@@ -518,12 +548,12 @@ class _Validator:
         if src_text is None:
             # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
             # file is uploaded; it becomes the whole of /opt/ml/code.
-            script = self.base_dir / entry_point
+            script = (self.base_dir / entry_point).resolve()
             if not script.is_file():
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
                 return None, None
-            return script.name, script.parent
+            return script.name, script
         if source_dir is not None and not (source_dir / entry_point).is_file():
             self.fail("entry_point", f"{entry_point!r} not found in source_dir {source_dir}")
             return None, source_dir
@@ -543,7 +573,7 @@ class _Validator:
         unassigned: list[str] = []
         for name, item in value.items():
             path = f"inputs.{name}"
-            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.fullmatch(name):
+            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
                 self.fail(path, f"channel name {name!r} breaks SageMaker's pattern {CHANNEL_NAME_PATTERN.pattern}")
                 continue
             if isinstance(item, str):
@@ -551,6 +581,7 @@ class _Validator:
             if not isinstance(item, dict):
                 self.fail(path, f"must be a path/URI or a mapping of TrainingInput fields, got {_type_name(item)}")
                 continue
+            item = _drop_nulls(item)
             self.unknown_keys(item, CHANNEL_KEYS, path + ".")
             data = self.string(item, "s3_data", path + ".s3_data")
             if data is None and "s3_data" not in item:
@@ -637,6 +668,8 @@ class _Validator:
             self.fail(f"distribution.{strategy}", f"must be a mapping such as {{enabled: true}}, "
                       f"got {_type_name(options)}")
             return None
+        if not self.strategy_options(value):
+            return None
         groups = self.string_list(value, "instance_groups", "distribution.instance_groups")
         if groups is not None:
             for g in groups:
@@ -652,6 +685,33 @@ class _Validator:
         extra = {k: v for k, v in value.items() if k in DISTRIBUTION_STRATEGIES and k != strategy}
         return Distribution(strategy, {**extra, strategy: options}, groups or ())
 
+    def strategy_options(self, distribution: Mapping[str, Any]) -> bool:
+        """Each strategy's options have the SDK's shapes: `enabled` a boolean, MPI's counts integers."""
+        ok = True
+        for strategy in DISTRIBUTION_STRATEGIES:
+            options = distribution.get(strategy)
+            if options is None:
+                continue
+            path = f"distribution.{strategy}"
+            if not isinstance(options, dict):
+                self.fail(path, f"must be a mapping, got {_type_name(options)}")
+                ok = False
+                continue
+            blocks = options.items() if strategy == "smdistributed" else [("", options)]
+            for name, block in blocks:
+                where = f"{path}.{name}" if name else path
+                if not isinstance(block, dict):
+                    self.fail(where, f"must be a mapping such as {{enabled: true}}, got {_type_name(block)}")
+                    ok = False
+                    continue
+                checks = (("enabled", bool), ("processes_per_host", int), ("custom_mpi_options", str))
+                for key, kind in checks:
+                    if key in block and (not isinstance(block[key], kind) or
+                                         (kind is int and isinstance(block[key], bool))):
+                        self.fail(f"{where}.{key}", f"must be a {_type_name(kind())}, got {block[key]!r}")
+                        ok = False
+        return ok
+
     def hyperparameters(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         value = raw.get("hyperparameters")
         if value is None:
@@ -659,12 +719,16 @@ class _Validator:
         if not isinstance(value, dict):
             self.fail("hyperparameters", f"must be a mapping, got {_type_name(value)}")
             return {}
-        for key in value:
+        for key, item in value.items():
             if not isinstance(key, str):
                 self.fail(f"hyperparameters.{key!r}", "names must be strings")
             elif key.startswith("sagemaker_"):
                 self.fail(f"hyperparameters.{key}", "names starting with sagemaker_ are reserved",
                           "the emulator sets them, as the SDK does")
+            elif not _json_value(item):
+                # The SDK json.dumps every value: a YAML date, set or binary has no JSON form.
+                self.fail(f"hyperparameters.{key}", f"a {_type_name(item)} cannot be JSON-encoded",
+                          "quote it to make it a string")
         return dict(value)
 
     def environment(self, raw: Mapping[str, Any]) -> dict[str, str]:
@@ -683,6 +747,22 @@ class _Validator:
             else:
                 env[key] = str(item).lower() if isinstance(item, bool) else str(item)
         return env
+
+
+def _json_value(value: Any) -> bool:
+    """True when json.dumps encodes the value as the SDK does (YAML also yields dates, sets, bytes)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, list):
+        return all(_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_value(v) for k, v in value.items())
+    return False
+
+
+def _drop_nulls(raw: Mapping[Any, Any]) -> dict[Any, Any]:
+    """An explicit `key: null` means the same as leaving the key out (so "missing" is reported)."""
+    return {k: v for k, v in raw.items() if v is not None}
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

@@ -1,9 +1,9 @@
 """Lay out a job's folder on the host before the containers start, and tidy it afterwards.
 
 `<output_path>/<job_name>/hosts/algo-N/` becomes that host's /opt/ml (bind mount), so what a host
-leaves behind is kept as it was. The user's data is never written: channels are bind-mounted
-read-only, and ShardedByS3Key shares are hard links (no copy of the contents) under `.staging/`,
-which is removed after the job.
+leaves behind is kept as it was; its `code/` is a copy of the user's code. The user's data is never
+written: channels are bind-mounted read-only, and ShardedByS3Key shares are hard links (no copy of
+the contents) under `.staging/`, which is removed after the job.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def stage(plan: Plan) -> None:
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
             (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
+        copy_code(spec.source_dir, root / "code")
         for relative, content in host.files.items():
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,21 @@ def stage(plan: Plan) -> None:
         if spec.checkpoint_s3_uri is not None and spec.checkpoint_s3_uri.is_dir():
             # The service downloads checkpoint_s3_uri into checkpoint_local_path before the job.
             shutil.copytree(spec.checkpoint_s3_uri, root / "checkpoints", dirs_exist_ok=True)
+
+
+def copy_code(source: Path | None, target: Path) -> None:
+    """Give a host its own copy of the code, as the service unpacks sourcedir.tar.gz on each host.
+
+    A copy, not a mount: the toolkit writes there (it makes a non-Python entry point executable
+    and may install requirements.txt), which must neither fail on a read-only mount nor touch the
+    user's files. Symlinks are kept as links, never followed out of the folder.
+    """
+    if source is None:
+        return
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, target / source.name)
 
 
 def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:

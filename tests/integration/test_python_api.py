@@ -50,3 +50,18 @@ def test_job_run_with_sdk_objects(tmp_path: Path) -> None:
     assert result.job_dir.parent == tmp_path / "out"
     with tarfile.open(result.job_dir / "output" / "model.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["algo-1", "algo-2"]
+
+
+def test_shell_entry_point_runs_through_train(tmp_path: Path) -> None:
+    # The toolkit makes a non-Python entry point executable (chmod) in /opt/ml/code before running it:
+    # the host's code folder must be writable, and the user's file must stay as it was.
+    (tmp_path / "code").mkdir()
+    script = tmp_path / "code" / "train.sh"
+    script.write_text('#!/bin/sh\necho "SHELL ran on $SM_CURRENT_HOST"\n')
+    script.chmod(0o644)
+    reporter = RecordingReporter()
+    result = Job(base_dir=tmp_path, job_name="api-shell-entry", entry_point="train.sh", source_dir="code",
+                 instance_type="ml.c5.xlarge", instance_count=1, output_path="out").run(reporter=reporter)
+    assert result.status == "Completed", result.failure_reason
+    assert ("algo-1", "homogeneousCluster", "SHELL ran on algo-1") in reporter.lines
+    assert script.stat().st_mode & 0o777 == 0o644

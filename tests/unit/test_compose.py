@@ -35,13 +35,13 @@ def test_one_service_per_host_with_fixed_names(load: Any, valid_raw: dict[str, A
     assert doc["networks"]["job"]["internal"] is False
 
 
-def test_volumes_relative_inside_the_job_folder_read_only_for_code_and_data(
+def test_volumes_relative_inside_the_job_folder_read_only_for_data(
     load: Any, valid_raw: dict[str, Any], project: Path, tmp_path: Path
 ) -> None:
     doc = _project(load, valid_raw, tmp_path / "job")
     algo1 = doc["services"]["algo-1"]["volumes"]
     assert "./hosts/algo-1:/opt/ml:rw" in algo1
-    assert f"{project / 'code'}:/opt/ml/code:ro" in algo1
+    assert not any(":/opt/ml/code:" in v for v in algo1)  # a copy inside ./hosts/algo-1, not a mount
     assert f"{project / 'data' / 'train'}:/opt/ml/input/data/training:ro" in algo1
     assert not any("/opt/ml/input/data/validation" in v for v in algo1)
     algo3 = doc["services"]["algo-3"]["volumes"]

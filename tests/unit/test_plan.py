@@ -296,13 +296,12 @@ def test_channel_without_groups_goes_to_every_host(load: Callable[..., JobSpec])
         assert set(config(plan, host, "inputdataconfig.json")) == {"training"}
 
 
-def test_code_and_data_are_mounted_read_only_and_opt_ml_writable(with_channels: JobSpec, project: Path) -> None:
+def test_data_is_mounted_read_only_and_opt_ml_writable(with_channels: JobSpec, project: Path) -> None:
     plan = make_plan(with_channels, JOB)
     root = project.resolve()
     for host in names(3):
-        code = mount_at(plan, host, "/opt/ml/code")
-        assert code.source == str(root / "code")
-        assert code.read_only is True
+        # The code is copied into the host's own /opt/ml/code (staging), never mounted from the user.
+        assert not [m for m in plan.host(host).mounts if m.target == "/opt/ml/code"]
         opt_ml = mount_at(plan, host, "/opt/ml")
         assert opt_ml.read_only is False
         assert opt_ml.source == str(root / "output" / JOB / "hosts" / host)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from emulator import InstanceGroup, Job, TrainingInput
 from emulator.errors import SpecError
@@ -654,12 +655,12 @@ def test_entry_point_outside_source_dir_is_rejected(
 def test_entry_point_without_source_dir_is_the_file_next_to_the_spec(
     valid_raw: Raw, project: Path, load: Callable[..., JobSpec]
 ) -> None:
-    # As in the SDK: only the script is uploaded, so its own folder becomes /opt/ml/code.
+    # As in the SDK: only the script is uploaded, so it alone becomes /opt/ml/code.
     del valid_raw["source_dir"]
     valid_raw["entry_point"] = "code/train.py"
     spec = load(valid_raw)
     assert spec.entry_point == "train.py"
-    assert spec.source_dir == (project / "code").resolve()
+    assert spec.source_dir == (project / "code" / "train.py").resolve()
 
 
 def test_container_entry_point_replaces_entry_point(valid_raw: Raw, load: Callable[..., JobSpec]) -> None:
@@ -884,3 +885,83 @@ def test_python_api_reports_problems_like_yaml(project: Path) -> None:
     with pytest.raises(SpecError) as info:
         job.spec()
     assert any(p.path == "instance_groups[0].instance_count" for p in info.value.problems)
+
+
+# --------------------------------------------------------------------------------------------------
+# Found in review: explicit nulls, values without a JSON form, option shapes, paths that overlap
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda r: r.update(instance_groups=None, instance_type=None, instance_count=2), "instance_type"),
+        (lambda r: r["instance_groups"][0].update(instance_count=None), "instance_groups[0].instance_count"),
+        (lambda r: r["inputs"]["training"].update(s3_data=None), "inputs.training.s3_data"),
+        (lambda r: r.update(entry_point=None), "entry_point"),
+    ],
+)
+def test_explicit_null_counts_as_missing(
+    valid_raw: Raw, expect_problem: Callable[..., Any], mutate: Callable[[Raw], None], path: str
+) -> None:
+    mutate(valid_raw)
+    expect_problem(valid_raw, path, "missing")
+
+
+@pytest.mark.parametrize("value", ["2024-01-01", "!!binary aGVsbG8=", "!!set {a, b}"])
+def test_hyperparameter_without_a_json_form_is_rejected(
+    valid_raw: Raw, expect_problem: Callable[..., Any], value: str
+) -> None:
+    text = yaml.safe_dump(valid_raw).replace("hyperparameters:\n", f"hyperparameters:\n  bad: {value}\n", 1)
+    expect_problem(text, "hyperparameters.bad", "cannot be JSON-encoded")
+
+
+@pytest.mark.parametrize(
+    ("distribution", "path", "fragment"),
+    [
+        ({"smdistributed": {"dataparallel": True}}, "distribution.smdistributed.dataparallel", "must be a mapping"),
+        ({"mpi": {"enabled": "false"}}, "distribution.mpi.enabled", "must be a boolean"),
+        ({"mpi": {"enabled": True, "processes_per_host": "8"}}, "distribution.mpi.processes_per_host",
+         "must be a integer"),
+    ],
+)
+def test_distribution_options_have_the_sdk_shapes(
+    valid_raw: Raw, expect_problem: Callable[..., Any], distribution: Raw, path: str, fragment: str
+) -> None:
+    valid_raw["distribution"] = {**distribution, "instance_groups": ["dnn_group"]}
+    expect_problem(valid_raw, path, fragment)
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_channel_names_are_rejected(valid_raw: Raw, expect_problem: Callable[..., Any], name: str) -> None:
+    valid_raw["inputs"] = {name: {"s3_data": "./data/train"}}
+    expect_problem(valid_raw, f"inputs.{name}", "channel name")
+
+
+def test_output_path_inside_a_channel_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+    valid_raw["output_path"] = "./data/train/out"
+    expect_problem(valid_raw, "output_path", "overlaps inputs.training.s3_data")
+
+
+def test_checkpoints_in_the_source_dir_are_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+    valid_raw["checkpoint_s3_uri"] = "./code"
+    expect_problem(valid_raw, "checkpoint_s3_uri", "overlaps source_dir")
+
+
+def test_checkpoint_uri_naming_a_file_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+    valid_raw["checkpoint_s3_uri"] = "./data/single.csv"
+    expect_problem(valid_raw, "checkpoint_s3_uri", "is a file")
+
+
+@pytest.mark.parametrize("local", ["/opt/ml", "/opt/ml/input/data/ckpt", "/opt/ml/code/x", "/"])
+def test_checkpoint_local_path_must_not_hide_opt_ml(
+    valid_raw: Raw, expect_problem: Callable[..., Any], local: str
+) -> None:
+    valid_raw["checkpoint_local_path"] = local
+    expect_problem(valid_raw, "checkpoint_local_path", "would hide or sit inside")
+
+
+def test_default_output_next_to_a_lone_entry_script_is_fine(valid_raw: Raw, load: Callable[..., JobSpec]) -> None:
+    del valid_raw["source_dir"]
+    valid_raw["entry_point"] = "code/train.py"
+    valid_raw["output_path"] = "./code/out"  # beside the script, which alone is the code
+    assert load(valid_raw).output_path.name == "out"

@@ -54,3 +54,29 @@ def test_other_link_errors_are_not_hidden(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(staging.os, "link", no_space)
     with pytest.raises(OSError, match="No space"):
         staging.link_share(_data(tmp_path), ("a.csv",), tmp_path / "share")
+
+
+def test_code_folder_is_copied_not_linked_and_symlinks_stay_links(tmp_path: Path) -> None:
+    source = tmp_path / "code"
+    (source / "pkg").mkdir(parents=True)
+    (source / "train.sh").write_text("echo hi\n")
+    (source / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "secret").write_text("outside\n")
+    (source / "link").symlink_to(tmp_path / "secret")
+    target = tmp_path / "host" / "code"
+    target.mkdir(parents=True)
+    staging.copy_code(source, target)
+    assert (target / "pkg" / "m.py").read_text() == "x = 1\n"
+    assert os.stat(target / "train.sh").st_ino != os.stat(source / "train.sh").st_ino
+    assert (target / "link").is_symlink()
+    os.chmod(target / "train.sh", 0o777)  # what the toolkit does to a non-Python entry point
+    assert os.stat(source / "train.sh").st_mode & 0o777 != 0o777
+
+
+def test_a_lone_entry_script_is_copied_alone(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "other.txt").write_text("not code\n")
+    target = tmp_path / "host" / "code"
+    target.mkdir(parents=True)
+    staging.copy_code(tmp_path / "train.py", target)
+    assert sorted(p.name for p in target.iterdir()) == ["train.py"]
