@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tarfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,7 +86,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             **({"ContainerEntrypoint": list(plan.entrypoint)} if plan.entrypoint is not None else {}),
             **({"ContainerArguments": list(plan.command)} if spec.container_arguments else {}),
         },
-        "HyperParameters": json.loads(plan.hosts[0].files["input/config/hyperparameters.json"]),
+        "HyperParameters": contract.hyperparameters(spec, plan.job_name),
         "ResourceConfig": contract.describe_resource_config(spec),
         "InputDataConfig": contract.describe_input_data_config(spec),
         "OutputDataConfig": {"S3OutputPath": str(spec.output_path)},

@@ -24,7 +24,7 @@ from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, job_name_from, make_plan, render
-from emulator.runner import choose_seed, request_stop, run_job
+from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import JobSpec, load_spec_file
 
 app = typer.Typer(
@@ -137,8 +137,8 @@ def run(
     output_path: OutputOpt = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep containers and network afterwards, for debugging.")]
     = False,
-    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL when stopping hosts.")]
-    = 10.0,
+    grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping "
+                                          "hosts.")] = DEFAULT_GRACE,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or host logs, only the summary.")]
     = False,
     as_json: JsonOpt = False,
@@ -163,7 +163,8 @@ def demo(
     if not DEMO_SPEC.is_file():
         raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
     spec = _load(DEMO_SPEC, None, output_path)
-    result = _run(spec, host_order=HostOrder.spec, seed=None, keep=keep, grace=10.0, as_json=as_json, quiet=False)
+    result = _run(spec, host_order=HostOrder.spec, seed=None, keep=keep, grace=DEFAULT_GRACE, as_json=as_json,
+                  quiet=False)
     raise typer.Exit(result.exit_code)
 
 
@@ -183,8 +184,8 @@ def validate(spec_path: SpecArg, as_json: JsonOpt = False) -> None:
     if as_json:
         _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs)})
     else:
-        hosts = sum(g.instance_count for g in spec.instance_groups)
-        typer.echo(f"{spec_path}: valid ({len(groups)} group(s), {hosts} host(s), {len(spec.inputs)} channel(s))")
+        typer.echo(f"{spec_path}: valid ({len(groups)} group(s), {spec.host_count} host(s), "
+                   f"{len(spec.inputs)} channel(s))")
 
 
 @app.command("render")
@@ -291,7 +292,8 @@ def _host_groups(folder: Path) -> dict[str, str]:
 @app.command()
 def stop(
     job: Annotated[str, typer.Argument(help="The job name.")],
-    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL.")] = 10.0,
+    grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL.")]
+    = DEFAULT_GRACE,
 ) -> None:
     """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
     from emulator.backend.docker import DockerBackend

@@ -27,16 +27,18 @@ class LogCollector:
 
     def __call__(self, container: str, chunk: bytes) -> None:
         host = self._by_container[container]
-        if self._closed:
-            return  # a stream that outlived wait_logs' timeout: its file is closed
-        self._files[host.name].write(chunk)
-        self._files[host.name].flush()
-        data = self._partial.pop(host.name, b"") + chunk
-        *lines, rest = data.split(b"\n")
-        if rest:
-            self._partial[host.name] = rest
-        for raw in lines:
-            self._emit(host.name, host.group, raw)
+        # One lock for all hosts: close() may run while a late stream still delivers a chunk.
+        with self._lock:
+            if self._closed:
+                return  # a stream that outlived wait_logs' timeout: its file is closed
+            self._files[host.name].write(chunk)
+            self._files[host.name].flush()
+            data = self._partial.pop(host.name, b"") + chunk
+            *lines, rest = data.split(b"\n")
+            if rest:
+                self._partial[host.name] = rest
+            for raw in lines:
+                self._emit(host.name, host.group, raw)
 
     def _emit(self, host: str, group: str, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip("\r")

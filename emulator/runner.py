@@ -23,7 +23,7 @@ from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import ImageMissing
+from emulator.errors import EmulatorError, ImageMissing
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, Plan, job_name_from, make_plan
 from emulator.spec import JobSpec
@@ -37,8 +37,6 @@ DEFAULT_GRACE = 10.0
 
 @dataclass(frozen=True)
 class RunOptions:
-    host_order: str = "spec"
-    seed: int | None = None
     keep: bool = False
     grace: float = DEFAULT_GRACE
     build_image: bool = True
@@ -89,7 +87,7 @@ def run_job(
     plan = make_plan(spec, job_name_from(spec, now()), host_order, seed)
     reporter = reporter or ConsoleReporter()
     reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
-    return Run(plan, backend, reporter, RunOptions(host_order, seed, keep, grace, build_image), now,
+    return Run(plan, backend, reporter, RunOptions(keep, grace, build_image), now,
                image_builder).execute()
 
 
@@ -153,8 +151,12 @@ class Run:
                 status, secondary, reason = self.supervise(t0)
             except KeyboardInterrupt:
                 reporter.warn("stopping the job (interrupted)")
-                self.stop_running()
                 status, secondary, reason = "Stopped", "Stopped", None
+                try:
+                    self.stop_running()
+                except KeyboardInterrupt:
+                    # A second Ctrl-C: no more waiting for the grace period; removal below kills.
+                    reporter.warn("interrupted again: killing the hosts")
             finally:
                 self.backend.wait_logs(timeout=5)
                 logs.close()
@@ -180,7 +182,11 @@ class Run:
                 staging.unstage(plan)
                 if self.created or self.created_network:
                     reporter.step(f"removing {len(self.created)} containers and network {plan.network}")
-                self.backend.remove(plan, self.created, self.created_network)
+                try:
+                    self.backend.remove(plan, self.created, self.created_network)
+                except EmulatorError as err:
+                    # The job's own outcome stands; what could not be removed is found by label later.
+                    reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
 
     def ensure_image(self) -> None:
         image = self.plan.image

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -784,9 +784,6 @@ def _list_files(source: Path) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------------------------------
 # The Python API
-
-
-Listener = Callable[[str], None]
 
 
 class Job:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -189,16 +191,17 @@ class DockerBackend:
             try:
                 for chunk in self.api.logs(name, stream=True, follow=True, stdout=True, stderr=True):
                     sink(name, chunk)
-            except (docker.errors.APIError, requests.exceptions.RequestException):
-                pass  # the container went away; its exit is reported by states()
+            except (docker.errors.APIError, requests.exceptions.RequestException, OSError, ValueError):
+                pass  # the container or the log file went away; the exit is reported by states()
 
         thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
         thread.start()
         self._log_threads.append(thread)
 
     def wait_logs(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout  # one deadline for all streams, not `timeout` each
         for thread in self._log_threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         self._log_threads = [t for t in self._log_threads if t.is_alive()]
 
     def states(self, names: Sequence[str]) -> list[ContainerState]:
@@ -230,7 +233,8 @@ class DockerBackend:
     def stop(self, names: Sequence[str], grace: float) -> None:
         def stop_one(name: str) -> None:
             try:
-                self.api.stop(name, timeout=int(grace))
+                # The engine takes whole seconds; round up so a short grace is never "kill now".
+                self.api.stop(name, timeout=max(1, math.ceil(grace)))
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError:
