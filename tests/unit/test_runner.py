@@ -738,3 +738,33 @@ def test_fake_clock_values_are_used_for_job_times(spec_of: Callable[..., JobSpec
     result, _ = run(spec_of(), FakeBackend(), now=now)
     assert result.start in seen and result.end in seen
     assert result.seconds > 0
+
+
+class _RemoveFails(FakeBackend):
+    def remove(self, plan: Any, containers: Any, network: bool) -> None:
+        super().remove(plan, containers, network)
+        raise EnvironmentProblem("could not remove everything: network busy", hint="run `hetero-emu clean`")
+
+
+def test_a_removal_problem_warns_without_changing_the_outcome(spec_of: Callable[..., JobSpec]) -> None:
+    reporter = RecordingReporter()
+    result = run_job(spec_of(), backend=_RemoveFails(), reporter=reporter)
+    assert result.status == "Completed"
+    assert result.exit_code == 0
+    assert any("network busy" in w and "hetero-emu clean" in w for w in reporter.warnings)
+
+
+class _SecondInterrupt(FakeBackend):
+    def stop(self, names: Any, grace: float) -> None:
+        super().stop(names, grace)
+        raise KeyboardInterrupt
+
+
+def test_a_second_interrupt_while_stopping_still_collects_and_tears_down(spec_of: Callable[..., JobSpec]) -> None:
+    fake = _SecondInterrupt({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")},
+                            interrupt_on_states_call=2)
+    result, reporter = run(spec_of(), fake)
+    assert result.status == "Stopped"
+    assert (result.job_dir / "job.json").is_file()
+    assert torn_down(fake)
+    assert any("again" in w for w in reporter.warnings)
