@@ -84,13 +84,12 @@ class DockerBackend:
         build_default_image(self.client, progress=reporter.info)
 
     def image_present(self, image: str) -> bool:
+        from emulator.backend.image import image_present
+
         try:
-            self.client.images.get(image)
-        except docker.errors.ImageNotFound:
-            return False
+            return image_present(self.client, image)
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
-        return True
 
     def create_network(self, plan: Plan) -> None:
         """A bridge network of the job's own, with a fixed address per host.
