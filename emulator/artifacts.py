@@ -10,6 +10,7 @@ from typing import Any
 
 from emulator import contract
 from emulator.plan import Plan
+from emulator.secrets import Masker, mask_environment
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,17 @@ def collect(plan: Plan) -> tuple[Path, Path]:
 
 
 def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
-    """job.json: the DescribeTrainingJob response shape, plus one entry per host."""
+    """job.json: the DescribeTrainingJob response shape, plus one entry per host.
+
+    Secrets are masked (see `emulator.secrets`): Environment by name, the FailureReasons by value,
+    since a host's /opt/ml/output/failure or last log lines may quote a secret.
+    """
     spec = plan.spec
+    masker = Masker(spec.environment, *(h.environment for h in plan.hosts))
+
+    def reason(text: str | None) -> str | None:
+        return masker.mask_truncated(text) if text else text
+
     doc: dict[str, Any] = {
         "TrainingJobName": plan.job_name,
         "TrainingJobArn": contract.training_job_arn(plan.job_name, spec.region),
@@ -95,7 +105,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "TrainingStartTime": result.start.isoformat(),
         "TrainingEndTime": result.end.isoformat(),
         "TrainingTimeInSeconds": int(round(result.seconds)),
-        "Environment": dict(spec.environment),
+        "Environment": mask_environment(spec.environment),
         "Emulator": {"HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network},
         "Hosts": [
             {
@@ -103,14 +113,14 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
                 "InstanceGroupName": h.group,
                 "InstanceType": h.instance_type,
                 "ExitCode": h.exit_code,
-                "FailureReason": h.failure_reason,
+                "FailureReason": reason(h.failure_reason),
                 "Seconds": round(h.seconds, 3),
             }
             for h in result.hosts
         ],
     }
     if result.failure_reason:
-        doc["FailureReason"] = result.failure_reason
+        doc["FailureReason"] = reason(result.failure_reason)
     if result.model_artifact is not None:
         doc["ModelArtifacts"] = {"S3ModelArtifacts": str(result.model_artifact)}
     if spec.checkpoint_s3_uri is not None:

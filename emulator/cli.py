@@ -16,14 +16,22 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 
-from emulator import compose, contract, staging
+from emulator import compose, contract, secrets, staging
 from emulator.artifacts import JobResult
 from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, SpecError, UsageError
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB_DIR, job_name_from, make_plan, render
+from emulator.plan import (
+    LABEL_GROUP,
+    LABEL_HOST,
+    LABEL_JOB_DIR,
+    MemoryLimit,
+    job_name_from,
+    make_plan,
+    parse_memory,
+    render,
+)
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import JobSpec, load_spec_file
 
@@ -61,6 +69,12 @@ HostOrderOpt = Annotated[
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed for --host-order shuffled (printed when chosen).")]
 JobNameOpt = Annotated[str | None, typer.Option("--job-name", help="Exact job name (overrides the spec's).")]
+MemoryOpt = Annotated[
+    str,
+    typer.Option("--memory", help="Each host's memory limit (swap included): 'instance' = its instance type's "
+                 "memory, as on the service, so a script that would run out of memory there is OOM-killed here too; "
+                 "a size such as 512m or 2g; or 'none'."),
+]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output-path", help="Where <job_name>/ goes (overrides the spec's output_path).")
 ]
@@ -86,8 +100,16 @@ def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def _memory(text: str) -> MemoryLimit:
+    try:
+        return parse_memory(text)
+    except ValueError as err:
+        raise UsageError(f"--memory: {err}", hint="e.g. --memory 2g; the default is each instance type's memory") \
+            from None
+
+
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
-         quiet: bool) -> JobResult:
+         quiet: bool, memory: MemoryLimit = "instance") -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
     result = run_job(
@@ -97,15 +119,16 @@ def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, 
         seed=seed,
         keep=keep,
         grace=grace,
+        memory=memory,
     )
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
     else:
-        _print_summary(result)
+        _print_summary(result, secrets.Masker(spec.environment))
     return result
 
 
-def _print_summary(result: JobResult) -> None:
+def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
     rows = [("HOST", "GROUP", "INSTANCE TYPE", "EXIT", "SECONDS")]
     for h in result.hosts:
         rows.append((h.host, h.group, h.instance_type, "-" if h.exit_code is None else str(h.exit_code),
@@ -117,7 +140,7 @@ def _print_summary(result: JobResult) -> None:
         err.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
     err.write(f"\n{result.job_name}: {result.status} in {result.seconds:.1f} s\n")
     if result.failure_reason:
-        err.write(f"FailureReason: {result.failure_reason}\n")
+        err.write(f"FailureReason: {masker.mask_truncated(result.failure_reason)}\n")
     if result.seed is not None:
         err.write(f"host order seed: {result.seed}\n")
     err.write(f"job:    {result.job_dir / 'job.json'}\n")
@@ -141,14 +164,17 @@ def run(
                                           "hosts.")] = DEFAULT_GRACE,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or host logs, only the summary.")]
     = False,
+    memory: MemoryOpt = "instance",
     as_json: JsonOpt = False,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
+    limit = _memory(memory)
     spec = _load(spec_path, job_name, output_path)
-    result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet)
+    result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
+                  memory=limit)
     raise typer.Exit(result.exit_code)
 
 
@@ -212,7 +238,7 @@ def render_cmd(
                      job_dir=out)
     staging.stage(plan)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
-    (out / "compose.yaml").write_text(yaml.safe_dump(compose.compose_project(plan), sort_keys=False))
+    (out / "compose.yaml").write_text(compose.compose_yaml(plan))
     typer.echo(render(plan))
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
 
@@ -311,20 +337,29 @@ def stop(
 
 @app.command()
 def clean(
-    job: Annotated[str | None, typer.Option("--job", help="Only this job.")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="Only this job (even if a driver is running it).")]
+    = None,
+    everything: Annotated[bool, typer.Option("--all", help="Also jobs whose driver is still running.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Remove every container and network the emulator made (found by label), e.g. after a crash."""
+    """Remove the containers and networks of emulated jobs (found by label) whose driver is gone:
+    killed, crashed, or run with --keep. A job another `hetero-emu run` is running now is left alone
+    unless named with --job or --all is given."""
     from emulator.backend.docker import DockerBackend
 
     backend = DockerBackend()
     found = backend.find(job)
-    backend.remove_resources(found)
+    chosen = [r for r in found if job is not None or everything or r.orphaned]
+    skipped = sorted({r.job for r in found if r not in chosen})
+    backend.remove_resources(chosen)
     if as_json:
-        _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in found]})
-    else:
-        typer.echo(f"removed {sum(r.kind == 'container' for r in found)} container(s) and "
-                   f"{sum(r.kind == 'network' for r in found)} network(s)")
+        _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in chosen],
+                    "skipped_running_jobs": skipped})
+        return
+    typer.echo(f"removed {sum(r.kind == 'container' for r in chosen)} container(s) and "
+               f"{sum(r.kind == 'network' for r in chosen)} network(s)")
+    if skipped:
+        typer.echo(f"left alone, a driver is running them: {', '.join(skipped)} (--job NAME or --all to remove)")
 
 
 @app.command("instance-types")

@@ -4,6 +4,11 @@ The project reproduces the plan's containers (names, hostnames, aliases, labels,
 command) for people who prefer `docker compose up`, but not the service's lifecycle: compose cannot
 fail the job on one host's non-zero exit without also stopping hosts that exit 0 early, which is why
 `hetero-emu run` drives the engine itself.
+
+Secrets (see `emulator.secrets`) are not written into the file: a variable whose name marks it as a
+secret, or whose value contains a secret's value, is listed by name only (`NAME: null`). Compose
+then takes its value from the environment of the shell that runs `docker-compose up`, as `docker
+run -e NAME` does; `compose_yaml` says so in a comment at the top of the file.
 """
 
 from __future__ import annotations
@@ -11,9 +16,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from emulator.plan import Mount, Plan, host_addresses
+from emulator.secrets import masked_names
 
 # File format 2.4 is the newest that both docker-compose v1 (the machine's tool) and Compose v2 read
 # with `init`, `hostname`, network `name` and `internal`.
@@ -53,7 +62,7 @@ def compose_project(plan: Plan) -> dict[str, Any]:
             "hostname": host.name,
             "init": True,
             "labels": dict(sorted(host.labels.items())),
-            "environment": dict(sorted(host.environment.items())),
+            "environment": _environment(host.environment),
             "volumes": [_volume(m, plan.job_dir) for m in host.mounts],
             "networks": {NETWORK_KEY: {"aliases": [host.name], "ipv4_address": addresses[host.name]}},
             "extra_hosts": [f"{name}:{address}" for name, address in addresses.items() if name != host.name],
@@ -75,6 +84,33 @@ def compose_project(plan: Plan) -> dict[str, Any]:
         },
     })
     return document
+
+
+def _environment(environment: Mapping[str, str]) -> dict[str, str | None]:
+    """The service's environment: secrets by name only (None: compose reads them from the shell)."""
+    bare = set(masked_names(environment))
+    return {name: None if name in bare else value for name, value in sorted(environment.items())}
+
+
+def secret_variables(plan: Plan) -> list[str]:
+    """The variables the compose project lists by name only, sorted."""
+    return sorted({name for host in plan.hosts for name in masked_names(host.environment)})
+
+
+def compose_yaml(plan: Plan) -> str:
+    """compose.yaml's text: `compose_project` as YAML, after a comment naming the variables that must
+    be exported before `docker-compose up` (the values are never written)."""
+    text = yaml.safe_dump(compose_project(plan), sort_keys=False)
+    names = secret_variables(plan)
+    if not names:
+        return text
+    header = [
+        "# Secrets are not written here: these variables are listed without a value, and",
+        "# docker-compose takes each from the environment of the shell that runs it.",
+        "# Export them first, e.g.:",
+        *(f"#   export {name}=..." for name in names),
+    ]
+    return "\n".join(header) + "\n" + text
 
 
 def _escape(value: Any) -> Any:

@@ -49,6 +49,10 @@ class UsageError(EmulatorError):
     exit_code = 2
 
 
+class JobFolderTaken(UsageError):
+    """The job's output folder exists already: an existing job's output is never overwritten."""
+
+
 class EnvironmentProblem(EmulatorError):
     """The machine cannot run the job: no Docker engine, image missing and not buildable, ..."""
 

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from emulator import contract
+from emulator import catalog, contract
+from emulator.secrets import mask_environment
 from emulator.spec import JobSpec
 
 LABEL_PREFIX = "io.hetero-emu"
@@ -25,6 +26,8 @@ LABEL_HOST = f"{LABEL_PREFIX}.host"
 LABEL_GROUP = f"{LABEL_PREFIX}.group"
 LABEL_INSTANCE_TYPE = f"{LABEL_PREFIX}.instance-type"
 LABEL_JOB_DIR = f"{LABEL_PREFIX}.job-dir"
+# Added by the Docker backend, not the plan (which stays pure): the driver process that made it.
+LABEL_DRIVER = f"{LABEL_PREFIX}.driver"
 
 HOST_ORDERS = ("spec", "shuffled")
 OPT_ML = "/opt/ml"
@@ -65,6 +68,8 @@ class HostPlan:
     labels: Mapping[str, str]
     # path relative to the host's /opt/ml -> file content
     files: Mapping[str, str]
+    # The container's memory limit in bytes (swap included, as instances have none); None = no limit.
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,14 @@ class Plan:
         return next(h for h in self.hosts if h.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-ready data (the spec is left out: it is the input, not the plan)."""
+        """The plan as JSON-ready data (the spec is left out: it is the input, not the plan).
+
+        For people to read (plan.json): secret environment values are masked (emulator.secrets);
+        the plan object itself keeps the real values, which the containers need."""
         data = asdict(self)
         data.pop("spec")
+        for host in data["hosts"]:
+            host["environment"] = mask_environment(host["environment"])
         return _jsonable(data)  # type: ignore[no-any-return]
 
 
@@ -160,10 +170,12 @@ def make_plan(
     host_order: str = "spec",
     seed: int | None = None,
     job_dir: Path | None = None,
+    memory: MemoryLimit = "instance",
 ) -> Plan:
     """Spec -> plan. Pure: the same arguments always give an equal plan.
 
-    `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR.
+    `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR. `memory` is each
+    host's memory limit: its instance type's memory (default), "none", or a number of bytes.
     """
     groups = assign_hosts(spec, host_order, seed)
     group_tuples = [(g.name, g.instance_type, g.hosts) for g in groups]
@@ -234,6 +246,7 @@ def make_plan(
                         LABEL_INSTANCE_TYPE: group.instance_type,
                     },
                     files=files,
+                    memory_bytes=memory_limit(memory, group.instance_type),
                 )
             )
     hosts.sort(key=lambda h: contract.host_sort_key(h.name))
@@ -263,6 +276,47 @@ def make_plan(
         labels=job_labels,
         spec=spec,
     )
+
+
+MemoryLimit = int | Literal["instance", "none"]
+GIB = 1024**3
+# Below this a Python interpreter and the toolkit cannot even start: a typo such as "512" (bytes)
+# would only give a confusing OOM, so parse_memory refuses it.
+MIN_MEMORY = 6 * 1024**2
+
+
+def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
+    """A host's memory limit in bytes. By default the instance type's memory, so that a script that
+    would run out of memory on the real instance is OOM-killed here too (the host machine's own
+    memory still bounds everything: a 61 GiB limit on a 24 GiB machine limits nothing)."""
+    if memory == "none":
+        return None
+    if memory == "instance":
+        figures = catalog.lookup(instance_type)
+        return int(figures.memory_gib * GIB) if figures else None
+    return memory
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_memory(text: str) -> MemoryLimit:
+    """`--memory` values: "instance", "none", or a size as docker takes it (512m, 2g, 1.5g)."""
+    value = text.strip().lower()
+    if value in ("instance", "none"):
+        return value  # type: ignore[return-value]
+    number, unit = value.rstrip("bkmgti"), value[len(value.rstrip("bkmgti")):]
+    unit = unit.removesuffix("ib").removesuffix("b") if len(unit) > 1 else unit
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'") from None
+    if unit not in _UNITS or amount != amount or amount in (float("inf"), float("-inf")):
+        raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'")
+    size = int(amount * _UNITS[unit])
+    if size < MIN_MEMORY:
+        raise ValueError(f"{text!r} is less than {MIN_MEMORY // 1024**2} MiB: too little to start a host")
+    return size
 
 
 def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> dict[str, str]:

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import time
 from collections.abc import Callable
@@ -23,9 +25,9 @@ from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import EmulatorError, ImageMissing
+from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing, JobFolderTaken
 from emulator.logs import LogCollector
-from emulator.plan import HostPlan, Plan, job_name_from, make_plan
+from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.spec import JobSpec
 
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
@@ -33,6 +35,7 @@ POLL_SECONDS = 0.2
 # docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
 # for on a laptop. Configurable with --grace.
 DEFAULT_GRACE = 10.0
+NAME_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ def run_job(
     keep: bool = False,
     grace: float = DEFAULT_GRACE,
     build_image: bool = True,
+    memory: MemoryLimit = "instance",
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], None] | None = None,
 ) -> JobResult:
@@ -84,11 +88,20 @@ def run_job(
         if image_builder is None:
             image_builder = docker_backend.build_default_image
     seed = choose_seed(host_order, seed)
-    plan = make_plan(spec, job_name_from(spec, now()), host_order, seed)
     reporter = reporter or ConsoleReporter()
-    reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
-    return Run(plan, backend, reporter, RunOptions(keep, grace, build_image), now,
-               image_builder).execute()
+    for attempt in range(NAME_ATTEMPTS):
+        plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory)
+        reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
+        try:
+            return Run(plan, backend, reporter, RunOptions(keep, grace, build_image), now, image_builder).execute()
+        except JobFolderTaken:
+            # Two runs of one spec started in the same millisecond drew the same generated name
+            # (the SDK's timestamp has millisecond resolution): the later one takes the next name.
+            # Nothing was created yet: the job folder is the first thing a run claims.
+            if spec.job_name is not None or attempt == NAME_ATTEMPTS - 1:
+                raise
+            time.sleep(0.002)
+    raise AssertionError("unreachable")
 
 
 class Run:
@@ -127,13 +140,23 @@ class Run:
         self.ensure_image()
         if plan.seed is not None:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
-        self.warn_leftovers()
+        self.check_leftovers()
 
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
         staging.stage(plan)
+        with contextlib.ExitStack() as guarded:
+            if not self.options.keep:
+                # A watcher removes what this run creates if the driver is killed before its `finally`.
+                guarded.enter_context(self.backend.guard(plan))
+            return self.run_and_tear_down()
+        raise AssertionError("unreachable")  # ExitStack does not swallow exceptions
+
+    def run_and_tear_down(self) -> JobResult:
+        plan, reporter = self.plan, self.reporter
         logs = LogCollector(plan, reporter)
         start = self.now()
         status, secondary, reason = "Failed", "Failed", None
+        lost: DockerUnavailable | None = None
         t0 = time.monotonic()
         try:
             try:
@@ -157,10 +180,18 @@ class Run:
                 except KeyboardInterrupt:
                     # A second Ctrl-C: no more waiting for the grace period; removal below kills.
                     reporter.warn("interrupted again: killing the hosts")
+            except DockerUnavailable as err:
+                # The engine stopped answering mid-job: the hosts' files are on this machine, so the
+                # artifacts and job.json are still written; then the run ends with exit code 3.
+                lost = err
+                reason = f"the Docker engine stopped answering during the job: {err.message}"
+                reporter.warn(reason)
             finally:
                 self.backend.wait_logs(timeout=5)
                 logs.close()
             end = self.now()
+            if lost is None:
+                self.fix_ownership()
             reporter.step("collecting artifacts")
             model, output = artifacts.collect(plan)
             staging.sync_checkpoints(plan)
@@ -172,6 +203,8 @@ class Run:
             result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
                                end, secondary, plan.seed)
             artifacts.write_description(plan, result)
+            if lost is not None:
+                raise lost
             return result
         finally:
             if self.options.keep:
@@ -185,8 +218,21 @@ class Run:
                 try:
                     self.backend.remove(plan, self.created, self.created_network)
                 except EmulatorError as err:
-                    # The job's own outcome stands; what could not be removed is found by label later.
+                    # The job's own outcome stands; what could not be removed is left to the watcher
+                    # (backend.guard) and found by label later.
                     reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
+
+    def fix_ownership(self) -> None:
+        """Containers run as root (as on the service); what they wrote must belong to the user who
+        ran the job, or a user who is not root could not even delete it."""
+        uid, gid = os.getuid(), os.getgid()
+        if uid == 0 or not self.created:
+            return
+        try:
+            self.backend.fix_ownership(self.plan, uid, gid)
+        except EmulatorError as err:
+            self.reporter.warn(f"files the hosts wrote under {self.plan.job_dir}/hosts stay owned by root: "
+                               f"{err.message}")
 
     def ensure_image(self) -> None:
         image = self.plan.image
@@ -202,8 +248,21 @@ class Run:
         self.reporter.step(f"the default image {image} is missing: building it (once)")
         self.image_builder(self.reporter)
 
-    def warn_leftovers(self) -> None:
-        leftovers = {r.job for r in self.backend.find() if r.job != self.plan.job_name}
+    def check_leftovers(self) -> None:
+        """Refuse to start over resources of a job with this very name; warn about other jobs' ones
+        whose driver is gone (a job another driver is running now is none of our business)."""
+        found = self.backend.find()
+        mine = [r for r in found if r.job == self.plan.job_name]
+        if mine:
+            names = ", ".join(sorted(r.name for r in mine))
+            job = self.plan.job_name
+            if all(r.orphaned for r in mine):
+                raise EnvironmentProblem(f"containers or networks of an earlier job named {job} are still there: "
+                                         f"{names}", hint=f"`hetero-emu clean --job {job}` removes them")
+            raise EnvironmentProblem(f"a job named {job} is running now (its containers: {names})",
+                                     hint="give this run another --job-name, or stop that job first "
+                                     f"(`hetero-emu stop {job}`)")
+        leftovers = {r.job for r in found if r.orphaned}
         if leftovers:
             self.reporter.warn(
                 f"containers or networks of earlier jobs are still there ({', '.join(sorted(leftovers))}); "

@@ -9,9 +9,13 @@ raises one `SpecError` listing them all. Names follow the SageMaker Python SDK v
 from __future__ import annotations
 
 import difflib
+import errno
+import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+import reprlib
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +37,42 @@ CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
 # Docker labels and log prefixes, and never in a path.
 GROUP_NAME_PATTERN = re.compile(r"^[^/\x00-\x1f]{1,64}$")
 ENV_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
+# Docker's image reference grammar (distribution/reference): [registry[:port]/]path[:tag][@digest],
+# the path in lowercase. Anything else fails only when the engine is asked for the image.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+IMAGE_REFERENCE_PATTERN = re.compile(
+    rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?/)?"
+    rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html#sagemaker-Type-ResourceConfig-InstanceGroups
 MAX_INSTANCE_GROUPS = 5
 # Not a service limit: the emulator runs every host on one machine. Documented in the README.
 MAX_HOSTS = 64
+# The emulator's own limits on the spec file, documented in the README ("Limits"). A job spec is a few
+# KB; these stop a hostile or broken file before it costs memory or time: a YAML alias bomb ("billion
+# laughs") is tiny as text and as PyYAML's shared objects, but explodes in anything that walks it or
+# json.dumps it (hyperparameters.json is written once per host).
+MAX_SPEC_BYTES = 1024 * 1024
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 100
+# The service's request limits (CreateTrainingJob): HyperParameters, Environment, InputDataConfig,
+# AlgorithmSpecification.TrainingImage / ContainerEntrypoint / ContainerArguments.
+MAX_HYPERPARAMETERS = 100
+MAX_HYPERPARAMETER_NAME = 256
+MAX_HYPERPARAMETER_VALUE = 2500
+MAX_ENVIRONMENT = 100
+MAX_ENVIRONMENT_VALUE = 512
+MAX_CHANNELS = 20
+MAX_IMAGE_URI = 255
+MAX_CONTAINER_ITEMS = 100
+MAX_CONTAINER_ITEM = 256
+# API integers are at most 64 bits; a bigger number is a mistake, and past 4300 digits Python cannot
+# even print it.
+MAX_INTEGER = 2**63 - 1
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html
 MAX_RUN_LIMIT = 28 * 24 * 3600
 DEFAULT_MAX_RUN = 86400

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from emulator.errors import UsageError
+from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import Plan, staging_dir
 
 # Folders the service creates under /opt/ml before the algorithm starts.
@@ -28,7 +28,7 @@ def stage(plan: Plan) -> None:
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         job_dir.mkdir()
     except FileExistsError:
-        raise UsageError(
+        raise JobFolderTaken(
             f"the job's output folder already exists: {job_dir}",
             hint="an existing job's output is never overwritten: use another job_name, or move it away",
         ) from None

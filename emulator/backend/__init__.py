@@ -7,6 +7,7 @@ fake (tests/unit/fake_backend.py) instead of stacks of mock.patch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +36,13 @@ class Resource:
     job: str
     labels: Mapping[str, str]
     status: str = ""
+    # Is the driver that made it still running? None: cannot be told (made on another machine).
+    driver_alive: bool | None = False
+
+    @property
+    def orphaned(self) -> bool:
+        """Left by a driver that is gone (killed, crashed, or exited with --keep)."""
+        return self.driver_alive is False
 
 
 LineSink = Callable[[str, bytes], None]
@@ -64,6 +72,13 @@ class Backend(Protocol):
     def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
         """Remove these containers of the job (and its network if `network`), exactly those: a
         name another run holds must never be touched."""
+
+    def guard(self, plan: Plan) -> AbstractContextManager[None]:
+        """While open, what this run creates is removed even if the driver dies (a watcher process);
+        on leaving with something not removed, the watcher keeps trying."""
+
+    def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
+        """Give every host's /opt/ml tree (written by root in the containers) to uid:gid."""
 
     def wait_logs(self, timeout: float) -> None:
         """Wait until every follow_logs stream has drained."""

@@ -6,9 +6,10 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -16,9 +17,11 @@ import docker.errors
 import requests
 
 from emulator.backend import ContainerState, LineSink, Resource
+from emulator.backend.liveness import current_driver, driver_alive
+from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
-from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
+from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.
@@ -63,6 +66,13 @@ class DockerBackend:
         self._client = client
         self._log_threads: list[threading.Thread] = []
         self._addresses: dict[str, dict[str, str]] = {}
+        # Per job: the watcher process, and what was created and not yet removed (id -> name).
+        self._reapers: dict[str, Reaper] = {}
+        self._outstanding: dict[str, dict[str, str]] = {}
+        # Set once the engine stopped answering mid-job: removal is then left to the watcher
+        # instead of waiting for one timeout per container.
+        self._engine_lost = False
+        self._driver = current_driver()
 
     @property
     def client(self) -> docker.DockerClient:
@@ -91,6 +101,41 @@ class DockerBackend:
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
 
+    @contextlib.contextmanager
+    def guard(self, plan: Plan) -> Iterator[None]:
+        """While open, a detached watcher (backend/reaper.py) knows every container and network this
+        run creates; if the driver dies, or leaves the block with some of them not removed (the
+        engine stopped answering), the watcher removes them."""
+        try:
+            reaper: Reaper | None = Reaper(Path(plan.job_dir) / "logs" / "reaper.log")
+        except OSError:
+            reaper = None  # cannot fork: the run still tears down in its `finally`
+        if reaper is not None:
+            self._reapers[plan.job_name] = reaper
+        self._outstanding[plan.job_name] = {}
+        try:
+            yield
+        finally:
+            self._reapers.pop(plan.job_name, None)
+            left = self._outstanding.pop(plan.job_name, {})
+            if reaper is not None:
+                if left:
+                    reaper.hand_over()
+                else:
+                    reaper.release()
+
+    def _track(self, plan: Plan, kind: str, ident: str, name: str) -> None:
+        self._outstanding.setdefault(plan.job_name, {})[ident] = name
+        reaper = self._reapers.get(plan.job_name)
+        if reaper is not None:
+            reaper.track(kind, ident)
+
+    def _untrack(self, plan: Plan, names: Iterable[str]) -> None:
+        gone = set(names)
+        outstanding = self._outstanding.get(plan.job_name, {})
+        for ident in [i for i, name in outstanding.items() if name in gone]:
+            del outstanding[ident]
+
     def create_network(self, plan: Plan) -> None:
         """A bridge network of the job's own, with a fixed address per host.
 
@@ -102,25 +147,31 @@ class DockerBackend:
         need a subnet configured by the user, so the network is created once to let the engine
         pick a free subnet, then again with that subnet given explicitly.
         """
-        labels = dict(plan.labels)
+        labels = {**plan.labels, LABEL_DRIVER: self._driver}
+        # EnableNetworkIsolation: an `internal` bridge has no route out, but the host still owns the
+        # bridge's gateway address, so a container could reach every service the host listens on
+        # (moby/libnetwork#1151). With inhibit_ipv4 the bridge gets no address: hosts reach each
+        # other and nothing else.
+        options = {"com.docker.network.bridge.inhibit_ipv4": "true"} if plan.network_isolation else None
         last_error: Exception | None = None
         for _ in range(3):
             try:
                 # internal=True: a bridge with no route out of the host, while containers on it
                 # still reach each other: what EnableNetworkIsolation means for a multi-host job.
                 probe = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
-                                                labels=labels, check_duplicate=True)
+                                                options=options, labels=labels, check_duplicate=True)
                 config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
                 self.api.remove_network(probe["Id"])
                 pool = docker.types.IPAMPool(subnet=config["Subnet"], gateway=config.get("Gateway"))
-                self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
-                                        labels=labels, check_duplicate=True,
-                                        ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+                network = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
+                                                  options=options, labels=labels, check_duplicate=True,
+                                                  ipam=docker.types.IPAMConfig(pool_configs=[pool]))
             except docker.errors.APIError as err:
                 last_error = err
                 if err.status_code == 409:  # the name is taken: not something a retry fixes
                     break
                 continue  # another job took the subnet between the two calls: pick again
+            self._track(plan, "network", network["Id"], plan.network)
             self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
                                                             [h.name for h in plan.hosts])
             return
@@ -140,19 +191,24 @@ class DockerBackend:
             # the whole grace period (PID 1 ignores signals it installs no handler for).
             init=True,
             extra_hosts={name: address for name, address in addresses.items() if name != host.name},
+            # Swap limited to the same figure: an instance has no swap, so running out of memory is
+            # an OOM kill, not a slow crawl. (Not privileged, no added capabilities, no Docker
+            # socket, no host network: the engine's defaults, checked by tests/faults.)
+            mem_limit=host.memory_bytes,
+            memswap_limit=host.memory_bytes,
         )
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}
         )
         try:
-            api.create_container(
+            created = api.create_container(
                 plan.image,
                 command=list(plan.command),
                 entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
                 name=host.container_name,
                 hostname=host.name,
                 environment=dict(host.environment),
-                labels=dict(host.labels),
+                labels={**host.labels, LABEL_DRIVER: self._driver},
                 host_config=host_config,
                 networking_config=networking,
                 working_dir=None,
@@ -170,6 +226,7 @@ class DockerBackend:
             raise EnvironmentProblem(
                 f"cannot create container {host.container_name}: {_first_line(err)}", hint=hint
             ) from None
+        self._track(plan, "container", created["Id"], host.container_name)
 
     def start(self, names: Sequence[str]) -> None:
         errors: list[str] = []
@@ -212,6 +269,7 @@ class DockerBackend:
                 out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
                 continue
             except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+                self._engine_lost = True
                 raise DockerUnavailable(
                     f"the Docker engine stopped answering: {_first_line(err)}",
                     hint="check the daemon; `hetero-emu clean` removes what is left",
@@ -247,11 +305,51 @@ class DockerBackend:
             self.api.kill(name)
 
     def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+        if self._engine_lost:
+            raise DockerUnavailable(
+                f"could not remove the containers and network of job {plan.job_name}: the engine is not answering",
+                hint="a watcher process removes them as soon as the engine answers again; "
+                "`hetero-emu clean` does it by hand",
+            )
         resources = [Resource("container", name, plan.job_name, {}) for name in containers]
         if network:
             resources.append(Resource("network", plan.network, plan.job_name, dict(plan.labels)))
         self.remove_resources(resources)
+        self._untrack(plan, [r.name for r in resources])
         self._addresses.pop(plan.job_name, None)
+
+    def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
+        """Give every host's /opt/ml tree to uid:gid, so a user who is not root can read and delete
+        what the job's containers (root) wrote. The driver cannot chown root's files itself, so a
+        short-lived container of the job's image does it, with no network."""
+        api = self.api
+        hosts_dir = str(Path(plan.job_dir) / "hosts")
+        try:
+            created = api.create_container(
+                plan.image,
+                entrypoint=["chown", "-R", f"{uid}:{gid}", "/hosts"],
+                command=[],
+                user="0",
+                labels={**plan.labels, LABEL_DRIVER: self._driver},
+                host_config=api.create_host_config(
+                    mounts=[docker.types.Mount("/hosts", hosts_dir, type="bind")], network_mode="none"
+                ),
+            )
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise EnvironmentProblem(f"cannot start the chown container: {_first_line(err)}") from None
+        ident = created["Id"]
+        self._track(plan, "container", ident, ident)
+        try:
+            api.start(ident)
+            code = api.wait(ident, timeout=300).get("StatusCode")
+            if code != 0:
+                raise EnvironmentProblem(f"`chown -R {uid}:{gid}` exited with code {code} in image {plan.image}")
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise EnvironmentProblem(f"the chown container failed: {_first_line(err)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+                api.remove_container(ident, force=True)
+                self._untrack(plan, [ident])
 
     def find(self, job: str | None = None) -> list[Resource]:
         filters = {"label": [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_JOB}={job}"] if job else [])}
@@ -260,10 +358,12 @@ class DockerBackend:
             for c in self.api.containers(all=True, filters=filters):
                 labels = c.get("Labels") or {}
                 name = (c.get("Names") or ["?"])[0].lstrip("/")
-                found.append(Resource("container", name, labels.get(LABEL_JOB, ""), labels, c.get("Status", "")))
+                found.append(Resource("container", name, labels.get(LABEL_JOB, ""), labels, c.get("Status", ""),
+                                      driver_alive(labels.get(LABEL_DRIVER))))
             for n in self.api.networks(filters=filters):
                 labels = n.get("Labels") or {}
-                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels))
+                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
+                                      driver_alive(labels.get(LABEL_DRIVER))))
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
             raise DockerUnavailable(f"cannot list containers: {_first_line(err)}") from None
         return found

@@ -19,9 +19,10 @@ runner (starting twice, creating a container before the network) raises Assertio
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,7 @@ class FakeBackend:
         interrupt_on_states_call: int | None = None,
         leftovers: Iterable[Resource] = (),
         give_up_after: float = 20.0,
+        lose_engine_on_states_call: int | None = None,
     ) -> None:
         self.scripts = dict(scripts or {})
         self.images = set(images)
@@ -110,6 +112,13 @@ class FakeBackend:
         # A runner that never stops a host which runs until stopped would hang the test session:
         # states() fails the test instead, this many seconds after start().
         self.give_up_after = give_up_after
+        # From this states() call on, the engine stops answering (states and remove raise).
+        self.lose_engine_on_states_call = lose_engine_on_states_call
+        self.engine_lost = False
+        # guard(): what was still held (containers + networks) when each guard closed.
+        self.guards_left: list[list[str]] = []
+        self.guards_open = 0
+        self.ownership_calls: list[tuple[str, int, int]] = []
 
         self._lock = threading.RLock()
         self.containers: dict[str, FakeContainer] = {}  # what the fake engine holds now
@@ -263,6 +272,9 @@ class FakeBackend:
             self.states_calls += 1
             if self.states_calls == self.interrupt_on_states_call:
                 raise KeyboardInterrupt
+            if self.states_calls == self.lose_engine_on_states_call or self.engine_lost:
+                self.engine_lost = True
+                raise DockerUnavailable("the Docker engine stopped answering: fake")
             now = time.monotonic()
             started = [c.started_at for c in self.containers.values() if c.started_at is not None]
             if started and now - min(started) > self.give_up_after:
@@ -300,12 +312,31 @@ class FakeBackend:
     def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
         self._record("remove", plan.job_name)
         with self._lock:
+            if self.engine_lost:
+                raise DockerUnavailable("could not remove: the engine is not answering")
             self.remove_calls.append(plan.job_name)
             for name in containers:
                 if self.containers.pop(name, None) is not None:
                     self.removed.append(name)
             if network and self.networks.pop(plan.network, None) is not None:
                 self.networks_removed.append(plan.network)
+
+    @contextlib.contextmanager
+    def guard(self, plan: Plan) -> Iterator[None]:
+        self._record("guard", plan.job_name)
+        self.guards_open += 1
+        try:
+            yield
+        finally:
+            self.guards_open -= 1
+            with self._lock:
+                held = [n for n, c in self.containers.items() if c.job == plan.job_name]
+                held += [n for n, j in self.networks.items() if j == plan.job_name]
+            self.guards_left.append(sorted(held))
+
+    def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
+        self._record("fix_ownership", plan.job_name)
+        self.ownership_calls.append((plan.job_name, uid, gid))
 
     def find(self, job: str | None = None) -> list[Resource]:
         self._record("find", job)

@@ -1,4 +1,4 @@
-"""Integration tests drive the real Docker engine.
+"""Fixtures shared by the suites that drive the real Docker engine (tests/integration, tests/faults).
 
 Without an engine they skip, unless EMULATOR_REQUIRE_DOCKER=1 (set by .ci/run): then they fail, so
 CI can never go green by silently skipping every container test.

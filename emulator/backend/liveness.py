@@ -1,0 +1,39 @@
+"""Which driver process made a container, and is it still running? (So `clean` and the leftover
+warning leave a job that another driver on this machine is running right now alone.)
+
+The identity is `<hostname>/<pid>/<start time in clock ticks>`: the start time (field 22 of
+/proc/<pid>/stat, see proc(5)) tells a live driver from a later process that reused its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after the last ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def current_driver() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()}/{pid}/{_start_ticks(pid) or '?'}"
+
+
+def driver_alive(identity: str | None) -> bool | None:
+    """True or False for a driver of this machine; None when it cannot be told (another machine,
+    no /proc): callers then treat the job as possibly running."""
+    if not identity:
+        return False  # made before drivers were recorded: nobody can be running it
+    host, _, rest = identity.partition("/")
+    pid_text, _, ticks = rest.partition("/")
+    if host != socket.gethostname() or not pid_text.isdigit() or not Path("/proc/self/stat").exists():
+        return None
+    return _start_ticks(int(pid_text)) == ticks
