@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from emulator import artifacts, staging
+from emulator import artifacts, secrets, staging
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
@@ -123,6 +123,7 @@ class Run:
         self.now = now
         self.image_builder = image_builder
         self.names = [h.container_name for h in plan.hosts]
+        self.masker = secrets.Masker(*(h.environment for h in plan.hosts))
         self.host_of = {h.container_name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
         self.exit_times: dict[str, float] = {}
@@ -338,7 +339,8 @@ class Run:
             text = f"AlgorithmError: {who} exited with code {state.exit_code}"
             if tail:
                 text += ". Last lines:\n" + "\n".join(tail)
-        return text[:FAILURE_REASON_LIMIT]
+        # Masked before the cut, so no part of a secret survives at the end of a truncated reason.
+        return self.masker.mask(text)[:FAILURE_REASON_LIMIT]
 
     def host_results(self, t0: float, logs: LogCollector) -> tuple[HostResult, ...]:
         results = []

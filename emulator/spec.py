@@ -17,6 +17,7 @@ import reprlib
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -214,18 +215,31 @@ class JobSpec:
 def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> JobSpec:
     """Read a YAML spec and validate it; relative paths resolve against the spec file's folder."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError([Problem("", f"spec file not found: {path}", "check the path")])
-    if path.is_dir():
-        raise SpecError([Problem("", f"{path} is a directory, not a spec file", "give the YAML file")])
     try:
-        text = path.read_bytes().decode("utf-8")
+        info = path.stat()
+    except FileNotFoundError:
+        raise SpecError([Problem("", f"spec file not found: {path}", "check the path")]) from None
+    except (OSError, ValueError) as err:
+        raise SpecError([Problem("", f"cannot read {path}: {_reason(err)}", "check the path and its permissions")]) \
+            from None
+    if stat.S_ISDIR(info.st_mode):
+        raise SpecError([Problem("", f"{path} is a directory, not a spec file", "give the YAML file")])
+    if stat.S_ISREG(info.st_mode) and info.st_size > MAX_SPEC_BYTES:
+        raise SpecError([_too_large(f"{info.st_size} bytes")], str(path))
+    try:
+        # Read at most one byte past the cap: a pipe or /dev/zero is refused, not read forever.
+        with path.open("rb") as stream:
+            data = stream.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise SpecError([Problem("", f"cannot read {path}: {_reason(err)}", "check its permissions")]) from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError([_too_large(f"more than {MAX_SPEC_BYTES} bytes")], str(path))
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise SpecError(
             [Problem("", f"not UTF-8 text (byte {err.start})", "save the spec as UTF-8")], str(path)
         ) from None
-    except OSError as err:
-        raise SpecError([Problem("", f"cannot read {path}: {err.strerror}", "check its permissions")]) from None
     raw = parse_yaml(text, str(path))
     if overrides:
         raw = {**raw, **overrides}
@@ -233,24 +247,169 @@ def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None)
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
-    """Parse YAML text into the raw mapping, turning every YAML error into one SpecError line."""
+    """Parse YAML text into the raw mapping, turning every YAML error into one SpecError line.
+
+    Beyond YAML's own errors this refuses what would cost memory or time later (README "Limits"):
+    text over MAX_SPEC_BYTES, more than MAX_YAML_NODES nodes once aliases are expanded, nesting deeper
+    than MAX_YAML_DEPTH, recursive aliases; and a key given twice in one mapping, which YAML forbids
+    and PyYAML would silently resolve by dropping the first value.
+    """
+    if len(text) > MAX_SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise SpecError([_too_large(f"{len(text)} characters")], source)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader: plain data only, no Python objects
+    except _YamlRefused as err:
+        raise SpecError([err.problem], source) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        if isinstance(err, yaml.constructor.ConstructorError) and "constructor for the tag" in (err.problem or ""):
+            # e.g. !!python/object/apply:os.system: the safe loader refuses it; say so plainly.
+            tag = (err.problem or "").rsplit("tag ", 1)[-1]
+            raise SpecError([Problem("", f"{where}the YAML tag {tag} is not allowed: a spec holds plain data only",
+                                     "remove the tag")], source) from None
         raise SpecError(
             [Problem("", f"malformed YAML: {where}{err.problem or err}", "fix the YAML syntax")], source
         ) from None
     except yaml.YAMLError as err:
         raise SpecError([Problem("", f"malformed YAML: {err}", "fix the YAML syntax")], source) from None
+    except RecursionError:
+        # PyYAML composes recursively: nesting far past MAX_YAML_DEPTH overflows before our check runs.
+        raise SpecError([_too_deep()], source) from None
+    except ValueError as err:
+        # PyYAML builds values with int() and datetime(): a number past Python's 4300-digit limit, a
+        # date such as 2024-02-30.
+        if "digits" in str(err):
+            problem = Problem("", "malformed YAML: a number has too many digits", "quote it to make it a string")
+        else:
+            problem = Problem("", f"malformed YAML: {err}", "quote the value to make it a string")
+        raise SpecError([problem], source) from None
     if not isinstance(data, dict):
-        kind = "empty" if data is None else f"a {_type_name(data)}"
+        kind = "empty" if data is None else _a(_type_name(data))
         raise SpecError(
             [Problem("", f"the spec must be a mapping of keys to values, got {kind}", "see README: spec")],
             source,
         )
     return data
+
+
+def _too_large(size: str) -> Problem:
+    return Problem(
+        "",
+        f"the spec file is larger than {MAX_SPEC_BYTES // (1024 * 1024)} MiB ({size})",
+        "a job spec is a few KB: keep data in channels (inputs), not in the spec",
+    )
+
+
+def _too_deep() -> Problem:
+    return Problem("", f"the YAML is nested more than {MAX_YAML_DEPTH} levels deep",
+                   "a job spec is a few levels deep: flatten the value")
+
+
+class _YamlRefused(Exception):
+    """The composed YAML breaks one of parse_yaml's limits; carries the problem to report."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, with the node graph checked before any value is constructed."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _check_nodes(node)
+        return node
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield key
+            yield value
+    elif isinstance(node, yaml.SequenceNode):
+        yield from node.value
+
+
+def _check_nodes(root: yaml.Node) -> None:
+    """Count the nodes as if every alias were written out, without writing them out.
+
+    PyYAML's composer makes an alias the very node object its anchor names, so the node graph is a
+    DAG (or has a cycle, for an alias inside its own anchor). One depth-first walk that remembers the
+    expanded size of every finished node costs O(distinct nodes), however far the aliases expand.
+    """
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    expanded = 0
+    aliased = False
+    # Each frame: the node, an iterator over its children, and its expanded size so far.
+    stack: list[tuple[yaml.Node, Iterator[yaml.Node], list[int]]] = []
+
+    def enter(node: yaml.Node) -> None:
+        nonlocal expanded
+        if len(stack) >= MAX_YAML_DEPTH:
+            raise _YamlRefused(_too_deep())
+        if isinstance(node, yaml.MappingNode):
+            _check_duplicate_keys(node)
+        on_path.add(id(node))
+        stack.append((node, _children(node), [1]))
+        expanded += 1
+
+    def check_total() -> None:
+        if expanded > MAX_YAML_NODES:
+            if aliased:
+                raise _YamlRefused(Problem(
+                    "", f"YAML aliases expand to more than {MAX_YAML_NODES} nodes",
+                    "a spec that size is an alias bomb (\"billion laughs\"): write the values out, "
+                    "and keep big data in channels"))
+            raise _YamlRefused(Problem(
+                "", f"the YAML has more than {MAX_YAML_NODES} nodes",
+                "a job spec is a few KB: keep data in channels (inputs), not in the spec"))
+
+    enter(root)
+    while stack:
+        node, children, size = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            on_path.discard(id(node))
+            sizes[id(node)] = size[0]
+            if stack:
+                stack[-1][2][0] += size[0]
+            continue
+        if id(child) in on_path:
+            mark = child.start_mark
+            raise _YamlRefused(Problem(
+                "", f"line {mark.line + 1}: a YAML alias refers to a node that contains it (a recursive structure)",
+                "JSON has no recursive values: write the value out"))
+        if id(child) in sizes:
+            # Reached twice: an alias (or a << merge) of a finished node.
+            aliased = True
+            expanded += sizes[id(child)]
+            stack[-1][2][0] += sizes[id(child)]
+        else:
+            enter(child)
+        check_total()
+
+
+def _check_duplicate_keys(node: yaml.MappingNode) -> None:
+    """YAML forbids a key twice in one mapping; PyYAML keeps the last value and drops the first."""
+    seen: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        line = key.start_mark.line + 1
+        first = seen.get((key.tag, key.value))
+        if first is not None:
+            raise _YamlRefused(Problem(
+                "", f"line {line}: duplicate key {_preview(key.value)} (first on line {first})",
+                "a key given twice silently loses its first value: keep one"))
+        seen[(key.tag, key.value)] = line
 
 
 # --------------------------------------------------------------------------------------------------
@@ -259,6 +418,9 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
 
 def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None) -> JobSpec:
     """Check a raw spec mapping against every rule at once; return the JobSpec or raise SpecError."""
+    if not isinstance(raw, Mapping):
+        raise SpecError([Problem("", f"the spec must be a mapping of keys to values, got {_a(_type_name(raw))}",
+                                 "see README: spec")], source)
     v = _Validator(base_dir)
     spec = v.job(raw)
     if v.problems or spec is None:
@@ -276,6 +438,112 @@ def _type_name(value: object) -> str:
         bool: "boolean",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+def _a(noun: str) -> str:
+    """The noun with its indefinite article: 'an integer', 'a string'."""
+    return f"{'an' if noun[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {noun}"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlist = _REPR.maxdict = _REPR.maxset = _REPR.maxtuple = 6
+_REPR.maxlevel = 3
+
+
+def _preview(value: object) -> str:
+    """A short repr for a message: bounded for huge or deeply nested values, never raising."""
+    try:
+        return _REPR.repr(value)
+    except (ValueError, RecursionError):  # an int past Python's 4300-digit limit
+        return f"<{_type_name(value)} too large to show>"
+
+
+def _key_text(key: object) -> str:
+    """A mapping key as it appears in a field path."""
+    return key if isinstance(key, str) else _preview(key)
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return str(err) or type(err).__name__
+
+
+# What a path is on disk, following symlinks: "file", "dir", "missing", one of SPECIAL_KINDS, or
+# "unreadable (<reason>)".
+SPECIAL_KINDS = ("socket", "FIFO (named pipe)", "character device", "block device")
+
+
+def _kind(path: str | Path) -> str:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return "missing"
+        return f"unreadable ({_reason(err)})"
+    except ValueError as err:  # NUL byte, unencodable character
+        return f"unreadable ({_reason(err)})"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    return "special file"
+
+
+def _scan(source: Path) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    """The regular files under `source` (relative, sorted) and every socket, FIFO or device there.
+
+    Symlinks are followed to classify them (sharding hard-links and copying reads through them), but
+    symlinked folders are not entered: inside the container such a link resolves in the container's
+    own filesystem, and sharding lists no file beneath it. Dangling links and unreadable folders are
+    skipped, as before.
+    """
+    kind = _kind(source)
+    if kind == "file":
+        return (source.name,), []
+    if kind != "dir":
+        return (), [(str(source), kind)]
+    files: list[str] = []
+    special: list[tuple[str, str]] = []
+    for folder, _dirs, names in os.walk(source):
+        for name in names:
+            full = os.path.join(folder, name)
+            kind = _kind(full)
+            if kind == "file":
+                files.append(os.path.relpath(full, source))
+            elif kind in SPECIAL_KINDS or kind == "special file":
+                special.append((full, kind))
+    return tuple(sorted(files)), special
+
+
+class _BadPath(Exception):
+    """A path or URI that cannot be resolved at all (NUL byte, unknown ~user, symlink loop, bad URI)."""
+
+
+def _resolve(base: Path, text: str) -> Path:
+    """`text` (absolute, ~user or relative to `base`) as an absolute path without symlinks."""
+    try:
+        return (base / Path(text).expanduser()).resolve()
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: unknown ~user, symlink loop
+        raise _BadPath(f"not a usable path: {_reason(err)}") from None
+
+
+def _parse_uri(text: str) -> tuple[str, str]:
+    """(netloc, unquoted path) of a URI."""
+    try:
+        parsed = urlparse(text)
+    except ValueError as err:
+        raise _BadPath(f"not a valid URI: {_reason(err)}") from None
+    return parsed.netloc, unquote(parsed.path)
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str | None:
@@ -296,7 +564,7 @@ class _Validator:
     def unknown_keys(self, raw: Mapping[Any, Any], allowed: Sequence[str], prefix: str) -> None:
         for key in raw:
             if not isinstance(key, str):
-                self.fail(f"{prefix}{key!r}", "keys must be strings")
+                self.fail(f"{prefix}{_preview(key)}", "keys must be strings")
             elif key not in allowed:
                 self.fail(
                     f"{prefix}{key}",
@@ -311,7 +579,7 @@ class _Validator:
         ok = isinstance(value, kind) and not (isinstance(value, bool) and bool not in _as_tuple(kind))
         if not ok:
             names = " or ".join(_type_name(k()) if k is not type(None) else "null" for k in _as_tuple(kind))
-            self.fail(path, f"must be a {names}, got {_type_name(value)} {value!r}"[:200])
+            self.fail(path, f"must be {_a(names)}, got {_type_name(value)} {_preview(value)}")
             return None
         return value
 
@@ -323,10 +591,36 @@ class _Validator:
         return value  # type: ignore[no-any-return]
 
     def integer(self, raw: Mapping[str, Any], key: str, path: str) -> int | None:
-        return self.typed(raw, key, path, int)  # type: ignore[no-any-return]
+        value: int | None = self.typed(raw, key, path, int)
+        if value is not None and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER:
+            self.fail(path, f"{_preview(value)} is out of range", "the service's integers have at most 64 bits")
+            return None
+        return value
 
     def boolean(self, raw: Mapping[str, Any], key: str, path: str) -> bool | None:
         return self.typed(raw, key, path, bool)  # type: ignore[no-any-return]
+
+    def command_list(self, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
+        """container_entry_point / container_arguments: 1-100 strings of at most 256 characters each
+        (the service's limits), none with a NUL, which no process argument can hold."""
+        items = self.string_list(raw, key, key)
+        if items is None:
+            return None
+        ok = True
+        if not items:
+            self.fail(key, "must have at least one item, or be omitted")
+            ok = False
+        elif len(items) > MAX_CONTAINER_ITEMS:
+            self.fail(key, f"at most {MAX_CONTAINER_ITEMS} items, got {len(items)}", "the service's limit")
+            ok = False
+        for i, item in enumerate(items):
+            if len(item) > MAX_CONTAINER_ITEM:
+                self.fail(f"{key}[{i}]", f"longer than {MAX_CONTAINER_ITEM} characters", "the service's limit")
+                ok = False
+            elif "\0" in item:
+                self.fail(f"{key}[{i}]", "must not contain a NUL character")
+                ok = False
+        return items if ok else None
 
     def string_list(self, raw: Mapping[str, Any], key: str, path: str) -> tuple[str, ...] | None:
         value = raw.get(key)
@@ -341,6 +635,13 @@ class _Validator:
 
     def local_path(self, text: str, path: str, s3_root: Path | None, what: str) -> Path | None:
         """Resolve a local path, file:// URI or s3:// URI (under the local S3 root) to an absolute path."""
+        try:
+            return self._local_path(text, path, s3_root)
+        except _BadPath as err:
+            self.fail(path, f"{_preview(text)} is {err}", f"give the {what} as a plain path or URI")
+            return None
+
+    def _local_path(self, text: str, path: str, s3_root: Path | None) -> Path | None:
         if text.startswith("s3://"):
             if s3_root is None:
                 self.fail(
@@ -349,26 +650,63 @@ class _Validator:
                     "set local_s3_root (a folder whose subfolders are buckets) or use a local path",
                 )
                 return None
-            parsed = urlparse(text)
-            resolved = (s3_root / parsed.netloc / unquote(parsed.path).lstrip("/")).resolve()
-            if not resolved.is_relative_to(s3_root.resolve()) or not parsed.netloc:
+            bucket, key = _parse_uri(text)
+            resolved = _resolve(s3_root, os.path.join(bucket, key.lstrip("/")) if bucket else ".")
+            if not bucket or "/" in bucket or not resolved.is_relative_to(_resolve(s3_root, ".")):
                 self.fail(path, f"{text} does not name a bucket and key under local_s3_root {s3_root}",
                           "s3://bucket/key, without '..'")
                 return None
-        elif text.startswith("file://"):
-            resolved = (self.base_dir / unquote(urlparse(text).path)).resolve()
-        elif "://" in text:
-            self.fail(path, f"unsupported URI scheme in {text!r}", "use a local path, file:// or s3://")
+            return resolved
+        if text.startswith("file://"):
+            return _resolve(self.base_dir, _parse_uri(text)[1] or ".")
+        if "://" in text:
+            self.fail(path, f"unsupported URI scheme in {_preview(text)}", "use a local path, file:// or s3://")
             return None
-        else:
-            resolved = (self.base_dir / Path(text).expanduser()).resolve()
-        return resolved
+        return _resolve(self.base_dir, text)
 
     def existing(self, resolved: Path | None, path: str, what: str) -> Path | None:
-        if resolved is not None and not resolved.exists():
+        if resolved is None:
+            return None
+        kind = _kind(resolved)
+        if kind == "missing":
             self.fail(path, f"{what} not found: {resolved}", "check the path; relative paths start at the spec file")
             return None
+        if kind.startswith("unreadable"):
+            self.fail(path, f"{what} {resolved} is {kind}", "check its permissions")
+            return None
         return resolved
+
+    def no_special_files(self, source: Path, path: str, what: str) -> tuple[str, ...] | None:
+        """The regular files of a folder (or file) the job reads, or None if it holds a socket, FIFO
+        or device: a read-only bind mount still lets a process connect() to a socket or open a
+        device, so a channel on /var/run would hand the container the Docker engine."""
+        files, special = _scan(source)
+        if not special:
+            return files
+        name, kind = special[0]
+        more = f" (and {len(special) - 1} more)" if len(special) > 1 else ""
+        self.fail(path, f"{name} is a {kind}{more}: {what} may hold only regular files and folders",
+                  "a socket, FIFO or device would reach the host from inside the container: remove it, "
+                  "or point at a folder of plain files")
+        return None
+
+    def creatable_folder(self, resolved: Path | None, path: str) -> None:
+        """A folder the job writes: either a folder already, or creatable (its nearest existing
+        ancestor is a folder), so that the job does not fail at its very end."""
+        if resolved is None:
+            return
+        probe = resolved
+        kind = _kind(probe)
+        while kind == "missing" and probe.parent != probe:
+            probe = probe.parent
+            kind = _kind(probe)
+        if kind in ("dir", "missing"):
+            return
+        if probe == resolved:
+            self.fail(path, f"{resolved} is a {'file' if kind == 'file' else kind}, not a folder")
+        else:
+            self.fail(path, f"{resolved} cannot be created: {probe} is a {kind}, not a folder",
+                      "choose a folder that exists or can be made")
 
     # -- the job
 
@@ -378,13 +716,19 @@ class _Validator:
 
         job_name = self.string(raw, "job_name", "job_name")
         if job_name is not None and not JOB_NAME_PATTERN.fullmatch(job_name):
-            self.fail("job_name", f"{job_name!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+            self.fail("job_name", f"{_preview(job_name)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, 1-63 chars, starting and ending alphanumeric")
         base = self.string(raw, "base_job_name", "base_job_name")
         if base is not None and not JOB_NAME_PATTERN.fullmatch(base):
-            self.fail("base_job_name", f"{base!r} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+            self.fail("base_job_name", f"{_preview(base)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, starting and ending alphanumeric")
         image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
+        if len(image) > MAX_IMAGE_URI:
+            self.fail("image_uri", f"longer than {MAX_IMAGE_URI} characters", "the service's limit for TrainingImage")
+        elif not IMAGE_REFERENCE_PATTERN.fullmatch(image):
+            self.fail("image_uri", f"{_preview(image)} is not a valid Docker image reference",
+                      "[registry[:port]/]repository[:tag][@digest], the repository in lowercase, "
+                      "e.g. my-trainer:latest")
 
         groups, heterogeneous = self.groups(raw)
         group_names = [g.instance_group_name for g in groups]
@@ -397,8 +741,8 @@ class _Validator:
         )
 
         entry_point, source_dir = self.code(raw)
-        entry = self.string_list(raw, "container_entry_point", "container_entry_point")
-        args = self.string_list(raw, "container_arguments", "container_arguments")
+        entry = self.command_list(raw, "container_entry_point")
+        args = self.command_list(raw, "container_arguments")
         if entry_point is None and entry is None and "entry_point" not in raw:
             self.fail("entry_point", "missing", "name the script to run (relative to source_dir)")
 
@@ -416,14 +760,19 @@ class _Validator:
 
         out_text = self.string(raw, "output_path", "output_path") or "output"
         output_path = self.local_path(out_text, "output_path", s3_root, "output path")
+        self.creatable_folder(output_path, "output_path")
         ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
         checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
-        if checkpoint is not None and checkpoint.exists() and not checkpoint.is_dir():
-            self.fail("checkpoint_s3_uri", f"{checkpoint} is a file, not a folder")
+        self.creatable_folder(checkpoint, "checkpoint_s3_uri")
+        if checkpoint is not None and _kind(checkpoint) == "dir":
+            # Copied into every host before the job (copytree follows symlinks).
+            self.no_special_files(checkpoint, "checkpoint_s3_uri", "checkpoints")
         ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
         reserved = ("/opt/ml/input", "/opt/ml/code", "/opt/ml/model", "/opt/ml/output")
         if not ckpt_local.startswith("/"):
             self.fail("checkpoint_local_path", "must be an absolute path inside the container")
+        elif "\0" in ckpt_local:
+            self.fail("checkpoint_local_path", "must not contain a NUL character")
         elif os.path.normpath(ckpt_local) in ("/", "/opt", "/opt/ml") or any(
             os.path.normpath(ckpt_local) == r or os.path.normpath(ckpt_local).startswith(r + "/") for r in reserved
         ):
@@ -438,7 +787,7 @@ class _Validator:
         log_level = self.integer(raw, "container_log_level", "container_log_level")
         region = self.string(raw, "region", "region") or DEFAULT_REGION
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
-            self.fail("region", f"{region!r} is not an AWS region name", "e.g. us-east-1")
+            self.fail("region", f"{_preview(region)} is not an AWS region name", "e.g. us-east-1")
 
         if self.problems or output_path is None:
             return None
@@ -565,32 +914,38 @@ class _Validator:
         entry_point = self.string(raw, "entry_point", "entry_point")
         src_text = self.string(raw, "source_dir", "source_dir")
         if src_text is not None and ("://" in src_text and not src_text.startswith("file://")):
-            self.fail("source_dir", f"{src_text!r}: only local folders are supported", "give a local path")
+            self.fail("source_dir", f"{_preview(src_text)}: only local folders are supported", "give a local path")
             return entry_point, None
         source_dir = self.existing(
             self.local_path(src_text, "source_dir", None, "source_dir") if src_text else None,
             "source_dir",
             "source_dir",
         )
-        if source_dir is not None and not source_dir.is_dir():
+        if source_dir is not None and _kind(source_dir) != "dir":
             self.fail("source_dir", f"{source_dir} is not a directory")
             return entry_point, None
+        if source_dir is not None and self.no_special_files(source_dir, "source_dir", "source_dir") is None:
+            source_dir = None
         if entry_point is None:
             return None, source_dir
         if Path(entry_point).is_absolute() or ".." in Path(entry_point).parts:
-            self.fail("entry_point", f"{entry_point!r} must be a relative path inside source_dir")
+            self.fail("entry_point", f"{_preview(entry_point)} must be a relative path inside source_dir")
             return None, source_dir
         if src_text is None:
             # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
             # file is uploaded; it becomes the whole of /opt/ml/code.
-            script = (self.base_dir / entry_point).resolve()
-            if not script.is_file():
+            try:
+                script = _resolve(self.base_dir, entry_point)
+            except _BadPath as err:
+                self.fail("entry_point", f"{_preview(entry_point)} is {err}")
+                return None, None
+            if _kind(script) != "file":
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
                 return None, None
             return script.name, script
-        if source_dir is not None and not (source_dir / entry_point).is_file():
-            self.fail("entry_point", f"{entry_point!r} not found in source_dir {source_dir}")
+        if source_dir is not None and _kind(source_dir / entry_point) != "file":
+            self.fail("entry_point", f"{_preview(entry_point)} not found in source_dir {source_dir}")
             return None, source_dir
         return entry_point, source_dir
 
@@ -603,13 +958,17 @@ class _Validator:
         if not isinstance(value, dict):
             self.fail("inputs", f"must be a mapping of channel name to input, got {_type_name(value)}")
             return {}
+        if len(value) > MAX_CHANNELS:
+            self.fail("inputs", f"at most {MAX_CHANNELS} channels, got {len(value)}",
+                      "the service's limit for InputDataConfig")
         channels: dict[str, TrainingInput] = {}
         assigned: list[str] = []
         unassigned: list[str] = []
         for name, item in value.items():
-            path = f"inputs.{name}"
+            path = f"inputs.{_key_text(name)}"
             if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
-                self.fail(path, f"channel name {name!r} breaks SageMaker's pattern {CHANNEL_NAME_PATTERN.pattern}")
+                self.fail(path, f"channel name {_preview(name)} breaks SageMaker's pattern "
+                          f"{CHANNEL_NAME_PATTERN.pattern}")
                 continue
             if isinstance(item, str):
                 item = {"s3_data": item}
@@ -658,7 +1017,9 @@ class _Validator:
                                        path + ".s3_data", "channel data")
             if source is None:
                 continue
-            files = _list_files(source)
+            files = self.no_special_files(source, path + ".s3_data", "a channel")
+            if files is None:
+                continue
             if dist == "ShardedByS3Key" and not files:
                 self.fail(path + ".s3_data", f"{source} holds no file to shard")
             channels[name] = TrainingInput(
@@ -670,7 +1031,7 @@ class _Validator:
                 instance_groups=groups or (),
                 s3_data_type=data_type,
                 files=files,
-                single_file=source.is_file(),
+                single_file=_kind(source) == "file",
             )
         if assigned and unassigned:
             # The service rejects a job where only some channels name instance groups.
@@ -743,7 +1104,7 @@ class _Validator:
                 for key, kind in checks:
                     if key in block and (not isinstance(block[key], kind) or
                                          (kind is int and isinstance(block[key], bool))):
-                        self.fail(f"{where}.{key}", f"must be a {_type_name(kind())}, got {block[key]!r}")
+                        self.fail(f"{where}.{key}", f"must be a {_type_name(kind())}, got {_preview(block[key])}")
                         ok = False
         return ok
 
@@ -754,16 +1115,26 @@ class _Validator:
         if not isinstance(value, dict):
             self.fail("hyperparameters", f"must be a mapping, got {_type_name(value)}")
             return {}
+        if len(value) > MAX_HYPERPARAMETERS:
+            self.fail("hyperparameters", f"at most {MAX_HYPERPARAMETERS} hyperparameters, got {len(value)}",
+                      "the service's limit for CreateTrainingJob HyperParameters")
         for key, item in value.items():
             if not isinstance(key, str):
-                self.fail(f"hyperparameters.{key!r}", "names must be strings")
-            elif key.startswith("sagemaker_"):
-                self.fail(f"hyperparameters.{key}", "names starting with sagemaker_ are reserved",
+                self.fail(f"hyperparameters.{_preview(key)}", "names must be strings")
+                continue
+            path = f"hyperparameters.{_preview(key) if len(key) > 64 else key}"
+            if key.startswith("sagemaker_"):
+                self.fail(path, "names starting with sagemaker_ are reserved",
                           "the emulator sets them, as the SDK does")
-            elif not _json_value(item):
+            elif len(key) > MAX_HYPERPARAMETER_NAME:
+                self.fail(path, f"name longer than {MAX_HYPERPARAMETER_NAME} characters",
+                          "the service's limit for CreateTrainingJob HyperParameters")
+            elif (problem := _json_problem(item)) is not None:
                 # The SDK json.dumps every value: a YAML date, set or binary has no JSON form.
-                self.fail(f"hyperparameters.{key}", f"a {_type_name(item)} cannot be JSON-encoded",
-                          "quote it to make it a string")
+                self.fail(path, problem, "quote it to make it a string")
+            elif len(encoded := json.dumps(item)) > MAX_HYPERPARAMETER_VALUE:
+                self.fail(path, f"longer than {MAX_HYPERPARAMETER_VALUE} characters once JSON-encoded "
+                          f"({len(encoded)})", "the service's limit: pass big values as a channel")
         return dict(value)
 
     def environment(self, raw: Mapping[str, Any]) -> dict[str, str]:
@@ -773,26 +1144,62 @@ class _Validator:
         if not isinstance(value, dict):
             self.fail("environment", f"must be a mapping, got {_type_name(value)}")
             return {}
+        if len(value) > MAX_ENVIRONMENT:
+            self.fail("environment", f"at most {MAX_ENVIRONMENT} environment variables, got {len(value)}",
+                      "the service's limit for CreateTrainingJob Environment")
         env: dict[str, str] = {}
         for key, item in value.items():
+            path = f"environment.{_key_text(key)}"
             if not isinstance(key, str) or not ENV_NAME_PATTERN.fullmatch(key):
-                self.fail(f"environment.{key}", "not a valid environment variable name")
-            elif isinstance(item, dict | list) or item is None:
-                self.fail(f"environment.{key}", f"must be a string, number or boolean, got {_type_name(item)}")
+                self.fail(path, "not a valid environment variable name", "letters, digits and _, not starting "
+                          "with a digit")
+            elif not isinstance(item, str | int | float | date):
+                self.fail(path, f"must be a string, number or boolean, got {_type_name(item)}")
+            elif isinstance(item, int) and item.bit_length() > 4 * MAX_ENVIRONMENT_VALUE:
+                self.fail(path, f"longer than {MAX_ENVIRONMENT_VALUE} characters", "the service's limit")
             else:
-                env[key] = str(item).lower() if isinstance(item, bool) else str(item)
+                text = str(item).lower() if isinstance(item, bool) else str(item)
+                if len(text) > MAX_ENVIRONMENT_VALUE:
+                    self.fail(path, f"longer than {MAX_ENVIRONMENT_VALUE} characters ({len(text)})",
+                              "the service's limit for CreateTrainingJob Environment")
+                elif "\0" in text:
+                    self.fail(path, "must not contain a NUL character", "no process environment can hold one")
+                else:
+                    env[key] = text
         return env
 
 
-def _json_value(value: Any) -> bool:
-    """True when json.dumps encodes the value as the SDK does (YAML also yields dates, sets, bytes)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return True
-    if isinstance(value, list):
-        return all(_json_value(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_value(v) for k, v in value.items())
-    return False
+def _json_problem(value: Any) -> str | None:
+    """Why json.dumps cannot encode the value as the SDK does, or None when it can.
+
+    YAML also yields dates, sets and bytes; a value built in Python may be recursive, huge or hold an
+    int that Python cannot print. The walk is iterative and stops after MAX_YAML_NODES values.
+    """
+    budget = MAX_YAML_NODES
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return f"more than {MAX_YAML_NODES} values (or a recursive value) cannot be JSON-encoded"
+        if depth > MAX_YAML_DEPTH:
+            return f"a value nested more than {MAX_YAML_DEPTH} levels deep cannot be JSON-encoded"
+        if item is None or isinstance(item, str | bool | float):
+            continue
+        if isinstance(item, int):
+            if item.bit_length() > 4 * MAX_HYPERPARAMETER_VALUE:
+                return "a number with that many digits cannot be JSON-encoded"
+            continue
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return f"a mapping with {_a(_type_name(k))} key cannot be JSON-encoded"
+                stack.append((v, depth + 1))
+        else:
+            return f"{_a(_type_name(item))} cannot be JSON-encoded"
+    return None
 
 
 def _drop_nulls(raw: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -809,12 +1216,6 @@ def _default_base_name(image: str) -> str:
     name = image.rsplit("/", 1)[-1].split(":", 1)[0]
     cleaned = re.sub(r"[^a-zA-Z0-9-]+", "-", name).strip("-")
     return cleaned[:39] or "training-job"
-
-
-def _list_files(source: Path) -> tuple[str, ...]:
-    if source.is_file():
-        return (source.name,)
-    return tuple(sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()))
 
 
 # --------------------------------------------------------------------------------------------------

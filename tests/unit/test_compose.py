@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from emulator.compose import compose_project, job_subnet
+from emulator.compose import compose_project, compose_yaml, job_subnet, secret_variables
 from emulator.plan import make_plan
+from emulator.secrets import MASK
 from emulator.spec import JobSpec
 
 
@@ -103,3 +108,76 @@ def test_dollar_signs_are_literal(load: Any, valid_raw: dict[str, Any], tmp_path
     service = _project(load, raw, tmp_path / "job")["services"]["algo-1"]
     assert service["entrypoint"] == ["sh", "-c", 'echo "$$(hostname)" $$HOME']
     assert service["environment"]["PRICE"] == "5$$"
+
+
+# --------------------------------------------------------------------------------------------------
+# Secrets: never written into compose.yaml or plan.json; compose reads them from the shell
+
+SECRET = "s3cr3t-value-123"
+SECRET_ENV = {"MY_API_KEY": SECRET, "DB_URL": f"https://me:{SECRET}@db", "MY_VAR": "plain"}
+
+
+def test_secrets_are_listed_by_name_only(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["environment"] = SECRET_ENV
+    plan = make_plan(load(raw), "hetero-test", job_dir=tmp_path / "job")
+    doc = compose_project(plan)
+    for service in doc["services"].values():
+        env = service["environment"]
+        # None is YAML null: `docker-compose up` takes the value from its own environment
+        assert env["MY_API_KEY"] is None
+        assert env["DB_URL"] is None  # contains the secret: a masked value would break the container
+        assert env["MY_VAR"] == "plain"
+        assert env["TRAINING_JOB_NAME"] == "hetero-test"
+    assert secret_variables(plan) == ["DB_URL", "MY_API_KEY"]
+    assert plan.hosts[0].environment["MY_API_KEY"] == SECRET  # the plan itself keeps the real value
+
+    text = compose_yaml(plan)
+    assert SECRET not in text
+    header = text[: text.index("version:")]
+    assert all(line.startswith("#") for line in header.splitlines())
+    assert "#   export DB_URL=..." in header and "#   export MY_API_KEY=..." in header
+    assert yaml.safe_load(text) == doc
+    assert "  MY_API_KEY: null\n" in text
+
+
+def test_no_comment_without_secrets(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    plan = make_plan(load(valid_raw), "hetero-test", job_dir=tmp_path / "job")
+    assert secret_variables(plan) == []
+    assert compose_yaml(plan).startswith("version:")
+
+
+def test_plan_to_dict_masks_secrets(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["environment"] = SECRET_ENV
+    plan = make_plan(load(raw), "hetero-test", job_dir=tmp_path / "job")
+    data = plan.to_dict()
+    assert SECRET not in json.dumps(data)
+    for host in data["hosts"]:
+        assert host["environment"]["MY_API_KEY"] == MASK
+        assert host["environment"]["DB_URL"] == f"https://me:{MASK}@db"
+        assert host["environment"]["MY_VAR"] == "plain"
+    assert dict(plan.hosts[0].environment)["MY_API_KEY"] == SECRET
+
+
+def test_render_writes_and_prints_no_secret(
+    write_spec: Callable[[dict[str, Any]], Path], valid_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["environment"] = SECRET_ENV
+    spec_path = write_spec(raw)
+    out = tmp_path / "rendered"
+    env = {**os.environ, "NO_COLOR": "1"}
+    outputs = []
+    for args in (["render", str(spec_path), "-o", str(out)], ["validate", str(spec_path)],
+                 ["validate", "--json", str(spec_path)]):
+        proc = subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
+                              env=env, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout + proc.stderr)
+    assert all(SECRET not in text for text in outputs)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {"plan.json", "compose.yaml"} <= {p.name for p in files}
+    for path in files:
+        assert SECRET.encode() not in path.read_bytes(), path
+    assert json.loads((out / "plan.json").read_text())["hosts"][0]["environment"]["MY_API_KEY"] == MASK
