@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tarfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,7 +65,10 @@ def merge_tree(plan: Plan, relative: str, archive: Path) -> Path:
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "w:gz") as tar:
         for name in sorted(chosen):
-            tar.add(chosen[name], arcname=name, recursive=False)
+            # A file root wrote with mode 600 stays unreadable to a user who is not root when its
+            # ownership could not be fixed (runner.fix_ownership warns): leave it out, not crash.
+            with contextlib.suppress(PermissionError):
+                tar.add(chosen[name], arcname=name, recursive=False)
     return archive
 
 

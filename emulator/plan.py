@@ -60,8 +60,9 @@ class HostPlan:
     container_name: str
     host_dir: str
     channels: tuple[str, ...]
-    # channel -> files of that channel this host gets (relative to the channel's source); only for
-    # ShardedByS3Key channels, which the backend stages as hard links before mounting.
+    # channel -> files of that channel this host gets (relative to the channel's source), staged as
+    # hard links in a folder of their own and mounted read-only there: the share of a ShardedByS3Key
+    # channel, or the one file of a single-file channel (so the channel's folder is read-only too).
     shards: Mapping[str, tuple[str, ...]]
     mounts: tuple[Mount, ...]
     environment: Mapping[str, str]
@@ -214,11 +215,9 @@ def make_plan(
             for name in channels:
                 channel = spec.inputs[name]
                 target = f"{OPT_ML}/input/data/{name}"
-                if name in shares:
-                    host_shards[name] = shares[name][host]
+                if name in shares or channel.single_file:
+                    host_shards[name] = shares[name][host] if name in shares else (channel.source.name,)
                     mounts.append(Mount(str(staging_dir(str(job_dir), name, host)), target, read_only=True))
-                elif channel.single_file:
-                    mounts.append(Mount(str(channel.source), f"{target}/{channel.source.name}", read_only=True))
                 else:
                     mounts.append(Mount(str(channel.source), target, read_only=True))
             files = {
@@ -350,6 +349,7 @@ def render(plan: Plan) -> str:
     for host in plan.hosts:
         lines.append(f"  {host.name:<8} {host.group:<20} channels: {', '.join(host.channels) or '-'}")
         for name, files in host.shards.items():
-            lines.append(f"           shard {name}: {len(files)} file(s)")
+            if name in plan.spec.inputs and plan.spec.inputs[name].distribution == "ShardedByS3Key":
+                lines.append(f"           shard {name}: {len(files)} file(s)")
     return "\n".join(lines)
 

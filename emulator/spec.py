@@ -276,14 +276,6 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
     except RecursionError:
         # PyYAML composes recursively: nesting far past MAX_YAML_DEPTH overflows before our check runs.
         raise SpecError([_too_deep()], source) from None
-    except ValueError as err:
-        # PyYAML builds values with int() and datetime(): a number past Python's 4300-digit limit, a
-        # date such as 2024-02-30.
-        if "digits" in str(err):
-            problem = Problem("", "malformed YAML: a number has too many digits", "quote it to make it a string")
-        else:
-            problem = Problem("", f"malformed YAML: {err}", "quote the value to make it a string")
-        raise SpecError([problem], source) from None
     if not isinstance(data, dict):
         kind = "empty" if data is None else _a(_type_name(data))
         raise SpecError(
@@ -322,6 +314,22 @@ class _SpecLoader(yaml.SafeLoader):
         if node is not None:
             _check_nodes(node)
         return node
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """PyYAML's constructors call int(), datetime(), base64 on the text and do not turn every
+        failure into a YAMLError: a number past Python's 4300-digit limit, 2024-02-30, an empty
+        `!!int`. Whatever they raise, the text cannot be read as data."""
+        try:
+            return super().construct_document(node)
+        except (yaml.YAMLError, RecursionError):
+            raise
+        except Exception as err:
+            if isinstance(err, ValueError) and "digits" in str(err):
+                problem = Problem("", "malformed YAML: a number has too many digits", "quote it to make it a string")
+            else:
+                problem = Problem("", f"malformed YAML: a value cannot be read ({_reason(err)})",
+                                  "quote the value to make it a string")
+            raise _YamlRefused(problem) from None
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -472,7 +480,7 @@ def _reason(err: BaseException) -> str:
 
 # What a path is on disk, following symlinks: "file", "dir", "missing", one of SPECIAL_KINDS, or
 # "unreadable (<reason>)".
-SPECIAL_KINDS = ("socket", "FIFO (named pipe)", "character device", "block device")
+SPECIAL_KINDS = ("socket", "FIFO (named pipe)", "character device", "block device", "special file")
 
 
 def _kind(path: str | Path) -> str:
@@ -511,7 +519,7 @@ def _scan(source: Path) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
     if kind == "file":
         return (source.name,), []
     if kind != "dir":
-        return (), [(str(source), kind)]
+        return (), [(str(source), kind)] if kind in SPECIAL_KINDS else []
     files: list[str] = []
     special: list[tuple[str, str]] = []
     for folder, _dirs, names in os.walk(source):
@@ -520,7 +528,7 @@ def _scan(source: Path) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
             kind = _kind(full)
             if kind == "file":
                 files.append(os.path.relpath(full, source))
-            elif kind in SPECIAL_KINDS or kind == "special file":
+            elif kind in SPECIAL_KINDS:
                 special.append((full, kind))
     return tuple(sorted(files)), special
 
@@ -702,7 +710,9 @@ class _Validator:
             kind = _kind(probe)
         if kind in ("dir", "missing"):
             return
-        if probe == resolved:
+        if kind.startswith("unreadable"):
+            self.fail(path, f"{resolved} cannot be created: {probe} is {kind}", "check its permissions")
+        elif probe == resolved:
             self.fail(path, f"{resolved} is a {'file' if kind == 'file' else kind}, not a folder")
         else:
             self.fail(path, f"{resolved} cannot be created: {probe} is a {kind}, not a folder",

@@ -196,6 +196,7 @@ class DockerBackend:
             # socket, no host network: the engine's defaults, checked by tests/faults.)
             mem_limit=host.memory_bytes,
             memswap_limit=host.memory_bytes,
+            network_mode=plan.network,
         )
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}

@@ -314,7 +314,8 @@ def test_fifo_spec_file_is_read_like_a_file(tmp_path: Path, project: Path) -> No
 
 
 def test_validate_of_a_non_mapping_is_a_spec_error(tmp_path: Path) -> None:
-    for raw in ([], "job", 3, None):
+    not_mappings: list[Any] = [[], "job", 3, None]
+    for raw in not_mappings:
         with pytest.raises(SpecError) as info:
-            validate(raw, base_dir=tmp_path)  # type: ignore[arg-type]
+            validate(raw, base_dir=tmp_path)
         assert "must be a mapping" in info.value.problems[0].message

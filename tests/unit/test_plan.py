@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, Mount, Plan, job_name_from, make_plan, shard
+from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, Mount, Plan, job_name_from, make_plan, shard, staging_dir
 from emulator.spec import JobSpec
 
 JOB = "hetero-test"
@@ -318,13 +318,19 @@ def test_each_host_has_its_own_opt_ml(with_channels: JobSpec) -> None:
     assert len(set(sources)) == 3
 
 
-def test_single_file_channel_is_mounted_as_that_file(load: Callable[..., JobSpec], project: Path) -> None:
+def test_single_file_channel_is_staged_so_its_folder_is_read_only_too(
+    load: Callable[..., JobSpec], project: Path
+) -> None:
+    # Mounting only the file would leave /opt/ml/input/data/training writable (it lies in the host's
+    # own /opt/ml): a script could add files to its input channel.
     spec = load(hetero(("a", "ml.c5.xlarge", 1), inputs={"training": "./data/single.csv"}))
     plan = make_plan(spec, JOB)
-    mount = mount_at(plan, "algo-1", "/opt/ml/input/data/training/single.csv")
-    assert mount.source == str((project / "data" / "single.csv").resolve())
+    host = plan.host("algo-1")
+    mount = mount_at(plan, "algo-1", "/opt/ml/input/data/training")
     assert mount.read_only is True
-    assert not any(m.target == "/opt/ml/input/data/training" for m in plan.host("algo-1").mounts)
+    assert mount.source == str(staging_dir(plan.job_dir, "training", "algo-1"))
+    assert host.shards["training"] == ("single.csv",)
+    assert not any(m.source == str((project / "data" / "single.csv").resolve()) for m in host.mounts)
 
 
 # --------------------------------------------------------------------------------------------------
