@@ -221,12 +221,14 @@ def render_cmd(
     host_order: HostOrderOpt = HostOrder.spec,
     seed: SeedOpt = None,
     job_name: JobNameOpt = None,
+    memory: MemoryOpt = "instance",
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
     DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml). `docker-compose -f
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
+    limit = _memory(memory)
     spec = _load(spec_path, job_name)
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -235,7 +237,7 @@ def render_cmd(
         out.rmdir()  # empty: stage() creates it afresh
     seed = choose_seed(host_order.value, seed)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order.value, seed,
-                     job_dir=out)
+                     job_dir=out, memory=limit)
     staging.stage(plan)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
     (out / "compose.yaml").write_text(compose.compose_yaml(plan))

@@ -70,6 +70,10 @@ def compose_project(plan: Plan) -> dict[str, Any]:
         }
         if plan.entrypoint is not None:
             service["entrypoint"] = list(plan.entrypoint)
+        if host.memory_bytes is not None:
+            # As `run` does: the instance's memory, swap included (compose 2.4 takes bytes).
+            service["mem_limit"] = host.memory_bytes
+            service["memswap_limit"] = host.memory_bytes
         services[host.name] = service
     document: dict[str, Any] = _escape({
         "version": COMPOSE_VERSION,
@@ -78,6 +82,9 @@ def compose_project(plan: Plan) -> dict[str, Any]:
             NETWORK_KEY: {
                 "name": plan.network,
                 "internal": plan.network_isolation,
+                # As `run` does: an isolated bridge gets no host address (see DockerBackend.create_network).
+                **({"driver_opts": {"com.docker.network.bridge.inhibit_ipv4": "true"}} if plan.network_isolation
+                   else {}),
                 "labels": dict(sorted(plan.labels.items())),
                 "ipam": {"config": [{"subnet": subnet, "gateway": gateway}]},
             }

@@ -25,7 +25,14 @@ from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing, JobFolderTaken
+from emulator.errors import (
+    DockerUnavailable,
+    EmulatorError,
+    EnvironmentProblem,
+    ImageMissing,
+    JobFolderTaken,
+    UsageError,
+)
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.spec import JobSpec
@@ -47,6 +54,10 @@ class RunOptions:
 
 def choose_seed(host_order: str, seed: int | None) -> int | None:
     """A shuffled order always has a seed, printed and stored, so a surprising order can be replayed."""
+    if seed is not None and host_order != "shuffled":
+        # Silently ignoring it would let a user believe they replayed a shuffled order.
+        raise UsageError(f"a seed ({seed}) only applies to --host-order shuffled",
+                         hint=f"add --host-order shuffled to replay seed {seed}")
     if host_order == "shuffled" and seed is None:
         return random.SystemRandom().randrange(1, 2**31)
     return seed

@@ -1114,7 +1114,7 @@ class _Validator:
                 for key, kind in checks:
                     if key in block and (not isinstance(block[key], kind) or
                                          (kind is int and isinstance(block[key], bool))):
-                        self.fail(f"{where}.{key}", f"must be a {_type_name(kind())}, got {_preview(block[key])}")
+                        self.fail(f"{where}.{key}", f"must be {_a(_type_name(kind()))}, got {_preview(block[key])}")
                         ok = False
         return ok
 

@@ -74,6 +74,18 @@ def test_entrypoint_arguments_isolation_and_environment(load: Any, valid_raw: di
     assert service["environment"]["MY_VAR"] == "x"
     assert service["environment"]["TRAINING_JOB_NAME"] == "hetero-test"
     assert doc["networks"]["job"]["internal"] is True
+    # No host address on the bridge either, as `run` does: the host's services stay out of reach.
+    assert doc["networks"]["job"]["driver_opts"] == {"com.docker.network.bridge.inhibit_ipv4": "true"}
+
+
+def test_memory_limit_is_the_plans(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    spec = load(valid_raw)
+    limited = compose_project(make_plan(spec, "hetero-test", job_dir=tmp_path / "a", memory=512 * 1024**2))
+    for service in limited["services"].values():
+        assert service["mem_limit"] == service["memswap_limit"] == 512 * 1024**2
+    unlimited = compose_project(make_plan(spec, "hetero-test", job_dir=tmp_path / "b", memory="none"))
+    assert all("mem_limit" not in service for service in unlimited["services"].values())
+    assert "driver_opts" not in unlimited["networks"]["job"]
 
 
 def test_round_trips_through_yaml(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:

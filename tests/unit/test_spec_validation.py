@@ -921,7 +921,7 @@ def test_hyperparameter_without_a_json_form_is_rejected(
         ({"smdistributed": {"dataparallel": True}}, "distribution.smdistributed.dataparallel", "must be a mapping"),
         ({"mpi": {"enabled": "false"}}, "distribution.mpi.enabled", "must be a boolean"),
         ({"mpi": {"enabled": True, "processes_per_host": "8"}}, "distribution.mpi.processes_per_host",
-         "must be a integer"),
+         "must be an integer"),
     ],
 )
 def test_distribution_options_have_the_sdk_shapes(
