@@ -19,6 +19,7 @@ import typer
 
 from emulator import compose, contract, secrets, staging
 from emulator.artifacts import JobResult
+from emulator.backend import Resource
 from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, SpecError, UsageError
@@ -272,14 +273,23 @@ def ps(as_json: JsonOpt = False) -> None:
     found = DockerBackend().find()
     if as_json:
         _emit_json([{"kind": r.kind, "name": r.name, "job": r.job, "host": r.labels.get(LABEL_HOST),
-                     "group": r.labels.get(LABEL_GROUP), "status": r.status} for r in found])
+                     "group": r.labels.get(LABEL_GROUP), "status": r.status, "driver": _driver_state(r)}
+                    for r in found])
         return
     if not found:
         typer.echo("no emulated jobs running")
         return
-    typer.echo(f"{'JOB':<48} {'KIND':<9} {'NAME':<56} {'GROUP':<16} STATUS")
+    typer.echo(f"{'JOB':<48} {'KIND':<9} {'NAME':<56} {'GROUP':<16} {'DRIVER':<8} STATUS")
     for r in sorted(found, key=lambda r: (r.job, r.kind, r.name)):
-        typer.echo(f"{r.job:<48} {r.kind:<9} {r.name:<56} {r.labels.get(LABEL_GROUP, ''):<16} {r.status}")
+        typer.echo(f"{r.job:<48} {r.kind:<9} {r.name:<56} {r.labels.get(LABEL_GROUP, ''):<16} "
+                   f"{_driver_state(r):<8} {r.status}")
+
+
+def _driver_state(resource: Resource) -> str:
+    """running: a `hetero-emu run` on this machine owns it; gone: left behind (`clean` removes it)."""
+    if resource.driver_alive is None:
+        return "unknown"
+    return "running" if resource.driver_alive else "gone"
 
 
 @app.command()

@@ -65,7 +65,7 @@ class HostPlan:
     # channel, or the one file of a single-file channel (so the channel's folder is read-only too).
     shards: Mapping[str, tuple[str, ...]]
     mounts: tuple[Mount, ...]
-    environment: Mapping[str, str]
+    environment: Mapping[str, str] = field(repr=False)  # secrets: see emulator/secrets.py
     labels: Mapping[str, str]
     # path relative to the host's /opt/ml -> file content
     files: Mapping[str, str]

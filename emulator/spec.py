@@ -185,7 +185,8 @@ class JobSpec:
     instance_groups: tuple[InstanceGroup, ...]
     heterogeneous: bool
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
-    environment: Mapping[str, str] = field(default_factory=dict)
+    # Not in repr: a traceback or a debug print of the spec must not show secret values.
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False)
     inputs: Mapping[str, TrainingInput] = field(default_factory=dict)
     input_mode: str = "File"
     distribution: Distribution | None = None

@@ -9,12 +9,27 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, Mount, Plan, job_name_from, make_plan, shard, staging_dir
+from emulator.cli import _memory
+from emulator.errors import UsageError
+from emulator.plan import (
+    LABEL_GROUP,
+    LABEL_HOST,
+    LABEL_JOB,
+    Mount,
+    Plan,
+    job_name_from,
+    make_plan,
+    memory_limit,
+    parse_memory,
+    shard,
+    staging_dir,
+)
 from emulator.spec import JobSpec
 
 JOB = "hetero-test"
@@ -426,3 +441,111 @@ def test_zero_count_group_appears_in_resourceconfig_with_no_hosts(load: Callable
             {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "hosts": []},
         ]
         assert rc["hosts"] == ["algo-1", "algo-2"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory limits (--memory): each host's instance type's memory by default
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def published_memory_gib(instance_type: str) -> float:
+    """The memory AWS publishes for an instance type, straight from the catalogue's data file."""
+    text = resources.files("emulator").joinpath("data", "instance_types.json").read_text(encoding="utf-8")
+    return float(json.loads(text)[instance_type]["memory_gib"])
+
+
+def test_instance_memory_is_the_published_figure() -> None:
+    # AWS publishes 8 GiB for ml.c5.xlarge (c5.xlarge: 4 vCPUs, 8 GiB) and 61 GiB for ml.p3.2xlarge.
+    assert published_memory_gib("ml.c5.xlarge") == 8
+    assert memory_limit("instance", "ml.c5.xlarge") == 8 * GIB
+    assert memory_limit("instance", "ml.p3.2xlarge") == int(published_memory_gib("ml.p3.2xlarge") * GIB) == 61 * GIB
+
+
+def test_instance_memory_keeps_a_fractional_figure() -> None:
+    assert published_memory_gib("ml.c4.xlarge") == 7.5
+    assert memory_limit("instance", "ml.c4.xlarge") == 7 * GIB + 512 * MIB
+
+
+def test_instance_memory_of_a_type_without_figures_is_no_limit() -> None:
+    assert memory_limit("instance", "ml.no-such.xlarge") is None
+
+
+def test_memory_none_and_bytes() -> None:
+    assert memory_limit("none", "ml.c5.xlarge") is None
+    assert memory_limit(3 * GIB, "ml.c5.xlarge") == 3 * GIB
+    assert memory_limit(512 * MIB, "ml.p3.2xlarge") == 512 * MIB  # the same for every type
+
+
+def test_every_host_gets_its_memory_limit(three_groups: JobSpec) -> None:
+    by_type = {h.name: h.instance_type for h in make_plan(three_groups, JOB).hosts}
+    assert set(by_type.values()) == {"ml.c5.xlarge", "ml.p3.2xlarge", "ml.m5.large"}
+
+    default = make_plan(three_groups, JOB)  # "instance"
+    assert {h.name: h.memory_bytes for h in default.hosts} == {
+        name: int(published_memory_gib(t) * GIB) for name, t in by_type.items()
+    }
+    fixed = make_plan(three_groups, JOB, memory=2 * GIB)
+    assert [h.memory_bytes for h in fixed.hosts] == [2 * GIB] * 6
+    unlimited = make_plan(three_groups, JOB, memory="none")
+    assert [h.memory_bytes for h in unlimited.hosts] == [None] * 6
+    assert make_plan(three_groups, JOB, memory="instance") == default
+
+
+def test_memory_limit_is_in_plan_json(three_groups: JobSpec) -> None:
+    data = make_plan(three_groups, JOB, memory=2 * GIB).to_dict()
+    assert {h["memory_bytes"] for h in data["hosts"]} == {2 * GIB}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("512m", 512 * MIB),
+        ("2g", 2 * GIB),
+        ("1.5G", GIB + 512 * MIB),
+        ("2gib", 2 * GIB),
+        ("2GB", 2 * GIB),
+        ("8192k", 8 * MIB),
+        (" 1t ", 1024 * GIB),
+        ("8388608", 8 * MIB),  # plain bytes, as docker takes them
+        ("instance", "instance"),
+        ("INSTANCE", "instance"),
+        ("none", "none"),
+    ],
+)
+def test_parse_memory_accepts(text: str, expected: object) -> None:
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("12", "less than 6 MiB"),  # 12 bytes: surely a typo
+        ("5m", "less than 6 MiB"),
+        ("-1g", "less than 6 MiB"),
+        ("0", "less than 6 MiB"),
+        ("x", "is not a size"),
+        ("nan", "is not a size"),
+        ("inf", "is not a size"),
+        ("", "is not a size"),
+        ("g", "is not a size"),
+        ("2q", "is not a size"),
+        ("2gg", "is not a size"),
+        ("lots", "is not a size"),
+    ],
+)
+def test_parse_memory_refuses(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_memory(text)
+    assert fragment in str(info.value)
+    assert repr(text) in str(info.value)
+
+
+def test_cli_memory_option_turns_a_bad_size_into_a_usage_error() -> None:
+    with pytest.raises(UsageError) as info:
+        _memory("2q")
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith("--memory: ")
+    assert "'2q' is not a size" in info.value.message
+    assert _memory("2g") == 2 * GIB

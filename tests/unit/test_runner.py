@@ -7,7 +7,9 @@ algo-1, algo-2 in data_group (ml.c5.xlarge) and algo-3 in dnn_group (ml.p3.2xlar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import os
 import tarfile
@@ -25,7 +27,7 @@ from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, UsageError
+from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
 
@@ -768,3 +770,388 @@ def test_a_second_interrupt_while_stopping_still_collects_and_tears_down(spec_of
     assert (result.job_dir / "job.json").is_file()
     assert torn_down(fake)
     assert any("again" in w for w in reporter.warnings)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Leftovers of a job of the same name, and of other jobs (live drivers are left alone)
+
+NETWORK = f"hetero-emu-{JOB}"
+
+
+def resource(kind: str, name: str, job: str, alive: bool | None) -> Resource:
+    return Resource(kind, name, job, {"io.hetero-emu.managed": "true", "io.hetero-emu.job": job},
+                    "exited" if kind == "container" else "", driver_alive=alive)
+
+
+def nothing_created(fake: FakeBackend) -> bool:
+    return not {"create_network", "create_container", "start", "guard", "remove"} & set(fake.call_names())
+
+
+def test_orphaned_resources_of_the_same_job_name_are_refused_before_the_job_folder_exists(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    left = [resource("container", C["algo-1"], JOB, False), resource("network", NETWORK, JOB, False)]
+    fake = FakeBackend(leftovers=left)
+
+    with pytest.raises(EnvironmentProblem) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+
+    assert info.value.exit_code == 3
+    assert "earlier job" in info.value.message
+    assert C["algo-1"] in info.value.message and NETWORK in info.value.message
+    assert f"hetero-emu clean --job {JOB}" in (info.value.hint or "")
+    assert not (proj / "out" / JOB).exists()
+    assert nothing_created(fake)
+
+
+@pytest.mark.parametrize("alive", [[True, True], [False, True], [None, False]],
+                         ids=["live", "one-live-one-orphaned", "other-machine"])
+def test_a_job_of_the_same_name_that_is_running_now_is_refused(
+    spec_of: Callable[..., JobSpec], proj: Path, alive: list[bool | None],
+) -> None:
+    left = [resource("container", C["algo-1"], JOB, alive[0]), resource("network", NETWORK, JOB, alive[1])]
+    fake = FakeBackend(leftovers=left)
+
+    with pytest.raises(EnvironmentProblem) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+
+    assert f"a job named {JOB} is running now" in info.value.message
+    assert C["algo-1"] in info.value.message
+    assert "clean" not in (info.value.hint or "")  # never advise removing a running job
+    assert f"hetero-emu stop {JOB}" in (info.value.hint or "")
+    assert not (proj / "out" / JOB).exists()
+    assert nothing_created(fake)
+
+
+def test_orphaned_leftovers_of_other_jobs_are_named_in_one_warning(spec_of: Callable[..., JobSpec]) -> None:
+    left = [resource("container", "old-a-algo-1", "old-a", False), resource("network", "hetero-emu-old-a", "old-a",
+            False), resource("container", "old-b-algo-1", "old-b", False),
+            resource("container", "busy-algo-1", "busy", True)]
+    result, reporter = run(spec_of(), FakeBackend(leftovers=left))
+
+    assert result.status == "Completed"
+    warnings = [w for w in reporter.warnings if "earlier jobs" in w]
+    assert len(warnings) == 1
+    assert "old-a" in warnings[0] and "old-b" in warnings[0]
+    assert "busy" not in warnings[0]  # a job whose driver runs is no leftover
+    assert "hetero-emu clean" in warnings[0]
+
+
+@pytest.mark.parametrize("alive", [True, None], ids=["live-here", "other-machine"])
+def test_live_resources_of_other_jobs_give_no_warning(spec_of: Callable[..., JobSpec], alive: bool | None) -> None:
+    left = [resource("container", "busy-algo-1", "busy", alive), resource("network", "hetero-emu-busy", "busy", alive)]
+    fake = FakeBackend(leftovers=left)
+    result, reporter = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert reporter.warnings == []
+    assert fake.removed == ALL  # only this run's own containers were removed, none of "busy"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The engine stops answering mid-job
+
+
+def test_engine_lost_mid_job_still_writes_job_json_and_artifacts_and_hands_over(
+    spec_of: Callable[..., JobSpec], proj: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)  # so that ownership would be fixed if the engine answered
+    fake = FakeBackend({
+        "algo-1": exits(0, 0.0, files={"model/weights.pt": "w1", "output/data/metrics.json": "{}"}),
+        "algo-2": runs_until_stopped(),
+        "algo-3": runs_until_stopped(),
+    }, lose_engine_on_states_call=2)
+    reporter = RecordingReporter()
+
+    with pytest.raises(DockerUnavailable) as info:
+        run_job(spec_of(), backend=fake, reporter=reporter, grace=1)
+
+    assert info.value.exit_code == 3
+    job_dir = proj / "out" / JOB
+    doc = json.loads((job_dir / "job.json").read_text())
+    assert doc["TrainingJobStatus"] == "Failed"
+    assert "stopped answering" in doc["FailureReason"]
+    assert tar_members(job_dir / "output" / "model.tar.gz") == {"weights.pt": b"w1"}
+    assert tar_members(job_dir / "output" / "output.tar.gz") == {"metrics.json": b"{}"}
+    assert host_entry(doc, "algo-1")["ExitCode"] == 0
+    assert not (job_dir / ".staging").exists()
+    # Nothing could be removed: the guard closed with every resource still held (the watcher's job).
+    assert fake.guards_left == [sorted([*ALL, NETWORK])]
+    assert fake.guards_open == 0
+    assert fake.ownership_calls == []  # no chown container on an engine that does not answer
+    assert any("stopped answering" in w for w in reporter.warnings)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The guard (a watcher removes what a killed driver created)
+
+
+def test_a_run_opens_one_guard_and_closes_it_with_nothing_held(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-2": exits(1, 0.02), "algo-1": runs_until_stopped(), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert fake.call_names().count("guard") == 1
+    calls = fake.call_names()
+    assert calls.index("guard") < calls.index("create_network")
+    assert fake.guards_left == [[]]
+    assert fake.guards_open == 0
+
+
+def test_keep_opens_no_guard(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend()
+    result, _ = run(spec_of(), fake, keep=True)
+
+    assert result.status == "Completed"
+    assert "guard" not in fake.call_names()
+    assert fake.guards_left == []
+    assert set(fake.containers) == set(ALL)  # kept, and nobody will remove them behind the user's back
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ownership of what the hosts (root) wrote
+
+
+class _OwnershipWatch(FakeBackend):
+    """Notes which of the job's containers were still running when fix_ownership was called."""
+
+    running_at_fix: list[str] | None = None
+
+    def fix_ownership(self, plan: Any, uid: int, gid: int) -> None:
+        self.running_at_fix = [n for n, c in self.containers.items() if c.running]
+        super().fix_ownership(plan, uid, gid)
+
+
+class _OwnershipFails(FakeBackend):
+    def fix_ownership(self, plan: Any, uid: int, gid: int) -> None:
+        super().fix_ownership(plan, uid, gid)
+        raise EnvironmentProblem("cannot start the chown container: image has no chown")
+
+
+@pytest.fixture
+def record_collect(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeBackend], None]:
+    """Records artifact collection in the fake's call list, to check the order of calls."""
+
+    def install(fake: FakeBackend) -> None:
+        real = runner.artifacts.collect
+
+        def collect(plan: Any) -> Any:
+            fake.calls.append(("collect_artifacts",))
+            return real(plan)
+
+        monkeypatch.setattr(runner.artifacts, "collect", collect)
+
+    return install
+
+
+def test_ownership_is_fixed_after_the_hosts_exit_and_before_artifacts_are_collected(
+    spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch, record_collect: Callable[[FakeBackend], None],
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgid", lambda: 1234)
+    fake = _OwnershipWatch({"algo-1": exits(0, 0.02), "algo-2": exits(0, 0.05), "algo-3": exits(0, 0.08)})
+    record_collect(fake)
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert fake.ownership_calls == [(JOB, 1000, 1234)]
+    assert fake.running_at_fix == []  # every host had exited
+    calls = fake.call_names()
+    fix = calls.index("fix_ownership")
+    last_states = max(i for i, name in enumerate(calls) if name == "states")
+    assert last_states < fix
+    assert calls.index("wait_logs") < fix < calls.index("collect_artifacts") < calls.index("remove")
+
+
+def test_ownership_is_fixed_after_a_failure_too(
+    spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgid", lambda: 1000)
+    fake = _OwnershipWatch({"algo-1": exits(1, 0.02), "algo-2": runs_until_stopped(), "algo-3": runs_until_stopped()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert fake.ownership_calls == [(JOB, 1000, 1000)]
+    assert fake.running_at_fix == []  # the stopped hosts too
+
+
+def test_root_needs_no_ownership_fix(spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    monkeypatch.setattr(os, "getgid", lambda: 0)
+    fake = FakeBackend()
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Completed"
+    assert fake.ownership_calls == []
+    assert "fix_ownership" not in fake.call_names()
+
+
+def test_no_ownership_fix_when_no_container_was_created(
+    spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    fake = FakeBackend(fail_create={"algo-1": KeyboardInterrupt()})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Stopped"
+    assert fake.ownership_calls == []
+
+
+def test_a_failed_ownership_fix_warns_and_leaves_the_outcome(
+    spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgid", lambda: 1000)
+    fake = _OwnershipFails()
+    result, reporter = run(spec_of(), fake)
+
+    assert fake.ownership_calls == [(JOB, 1000, 1000)]
+    assert result.status == "Completed"
+    assert result.exit_code == 0
+    assert job_json(result)["TrainingJobStatus"] == "Completed"
+    assert (result.job_dir / "output" / "model.tar.gz").is_file()  # artifacts are still collected
+    warning = next(w for w in reporter.warnings if "owned by root" in w)
+    assert "image has no chown" in warning
+    assert torn_down(fake)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Two runs that draw the same job name
+
+def folder_state(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under `folder`: a file's SHA-256 (or "<dir>") and its mtime in ns."""
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "<dir>",
+                                     p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+GENERATED = HETERO.replace(f"job_name: {JOB}\n", "base_job_name: gen\n")
+INSTANT = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def stuck_clock(repeats: int) -> Callable[[], datetime]:
+    """The same instant for the first `repeats` calls, then one millisecond later per call."""
+    calls = itertools.count()
+
+    def now() -> datetime:
+        i = next(calls)
+        return INSTANT if i < repeats else INSTANT + timedelta(milliseconds=i)
+
+    return now
+
+
+def test_two_runs_drawing_the_same_generated_name_both_complete_under_different_names(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    spec = spec_of(GENERATED)
+    assert spec.job_name is None
+    fake = FakeBackend()
+    first, _ = run(spec, fake, now=stuck_clock(2))
+    assert first.job_name == "gen-2024-05-01-12-00-00-000"
+    before = folder_state(first.job_dir)
+
+    second, _ = run(spec, fake, now=stuck_clock(2))  # draws the first one's name twice, then the next one
+
+    assert (first.status, second.status) == ("Completed", "Completed")
+    assert second.job_name != first.job_name
+    assert second.job_name.startswith("gen-2024-05-01-12-00-00-")
+    assert job_json(second)["TrainingJobName"] == second.job_name
+    assert folder_state(first.job_dir) == before
+    assert fake.networks_created == [f"hetero-emu-{first.job_name}", f"hetero-emu-{second.job_name}"]
+    assert fake.call_names().count("guard") == 2  # the attempts that found the name taken created nothing
+    assert torn_down(fake)
+
+
+def test_a_generated_name_that_stays_taken_gives_up(spec_of: Callable[..., JobSpec]) -> None:
+    spec = spec_of(GENERATED)
+    fake = FakeBackend()
+    run(spec, fake, now=lambda: INSTANT)
+
+    with pytest.raises(JobFolderTaken):
+        run_job(spec, backend=fake, reporter=RecordingReporter(), now=lambda: INSTANT)
+    assert fake.call_names().count("ping") == 1 + runner.NAME_ATTEMPTS
+    assert fake.call_names().count("create_network") == 1
+
+
+def test_an_explicit_job_name_already_used_is_refused_and_the_first_job_is_untouched(
+    spec_of: Callable[..., JobSpec],
+) -> None:
+    spec = spec_of()
+    fake = FakeBackend({"algo-1": exits(0, 0.0, files={"model/m.pt": "first"})})
+    first, _ = run(spec, fake)
+    before = folder_state(first.job_dir)
+
+    with pytest.raises(JobFolderTaken) as info:
+        run_job(spec, backend=fake, reporter=RecordingReporter())
+
+    assert info.value.exit_code == 2
+    assert str(first.job_dir) in info.value.message
+    assert fake.call_names().count("ping") == 2  # no second attempt under another name
+    assert fake.call_names().count("create_network") == 1
+    assert folder_state(first.job_dir) == before
+    assert tar_members(first.job_dir / "output" / "model.tar.gz") == {"m.pt": b"first"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Secrets in the FailureReason
+
+
+def test_failure_reason_masks_a_secret_from_the_failure_file(spec_of: Callable[..., JobSpec]) -> None:
+    secret = "s3cr3tvalue"
+    spec = spec_of(HETERO + f"environment: {{API_KEY: {secret}}}\n")
+    fake = FakeBackend({
+        "algo-1": runs_until_stopped(),
+        "algo-2": exits(1, 0.02, files={"output/failure": f"auth failed with key {secret}\n"}),
+        "algo-3": runs_until_stopped(),
+    })
+    result, _ = run(spec, fake)
+
+    assert result.status == "Failed"
+    reason = result.failure_reason or ""
+    assert "algo-2" in reason and reason.endswith("auth failed with key ***")
+    assert secret not in reason
+    text = (result.job_dir / "job.json").read_text()
+    assert secret not in text
+    doc = json.loads(text)
+    assert doc["FailureReason"] == reason
+    assert host_entry(doc, "algo-2")["FailureReason"] == reason
+    assert next(h for h in result.hosts if h.host == "algo-2").failure_reason == reason
+
+
+# ---------------------------------------------------------------------------------------------------
+# Known bugs (see the report); strict xfail, so fixing one turns its test into a failure to un-mark.
+
+
+@pytest.mark.xfail(strict=True, reason="runner: DockerUnavailable from stop_running in the KeyboardInterrupt "
+                   "handler escapes before job.json and the artifacts are written")
+def test_engine_lost_while_stopping_after_an_interrupt_still_writes_job_json(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")},
+                       interrupt_on_states_call=2, lose_engine_on_states_call=3)
+    with contextlib.suppress(DockerUnavailable):
+        run(spec_of(), fake, grace=1)
+
+    doc = json.loads((proj / "out" / JOB / "job.json").read_text())
+    assert doc["TrainingJobStatus"] == "Stopped"
+    assert (proj / "out" / JOB / "output" / "model.tar.gz").is_file()
+
+
+@pytest.mark.xfail(strict=True, reason="runner: check_leftovers runs before the job folder is claimed, so a run "
+                   "that drew the generated name of a run started a moment earlier is refused as 'running now' "
+                   "instead of taking the next name")
+def test_a_generated_name_whose_run_has_already_created_resources_is_retried(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    spec = spec_of(GENERATED)
+    taken = "gen-2024-05-01-12-00-00-000"
+    (proj / "out" / taken).mkdir(parents=True)  # the other run staged its folder ...
+    fake = FakeBackend(leftovers=[resource("network", f"hetero-emu-{taken}", taken, True)])  # ... and its network
+
+    result, _ = run(spec, fake, now=stuck_clock(1))
+
+    assert result.status == "Completed"
+    assert result.job_name != taken
