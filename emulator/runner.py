@@ -196,7 +196,7 @@ class Run:
                 # The engine stopped answering mid-job: the hosts' files are on this machine, so the
                 # artifacts and job.json are still written; then the run ends with exit code 3.
                 lost = err
-                reason = f"the Docker engine stopped answering during the job: {err.message}"
+                reason = err.message
                 reporter.warn(reason)
             finally:
                 self.backend.wait_logs(timeout=5)

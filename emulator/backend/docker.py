@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -57,6 +58,28 @@ def _epoch(stamp: object) -> float | None:
         return None
     digits = "".join(ch for ch in fraction if ch.isdigit())
     return seconds + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _engine_call(method: _Method) -> _Method:
+    """An engine that stops answering (connection refused, reset, timed out) mid-job becomes one
+    DockerUnavailable (exit code 3) and marks the backend so that teardown leaves the removal to
+    the watcher instead of waiting out one timeout per container."""
+
+    @functools.wraps(method)
+    def call(self: DockerBackend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except requests.exceptions.RequestException as err:
+            self._engine_lost = True
+            raise DockerUnavailable(
+                f"the Docker engine stopped answering: {_first_line(err)}",
+                hint="check the daemon; `hetero-emu clean` removes what is left",
+            ) from None
+
+    return call  # type: ignore[return-value]
 
 
 class DockerBackend:
@@ -136,6 +159,7 @@ class DockerBackend:
         for ident in [i for i, name in outstanding.items() if name in gone]:
             del outstanding[ident]
 
+    @_engine_call
     def create_network(self, plan: Plan) -> None:
         """A bridge network of the job's own, with a fixed address per host.
 
@@ -180,6 +204,7 @@ class DockerBackend:
             hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
         )
 
+    @_engine_call
     def create_container(self, plan: Plan, host: HostPlan) -> None:
         api = self.api
         addresses = self._addresses.get(plan.job_name, {})
@@ -229,6 +254,7 @@ class DockerBackend:
             ) from None
         self._track(plan, "container", created["Id"], host.container_name)
 
+    @_engine_call
     def start(self, names: Sequence[str]) -> None:
         errors: list[str] = []
 
@@ -261,6 +287,7 @@ class DockerBackend:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._log_threads = [t for t in self._log_threads if t.is_alive()]
 
+    @_engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:
         out = []
         for name in names:
@@ -269,7 +296,7 @@ class DockerBackend:
             except docker.errors.NotFound:
                 out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
                 continue
-            except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            except docker.errors.APIError as err:
                 self._engine_lost = True
                 raise DockerUnavailable(
                     f"the Docker engine stopped answering: {_first_line(err)}",
@@ -288,6 +315,7 @@ class DockerBackend:
             )
         return out
 
+    @_engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
         def stop_one(name: str) -> None:
             try:
@@ -319,6 +347,7 @@ class DockerBackend:
         self._untrack(plan, [r.name for r in resources])
         self._addresses.pop(plan.job_name, None)
 
+    @_engine_call
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         """Give every host's /opt/ml tree to uid:gid, so a user who is not root can read and delete
         what the job's containers (root) wrote. The driver cannot chown root's files itself, so a
@@ -372,6 +401,7 @@ class DockerBackend:
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
         self.stop([r.name for r in resources if r.kind == "container"], grace)
 
+    @_engine_call
     def remove_resources(self, resources: Iterable[Resource]) -> None:
         resources = list(resources)
         problems: list[str] = []

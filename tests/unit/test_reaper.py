@@ -36,6 +36,8 @@ class FakeTime:
 
     def sleep(self, seconds: float) -> None:
         assert seconds >= 0
+        # A reap() that never gave up would loop forever on a clock that only moves here: fail instead.
+        assert len(self.sleeps) < 1000, "reap() keeps retrying past any patience"
         self.sleeps.append(seconds)
         self.now += seconds
 
