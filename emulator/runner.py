@@ -192,6 +192,11 @@ class Run:
                 except KeyboardInterrupt:
                     # A second Ctrl-C: no more waiting for the grace period; removal below kills.
                     reporter.warn("interrupted again: killing the hosts")
+                except DockerUnavailable as err:
+                    # The engine stopped answering while the hosts were being stopped: as below,
+                    # job.json and the artifacts are still written, then the run ends with exit code 3.
+                    lost = err
+                    reporter.warn(f"{err.message} (while stopping the hosts)")
             except DockerUnavailable as err:
                 # The engine stopped answering mid-job: the hosts' files are on this machine, so the
                 # artifacts and job.json are still written; then the run ends with exit code 3.
@@ -268,6 +273,11 @@ class Run:
         if mine:
             names = ", ".join(sorted(r.name for r in mine))
             job = self.plan.job_name
+            if self.plan.spec.job_name is None:
+                # A generated name another run of this spec drew at the same moment: its containers
+                # can exist before this run reaches the job folder. run_job takes the next name.
+                raise JobFolderTaken(f"another run drew the job name {job} at the same moment",
+                                     hint="give the job a job_name, or run it again")
             if all(r.orphaned for r in mine):
                 raise EnvironmentProblem(f"containers or networks of an earlier job named {job} are still there: "
                                          f"{names}", hint=f"`hetero-emu clean --job {job}` removes them")

@@ -44,8 +44,12 @@ class Reaper:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            # "/" so that a `docker/` folder in the user's working directory cannot shadow docker-py.
+            # "/" so that a `docker/` folder in the user's working directory cannot shadow docker-py;
+            # the package's own folder first on the path, so the watcher finds emulator even when it
+            # is importable only from the driver's working directory (a source checkout).
             cwd="/",
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parents[2]), *filter(None, [os.environ.get("PYTHONPATH")])])},
         )
 
     @property
@@ -128,10 +132,13 @@ def reap(
                 (remove_container if kind == "container" else remove_network)(ident)
                 log(f"removed {kind} {ident[:12]}")
             except LookupError:
-                pass
+                log(f"removed {kind} {ident[:12]} (already gone)")
             except Exception as err:  # noqa: BLE001 - any engine trouble means "later"
                 still.append((kind, ident))
+                previous = last
                 last = f"{kind} {ident[:12]}: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                if last != previous:
+                    log(f"will retry {last}")
         pending = still
         if pending:
             if clock() + delay > deadline:

@@ -42,6 +42,17 @@ def hosts_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {h["Host"]: h for h in doc["Hosts"]}
 
 
+def wait_for_line(path: Path, text: str, timeout: float = 10) -> str:
+    """The file's text once it holds `text` (the watcher logs a removal just after it happened)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        content = path.read_text() if path.exists() else ""
+        if text in content or time.monotonic() > deadline:
+            assert text in content, content
+            return content
+        time.sleep(0.05)
+
+
 def only_these_left_behind(jobs: list[str]) -> None:
     """A bare `clean` removes every job left behind on the engine: a test runs it only when no job
     but its own is (a developer's kept jobs are not the test's to remove)."""
@@ -231,11 +242,8 @@ def test_driver_sigkilled_its_watcher_removes_everything(tmp_path: Path, docker_
         teardown = seconds_until_gone(docker_client, job, fault, timeout=30)
     record("6. the driver is SIGKILLed (its watcher cleans up)", "containers removed by the watcher", teardown,
            len(job_resources(docker_client, job)))
-    log = out / job / "logs" / "reaper.log"
-    deadline = time.monotonic() + 5  # the watcher writes its last line just after the network is gone
-    while "removed network" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert "the driver is gone" in log.read_text() and "removed network" in log.read_text()
+    log = wait_for_line(out / job / "logs" / "reaper.log", "removed network")
+    assert "the driver is gone" in log
 
 
 def test_driver_sigkilled_with_keep_leaves_leftovers_that_run_warns_about_and_clean_removes(
@@ -320,6 +328,8 @@ def test_engine_stops_answering_mid_job(tmp_path: Path, docker_client: Any, how:
             proxy.resume()
             # The watcher keeps trying, and removes everything once the engine answers again.
             teardown = seconds_until_gone(docker_client, job, resumed, timeout=60)
+            # ...and says so once the answer to its last removal is in (then it exits).
+            watcher_log = wait_for_line(out / job / "logs" / "reaper.log", "removed network")
     finally:
         proxy.close()
         cli("clean", "--job", job)
@@ -331,6 +341,7 @@ def test_engine_stops_answering_mid_job(tmp_path: Path, docker_client: Any, how:
     assert "the Docker engine stopped answering" in driver.output
     assert "Traceback" not in driver.output
     assert doc["TrainingJobStatus"] == "Failed" and "stopped answering" in doc["FailureReason"]
+    assert "lost the engine" in watcher_log and "removed container" in watcher_log
     assert seconds < 60
 
 

@@ -44,7 +44,12 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def identity(pid: int, ticks: str | int, host: str | None = None) -> str:
-    return f"{host or socket.gethostname()}/{pid}/{ticks}"
+    return f"{host or this_machine()}/{pid}/{ticks}"
+
+
+def this_machine() -> str:
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{socket.gethostname()}@{boot}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -54,7 +59,7 @@ def identity(pid: int, ticks: str | int, host: str | None = None) -> str:
 def test_this_process_is_a_live_driver() -> None:
     me = current_driver()
     host, pid, ticks = me.split("/")
-    assert (host, pid) == (socket.gethostname(), str(os.getpid()))
+    assert (host, pid) == (this_machine(), str(os.getpid()))
     assert ticks == str(naive_start_ticks(os.getpid()))
     assert driver_alive(me) is True
 
@@ -81,6 +86,12 @@ def test_a_reused_pid_with_another_start_time_is_not_the_driver() -> None:
     assert driver_alive(identity(os.getpid(), ticks + 1)) is False
     assert driver_alive(identity(os.getpid(), ticks - 1)) is False
     assert driver_alive(identity(os.getpid(), "?")) is False  # recorded where /proc was unreadable
+
+
+def test_a_driver_of_an_earlier_boot_of_this_machine_is_gone() -> None:
+    # After a reboot pids start over: the same pid and ticks may belong to a new process.
+    earlier = f"{socket.gethostname()}@00000000-0000-0000-0000-000000000000"
+    assert driver_alive(identity(os.getpid(), naive_start_ticks(os.getpid()), host=earlier)) is False
 
 
 def test_a_driver_of_another_machine_cannot_be_told() -> None:

@@ -140,7 +140,8 @@ def test_lookup_error_counts_as_already_gone() -> None:
 
     assert ok is True
     assert removers.attempts == [("container", "c1"), ("container", "c2"), ("network", "n1")]  # no retry
-    assert lines == ["removed container c2"]  # nothing claimed for what was gone already
+    # what was gone already is said so, not claimed as removed by the watcher
+    assert lines == ["removed container c1 (already gone)", "removed container c2", "removed network n1 (already gone)"]
     assert fake.sleeps == []
 
 

@@ -7,7 +7,6 @@ algo-1, algo-2 in data_group (ml.c5.xlarge) and algo-3 in dnn_group (ml.p3.2xlar
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -1122,17 +1121,15 @@ def test_failure_reason_masks_a_secret_from_the_failure_file(spec_of: Callable[.
 
 
 # ---------------------------------------------------------------------------------------------------
-# Known bugs (see the report); strict xfail, so fixing one turns its test into a failure to un-mark.
+# Two faults at once
 
 
-@pytest.mark.xfail(strict=True, reason="runner: DockerUnavailable from stop_running in the KeyboardInterrupt "
-                   "handler escapes before job.json and the artifacts are written")
 def test_engine_lost_while_stopping_after_an_interrupt_still_writes_job_json(
     spec_of: Callable[..., JobSpec], proj: Path,
 ) -> None:
     fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")},
                        interrupt_on_states_call=2, lose_engine_on_states_call=3)
-    with contextlib.suppress(DockerUnavailable):
+    with pytest.raises(DockerUnavailable):
         run(spec_of(), fake, grace=1)
 
     doc = json.loads((proj / "out" / JOB / "job.json").read_text())
@@ -1140,9 +1137,6 @@ def test_engine_lost_while_stopping_after_an_interrupt_still_writes_job_json(
     assert (proj / "out" / JOB / "output" / "model.tar.gz").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="runner: check_leftovers runs before the job folder is claimed, so a run "
-                   "that drew the generated name of a run started a moment earlier is refused as 'running now' "
-                   "instead of taking the next name")
 def test_a_generated_name_whose_run_has_already_created_resources_is_retried(
     spec_of: Callable[..., JobSpec], proj: Path,
 ) -> None:
