@@ -204,7 +204,8 @@ class Run:
                 reason = err.message
                 reporter.warn(reason)
             finally:
-                self.backend.wait_logs(timeout=5)
+                # Streams from an engine that stopped answering will not drain: no use waiting on them.
+                self.backend.wait_logs(timeout=5 if lost is None else 0.5)
                 logs.close()
             end = self.now()
             if lost is None:
