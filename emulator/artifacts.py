@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import tarfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from emulator import contract
+from emulator import contract, hostfiles
 from emulator.plan import Plan
 from emulator.secrets import Masker, mask_environment
 
@@ -53,22 +52,30 @@ def merge_tree(plan: Plan, relative: str, archive: Path) -> Path:
     Paths are relative to the folder, as the service packs /opt/ml/model. Hosts write into the same
     archive in host order; where two hosts wrote the same path, the later host wins, as later uploads
     of the same S3 key do.
+
+    Only regular files are packed, and no link is followed (see `emulator.hostfiles`): the script
+    owns the host's folder, and a link it planted (`/opt/ml/model -> /etc`) would resolve in the
+    host's filesystem here. A FIFO or device is skipped, never read.
     """
     chosen: dict[str, Path] = {}
     for host in plan.hosts:
-        root = Path(host.host_dir) / relative
-        if not root.is_dir():
+        root = hostfiles.host_path(Path(host.host_dir), relative)
+        if root is None:
             continue
-        for path in sorted(root.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                chosen[str(path.relative_to(root))] = path
+        for name, path in hostfiles.regular_files(root):
+            chosen[name] = path
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "w:gz") as tar:
         for name in sorted(chosen):
-            # A file root wrote with mode 600 stays unreadable to a user who is not root when its
-            # ownership could not be fixed (runner.fix_ownership warns): leave it out, not crash.
-            with contextlib.suppress(PermissionError):
-                tar.add(chosen[name], arcname=name, recursive=False)
+            # None also for a file root wrote with mode 600, which stays unreadable to a user who is
+            # not root when its ownership could not be fixed (runner.fix_ownership warns): leave it
+            # out, not crash.
+            file = hostfiles.open_regular(chosen[name])
+            if file is None:
+                continue
+            with file:
+                # From the open descriptor (fstat), not the name: what is packed is what was checked.
+                tar.addfile(tar.gettarinfo(arcname=name, fileobj=file), file)
     return archive
 
 

@@ -320,10 +320,29 @@ def logs(
 
 
 def _host_groups(folder: Path) -> dict[str, str]:
+    """Each host's group, from its resourceconfig.json; a host whose file says nothing usable is left
+    out (its logs show group "?").
+
+    The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
+    linked it (see `emulator.hostfiles`), so it is read without following links and with a bound, and
+    trusted only for a group name of the spec's shape, under the folder's own host name.
+    """
+    from emulator import hostfiles
+    from emulator.spec import GROUP_NAME_PATTERN
+
     out = {}
-    for config in folder.glob("hosts/algo-*/input/config/resourceconfig.json"):
-        data = json.loads(config.read_text())
-        out[data["current_host"]] = data["current_group_name"]
+    for host_dir in folder.glob("hosts/algo-*"):
+        config = hostfiles.host_path(host_dir, "input/config/resourceconfig.json")
+        text = hostfiles.read_text_bounded(config, 1 << 20) if config is not None else ""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):  # ValueError also for "" (missing, unreadable or a link)
+            continue
+        if not isinstance(data, dict) or data.get("current_host") != host_dir.name:
+            continue
+        group = data.get("current_group_name")
+        if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
+            out[host_dir.name] = group
     return out
 
 

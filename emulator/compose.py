@@ -21,13 +21,14 @@ from typing import Any
 
 import yaml
 
-from emulator.plan import Mount, Plan, host_addresses
+from emulator.plan import LABEL_DRIVER, Mount, Plan, host_addresses
 from emulator.secrets import masked_names
 
 # File format 2.4 is the newest that both docker-compose v1 (the machine's tool) and Compose v2 read
 # with `init`, `hostname`, network `name` and `internal`.
 COMPOSE_VERSION = "2.4"
 NETWORK_KEY = "job"
+COMPOSE_DRIVER = "docker-compose"
 # Rendering needs no engine, so it cannot ask Docker for a free subnet: the job network gets a /24
 # derived from the job name inside 10.200.0.0/13 (2048 subnets), a range Docker's default pools do
 # not use. Fixed addresses are what keep an exited host resolvable (see plan.host_addresses).
@@ -61,7 +62,9 @@ def compose_project(plan: Plan) -> dict[str, Any]:
             "container_name": host.container_name,
             "hostname": host.name,
             "init": True,
-            "labels": dict(sorted(host.labels.items())),
+            # No driver process owns a compose project: `clean` and the leftover warning must not
+            # take it for a job left behind (liveness: "cannot be told").
+            "labels": dict(sorted({**host.labels, LABEL_DRIVER: COMPOSE_DRIVER}.items())),
             "environment": _environment(host.environment),
             "volumes": [_volume(m, plan.job_dir) for m in host.mounts],
             "networks": {NETWORK_KEY: {"aliases": [host.name], "ipv4_address": addresses[host.name]}},
@@ -85,7 +88,7 @@ def compose_project(plan: Plan) -> dict[str, Any]:
                 # As `run` does: an isolated bridge gets no host address (see DockerBackend.create_network).
                 **({"driver_opts": {"com.docker.network.bridge.inhibit_ipv4": "true"}} if plan.network_isolation
                    else {}),
-                "labels": dict(sorted(plan.labels.items())),
+                "labels": dict(sorted({**plan.labels, LABEL_DRIVER: COMPOSE_DRIVER}.items())),
                 "ipam": {"config": [{"subnet": subnet, "gateway": gateway}]},
             }
         },

@@ -8,6 +8,7 @@ printed (`render`), diffed, golden-tested and executed by any backend.
 from __future__ import annotations
 
 import ipaddress
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -282,6 +283,8 @@ GIB = 1024**3
 # Below this a Python interpreter and the toolkit cannot even start: a typo such as "512" (bytes)
 # would only give a confusing OOM, so parse_memory refuses it.
 MIN_MEMORY = 6 * 1024**2
+# The engine stores the limit as a signed 64-bit number; nothing real comes near this.
+MAX_MEMORY = 2**62
 
 
 def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
@@ -312,7 +315,10 @@ def parse_memory(text: str) -> MemoryLimit:
         raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'") from None
     if unit not in _UNITS or amount != amount or amount in (float("inf"), float("-inf")):
         raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'")
-    size = int(amount * _UNITS[unit])
+    exact = amount * _UNITS[unit]
+    if not math.isfinite(exact) or exact > MAX_MEMORY:
+        raise ValueError(f"{text!r} is too large: the engine takes at most {MAX_MEMORY // 1024**4} TiB")
+    size = int(exact)
     if size < MIN_MEMORY:
         raise ValueError(f"{text!r} is less than {MIN_MEMORY // 1024**2} MiB: too little to start a host")
     return size

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from emulator import artifacts, secrets, staging
+from emulator import artifacts, hostfiles, secrets, staging
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
@@ -212,7 +212,13 @@ class Run:
                 self.fix_ownership()
             reporter.step("collecting artifacts")
             model, output = artifacts.collect(plan)
-            staging.sync_checkpoints(plan)
+            try:
+                clashes = staging.sync_checkpoints(plan)
+            except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
+                clashes = [str(err)[:500]]
+            if clashes:
+                reporter.warn(f"checkpoints not fully copied back to {plan.spec.checkpoint_s3_uri}: "
+                              f"{', '.join(clashes[:10])}" + (" ..." if len(clashes) > 10 else ""))
             hosts = self.host_results(t0, logs)
             if status == "Failed" and reason is None:
                 failed = self.host_of[self.first_failed].name if self.first_failed else None
@@ -345,13 +351,14 @@ class Run:
 
     def failure_reason(self, host: HostPlan, state: ContainerState, tail: list[str] | None = None) -> str:
         who = f"{host.name} ({host.group})"
-        failure_file = Path(host.host_dir) / "output" / "failure"
+        # None if the script made output/ or failure a link (it would be read on the host: hostfiles).
+        failure_file = hostfiles.host_path(Path(host.host_dir), "output/failure")
         if state.oom_killed:
             text = f"{who} was killed: out of memory (OOMKilled, exit code {state.exit_code})"
         elif state.exit_code is None:
             text = f"{who} disappeared: {state.error or 'its container was removed'}"
-        elif failure_file.is_file() and failure_file.read_text(errors="replace").strip():
-            detail = failure_file.read_text(errors="replace").strip()
+        # One bounded read: 4x the limit leaves room for masking to shorten it; a huge file costs no more.
+        elif failure_file and (detail := hostfiles.read_text_bounded(failure_file, 4 * FAILURE_REASON_LIMIT).strip()):
             text = f"AlgorithmError: {who} exited with code {state.exit_code}: {detail}"
         elif state.exit_code == 137:
             text = f"{who} was killed (SIGKILL, exit code 137)"

@@ -45,10 +45,12 @@ def is_secret(name: str) -> bool:
 
 
 def _forms(value: str) -> set[str]:
-    """The strings to search for for one secret value: itself, each of its lines, its JSON-escaped form."""
+    """The strings to search for for one secret value: itself, each of its lines, its JSON-escaped
+    form, and its Python repr (a script that prints a dict or a list of settings shows reprs)."""
     forms = {value, *value.splitlines()}
     for ensure_ascii in (False, True):
         forms.add(json.dumps(value, ensure_ascii=ensure_ascii)[1:-1])
+    forms.add(repr(value)[1:-1])
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
 
 

@@ -36,7 +36,7 @@ CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InstanceGroup.html : 1-64 chars.
 # The API pattern is `.+`; we also refuse "/" and control characters because the name ends up in
 # Docker labels and log prefixes, and never in a path.
-GROUP_NAME_PATTERN = re.compile(r"^[^/\x00-\x1f]{1,64}$")
+GROUP_NAME_PATTERN = re.compile(r"^[^/\x00-\x1f\x7f-\x9f\u2028\u2029]{1,64}$")
 ENV_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
 # Docker's image reference grammar (distribution/reference): [registry[:port]/]path[:tag][@digest],
 # the path in lowercase. Anything else fails only when the engine is asked for the image.

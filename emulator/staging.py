@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from emulator import hostfiles
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import Plan, staging_dir
 
@@ -35,6 +36,20 @@ def stage(plan: Plan) -> None:
     except OSError as err:
         raise UsageError(f"cannot create the output folder {job_dir}: {err.strerror}",
                          hint="check output_path and its permissions") from None
+    try:
+        _lay_out(plan, job_dir)
+    except BaseException as err:
+        # The folder is this run's own (just created, never reused): a half-made one would only make
+        # the next run with this job name fail with "already exists".
+        shutil.rmtree(job_dir, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise UsageError(f"cannot stage the job under {job_dir}: {err}",
+                             hint="every file of source_dir, the channels and the checkpoints must be readable, "
+                             "and output_path writable") from None
+        raise
+
+
+def _lay_out(plan: Plan, job_dir: Path) -> None:
     (job_dir / "logs").mkdir()
     (job_dir / "output").mkdir()
     spec = plan.spec
@@ -95,13 +110,21 @@ def unstage(plan: Plan) -> None:
     shutil.rmtree(Path(plan.job_dir) / ".staging", ignore_errors=True)
 
 
-def sync_checkpoints(plan: Plan) -> None:
-    """Copy every host's checkpoints back to checkpoint_s3_uri, in host order, as the service uploads them."""
+def sync_checkpoints(plan: Plan) -> list[str]:
+    """Copy every host's checkpoints back to checkpoint_s3_uri, in host order, as the service uploads them;
+    returns what a file/folder clash kept out (S3 keys `c` and `c/x` can coexist, local paths cannot).
+
+    Only regular files and real folders, and no link followed on either side (`emulator.hostfiles`):
+    the script owns the host's folder, and `checkpoints/x -> /etc/shadow` (or a link replacing the
+    whole folder) would resolve on the host here, copying the host's files into the user's folder.
+    """
     target = plan.spec.checkpoint_s3_uri
+    skipped: list[str] = []
     if target is None:
-        return
+        return skipped
     target.mkdir(parents=True, exist_ok=True)
     for host in plan.hosts:
-        folder = Path(host.host_dir) / "checkpoints"
-        if folder.is_dir():
-            shutil.copytree(folder, target, dirs_exist_ok=True)
+        folder = hostfiles.host_path(Path(host.host_dir), "checkpoints")
+        if folder is not None:
+            skipped += [f"{host.name}:{path}" for path in hostfiles.copy_regular_tree(folder, target)]
+    return skipped

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulator.plan import LABEL_MANAGED
+from emulator.backend.liveness import current_driver, driver_alive
+from emulator.plan import LABEL_DRIVER, LABEL_MANAGED
 
 
 def _engine() -> object | None:
@@ -45,12 +46,16 @@ def training_image(docker_client: object) -> str:
 
 
 def managed_resources(client: object) -> list[str]:
-    """Names of every container and network carrying the emulator's label."""
+    """Names of every container and network carrying the emulator's label, except those of a job
+    another process is running right now (someone else's tests or jobs on a shared engine): a
+    leftover is what a driver that is gone, or this very process, left behind."""
     filters = {"label": f"{LABEL_MANAGED}=true"}
     api = client.api  # type: ignore[attr-defined]
-    names = [c["Names"][0] for c in api.containers(all=True, filters=filters)]
-    names += [n["Name"] for n in api.networks(filters=filters)]
-    return names
+    me = current_driver()
+    found = [(c["Names"][0], c.get("Labels") or {}) for c in api.containers(all=True, filters=filters)]
+    found += [(n["Name"], n.get("Labels") or {}) for n in api.networks(filters=filters)]
+    return [name for name, labels in found
+            if labels.get(LABEL_DRIVER) == me or driver_alive(labels.get(LABEL_DRIVER)) is not True]
 
 
 @pytest.fixture

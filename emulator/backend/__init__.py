@@ -70,8 +70,9 @@ class Backend(Protocol):
         """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine."""
 
     def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
-        """Remove these containers of the job (and its network if `network`), exactly those: a
-        name another run holds must never be touched."""
+        """Remove what this run created for the job: these containers (and its network if
+        `network`), and anything else this backend created for it (a create a Ctrl-C cut short);
+        never a container or network another run holds, whatever its name."""
 
     def guard(self, plan: Plan) -> AbstractContextManager[None]:
         """While open, what this run creates is removed even if the driver dies (a watcher process);

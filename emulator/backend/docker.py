@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -82,6 +83,29 @@ def _engine_call(method: _Method) -> _Method:
     return call  # type: ignore[return-value]
 
 
+SIGNALS_DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while the engine creates something, and deliver them once it is
+    recorded. Interrupted while waiting for the engine's answer, the driver would never learn the
+    id of a container the engine still creates: nobody would remove it. A create takes tens of
+    milliseconds, so the delay is not felt. Only the main thread can handle signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in SIGNALS_DEFERRED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])  # the restored handler runs now (KeyboardInterrupt)
+
+
 class DockerBackend:
     """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses."""
 
@@ -89,7 +113,7 @@ class DockerBackend:
         self._client = client
         self._log_threads: list[threading.Thread] = []
         self._addresses: dict[str, dict[str, str]] = {}
-        # Per job: the watcher process, and what was created and not yet removed (id -> name).
+        # Per job: the watcher process, and what was created and not yet removed (id -> kind).
         self._reapers: dict[str, Reaper] = {}
         self._outstanding: dict[str, dict[str, str]] = {}
         # Set once the engine stopped answering mid-job: removal is then left to the watcher
@@ -147,17 +171,17 @@ class DockerBackend:
                 else:
                     reaper.release()
 
-    def _track(self, plan: Plan, kind: str, ident: str, name: str) -> None:
-        self._outstanding.setdefault(plan.job_name, {})[ident] = name
+    def _track(self, plan: Plan, kind: str, ident: str) -> None:
+        """Record what the engine created (called under _interrupts_deferred with the create)."""
+        self._outstanding.setdefault(plan.job_name, {})[ident] = kind
         reaper = self._reapers.get(plan.job_name)
         if reaper is not None:
             reaper.track(kind, ident)
 
-    def _untrack(self, plan: Plan, names: Iterable[str]) -> None:
-        gone = set(names)
+    def _untrack(self, plan: Plan, idents: Iterable[str]) -> None:
         outstanding = self._outstanding.get(plan.job_name, {})
-        for ident in [i for i, name in outstanding.items() if name in gone]:
-            del outstanding[ident]
+        for ident in idents:
+            outstanding.pop(ident, None)
 
     @_engine_call
     def create_network(self, plan: Plan) -> None:
@@ -180,22 +204,26 @@ class DockerBackend:
         last_error: Exception | None = None
         for _ in range(3):
             try:
-                # internal=True: a bridge with no route out of the host, while containers on it
-                # still reach each other: what EnableNetworkIsolation means for a multi-host job.
-                probe = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
-                                                options=options, labels=labels, check_duplicate=True)
-                config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
-                self.api.remove_network(probe["Id"])
-                pool = docker.types.IPAMPool(subnet=config["Subnet"], gateway=config.get("Gateway"))
-                network = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
-                                                  options=options, labels=labels, check_duplicate=True,
-                                                  ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+                with _interrupts_deferred():
+                    # internal=True: a bridge with no route out of the host, while containers on it
+                    # still reach each other: what EnableNetworkIsolation means for a multi-host job.
+                    probe = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
+                                                    options=options, labels=labels, check_duplicate=True)
+                    self._track(plan, "network", probe["Id"])
+                    config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
+                    self.api.remove_network(probe["Id"])
+                    self._untrack(plan, [probe["Id"]])
+                    pool = docker.types.IPAMPool(subnet=config["Subnet"], gateway=config.get("Gateway"))
+                    network = self.api.create_network(plan.network, driver="bridge",
+                                                      internal=plan.network_isolation, options=options,
+                                                      labels=labels, check_duplicate=True,
+                                                      ipam=docker.types.IPAMConfig(pool_configs=[pool]))
+                    self._track(plan, "network", network["Id"])
             except docker.errors.APIError as err:
                 last_error = err
                 if err.status_code == 409:  # the name is taken: not something a retry fixes
                     break
                 continue  # another job took the subnet between the two calls: pick again
-            self._track(plan, "network", network["Id"], plan.network)
             self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
                                                             [h.name for h in plan.hosts])
             return
@@ -226,33 +254,36 @@ class DockerBackend:
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}
         )
-        try:
-            created = api.create_container(
-                plan.image,
-                command=list(plan.command),
-                entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
-                name=host.container_name,
-                hostname=host.name,
-                environment=dict(host.environment),
-                labels={**host.labels, LABEL_DRIVER: self._driver},
-                host_config=host_config,
-                networking_config=networking,
-                working_dir=None,
-            )
-        except docker.errors.ImageNotFound:
-            raise ImageMissing(
-                f"image {plan.image} is not in the Docker engine",
-                hint="build it (docker build / `hetero-emu image build` for the default image); "
-                "no registry is reachable to pull from",
-            ) from None
-        except docker.errors.APIError as err:
-            hint = None
-            if err.status_code == 409:
-                hint = "a container of that name is left from an earlier run: `hetero-emu clean`"
-            raise EnvironmentProblem(
-                f"cannot create container {host.container_name}: {_first_line(err)}", hint=hint
-            ) from None
-        self._track(plan, "container", created["Id"], host.container_name)
+        # Created and recorded together: a Ctrl-C waits the few milliseconds until the engine's
+        # answer is recorded, so teardown and the watcher know every container that exists.
+        with _interrupts_deferred():
+            try:
+                created = api.create_container(
+                    plan.image,
+                    command=list(plan.command),
+                    entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
+                    name=host.container_name,
+                    hostname=host.name,
+                    environment=dict(host.environment),
+                    labels={**host.labels, LABEL_DRIVER: self._driver},
+                    host_config=host_config,
+                    networking_config=networking,
+                    working_dir=None,
+                )
+            except docker.errors.ImageNotFound:
+                raise ImageMissing(
+                    f"image {plan.image} is not in the Docker engine",
+                    hint="build it (docker build / `hetero-emu image build` for the default image); "
+                    "no registry is reachable to pull from",
+                ) from None
+            except docker.errors.APIError as err:
+                hint = None
+                if err.status_code == 409:
+                    hint = "a container of that name is left from an earlier run: `hetero-emu clean`"
+                raise EnvironmentProblem(
+                    f"cannot create container {host.container_name}: {_first_line(err)}", hint=hint
+                ) from None
+            self._track(plan, "container", created["Id"])
 
     @_engine_call
     def start(self, names: Sequence[str]) -> None:
@@ -264,8 +295,13 @@ class DockerBackend:
             except docker.errors.APIError as err:
                 errors.append(f"{name}: {_first_line(err)}")
 
-        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names))))
+        try:
             list(pool.map(start_one, names))
+        finally:
+            # Interrupted: the starts not yet begun are dropped (those containers are just removed),
+            # instead of starting every host only to stop it again.
+            pool.shutdown(wait=True, cancel_futures=True)
         if errors:
             raise EnvironmentProblem("cannot start containers: " + "; ".join(errors))
 
@@ -340,9 +376,11 @@ class DockerBackend:
                 hint="a watcher process removes them as soon as the engine answers again; "
                 "`hetero-emu clean` does it by hand",
             )
-        resources = [Resource("container", name, plan.job_name, {}) for name in containers]
-        if network:
-            resources.append(Resource("network", plan.network, plan.job_name, dict(plan.labels)))
+        # By the ids this backend recorded, not by name: that covers a container whose create a
+        # Ctrl-C interrupted (the runner never learnt its name), and never touches a container of
+        # the same name that another run created after this one's was removed by hand.
+        tracked = self._outstanding.get(plan.job_name, {})
+        resources = [Resource(kind, ident, plan.job_name, {}) for ident, kind in tracked.items()]
         self.remove_resources(resources)
         self._untrack(plan, [r.name for r in resources])
         self._addresses.pop(plan.job_name, None)
@@ -354,21 +392,28 @@ class DockerBackend:
         short-lived container of the job's image does it, with no network."""
         api = self.api
         hosts_dir = str(Path(plan.job_dir) / "hosts")
-        try:
-            created = api.create_container(
-                plan.image,
-                entrypoint=["chown", "-R", f"{uid}:{gid}", "/hosts"],
-                command=[],
-                user="0",
-                labels={**plan.labels, LABEL_DRIVER: self._driver},
-                host_config=api.create_host_config(
-                    mounts=[docker.types.Mount("/hosts", hosts_dir, type="bind")], network_mode="none"
-                ),
-            )
-        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
-            raise EnvironmentProblem(f"cannot start the chown container: {_first_line(err)}") from None
+        security = " ".join(self.client.info().get("SecurityOptions") or [])
+        if "name=rootless" in security:
+            return  # rootless Docker: root in a container is this user already, the files are theirs
+        with _interrupts_deferred():
+            try:
+                created = api.create_container(
+                    plan.image,
+                    entrypoint=["chown", "-R", f"{uid}:{gid}", "/hosts"],
+                    command=[],
+                    user="0",
+                    labels={**plan.labels, LABEL_DRIVER: self._driver},
+                    host_config=api.create_host_config(
+                        mounts=[docker.types.Mount("/hosts", hosts_dir, type="bind")], network_mode="none",
+                        # Under userns-remap, container root is a subordinate uid of the host: only
+                        # the host's own user namespace makes `chown uid:gid` mean this user.
+                        userns_mode="host" if "name=userns" in security else None,
+                    ),
+                )
+            except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+                raise EnvironmentProblem(f"cannot start the chown container: {_first_line(err)}") from None
+            self._track(plan, "container", created["Id"])
         ident = created["Id"]
-        self._track(plan, "container", ident, ident)
         try:
             api.start(ident)
             code = api.wait(ident, timeout=300).get("StatusCode")
@@ -412,7 +457,10 @@ class DockerBackend:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as err:
-                problems.append(f"container {name}: {_first_line(err)}")
+                # 409 "removal ... already in progress": the watcher (or a `clean` elsewhere) is
+                # removing it right now, so it is going.
+                if err.status_code != 409 or "already in progress" not in str(err):
+                    problems.append(f"container {name}: {_first_line(err)}")
 
         containers = [r.name for r in resources if r.kind == "container"]
         if containers:

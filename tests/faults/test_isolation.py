@@ -132,7 +132,7 @@ report = {
     "peer": try_connect(peer, 7000),
     "job_gateway": try_connect(gateway, PORT) if gateway else "no default route",
     "docker_bridge": try_connect(BRIDGE, PORT),
-    "outside": try_connect("192.0.2.1", 80),  # TEST-NET-1: never a real host
+    "host_lan": try_connect(LAN, PORT),  # the machine's address on its own network: the way out
 }
 print("PROBE", HOST, json.dumps(report, sort_keys=True), flush=True)
 time.sleep(2)  # let the peer finish its probe of us
@@ -146,10 +146,19 @@ def interface_address(name: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
+def lan_address() -> str:
+    """The address of the Docker host's default-route interface (read from its /proc/net/route)."""
+    for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == "00000000":
+            return interface_address(fields[0])
+    raise AssertionError("the Docker host has no default route")
+
+
 def probe(tmp_path: Path, docker_client: Any, port: int, isolated: bool) -> dict[str, dict[str, str]]:
     bridge = interface_address(docker_client.api.inspect_network("bridge")["Options"]
                                .get("com.docker.network.bridge.name", "docker0"))
-    script = PROBE.replace("PORT", str(port)).replace("BRIDGE", repr(bridge))
+    script = PROBE.replace("PORT", str(port)).replace("BRIDGE", repr(bridge)).replace("LAN", repr(lan_address()))
     folder = tmp_path / ("isolated" if isolated else "open")
     spec = write_spec(folder, script, enable_network_isolation=isolated)
     result = cli("run", str(spec), "--output-path", str(folder / "out"))
@@ -166,8 +175,8 @@ def test_network_isolation_leaves_no_route_out_while_hosts_reach_each_other(
     for host, report in isolated.items():
         assert report["peer"] == "reached", (host, report)
         assert report["job_gateway"] != "reached", (host, report)
-        assert report["docker_bridge"] != "reached", (host, report)  # the Docker host's own address
-        assert report["outside"] != "reached", (host, report)
+        assert report["docker_bridge"] != "reached", (host, report)  # the Docker host's own addresses
+        assert report["host_lan"] != "reached", (host, report)
 
 
 def test_without_isolation_the_same_probe_reaches_the_docker_host(
@@ -178,3 +187,5 @@ def test_without_isolation_the_same_probe_reaches_the_docker_host(
     for host, report in open_.items():
         assert report["peer"] == "reached", (host, report)
         assert report["job_gateway"] == "reached", (host, report)
+        assert report["docker_bridge"] == "reached", (host, report)
+        assert report["host_lan"] == "reached", (host, report)

@@ -193,3 +193,14 @@ def test_render_writes_and_prints_no_secret(
     for path in files:
         assert SECRET.encode() not in path.read_bytes(), path
     assert json.loads((out / "plan.json").read_text())["hosts"][0]["environment"]["MY_API_KEY"] == MASK
+
+
+def test_compose_containers_say_no_driver_runs_them(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    # Without it, `clean` would take a project someone runs with docker-compose for a job left behind.
+    from emulator.backend.liveness import driver_alive
+    from emulator.plan import LABEL_DRIVER
+
+    doc = _project(load, valid_raw, tmp_path / "job")
+    labels = [service["labels"][LABEL_DRIVER] for service in doc["services"].values()]
+    labels.append(doc["networks"]["job"]["labels"][LABEL_DRIVER])
+    assert all(driver_alive(label) is None for label in labels)

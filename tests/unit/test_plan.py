@@ -533,6 +533,8 @@ def test_parse_memory_accepts(text: str, expected: object) -> None:
         ("2q", "is not a size"),
         ("2gg", "is not a size"),
         ("lots", "is not a size"),
+        ("1e308t", "is too large"),  # would overflow int()
+        ("99999999999999999999g", "is too large"),  # past the engine's signed 64 bits
     ],
 )
 def test_parse_memory_refuses(text: str, fragment: str) -> None:

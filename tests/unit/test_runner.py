@@ -1149,3 +1149,18 @@ def test_a_generated_name_whose_run_has_already_created_resources_is_retried(
 
     assert result.status == "Completed"
     assert result.job_name != taken
+
+
+def test_checkpoints_that_cannot_be_copied_back_warn_and_job_json_is_still_written(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    # One host leaves checkpoints/c as a file, the other as a folder: they cannot both land in
+    # checkpoint_s3_uri. The job's outcome and job.json must not be lost over it.
+    spec = spec_of(HETERO + "checkpoint_s3_uri: ckpt\n")
+    fake = FakeBackend({"algo-1": exits(0, files={"checkpoints/c": "file"}),
+                        "algo-2": exits(0, files={"checkpoints/c/inner": "folder"})})
+    result, reporter = run(spec, fake)
+
+    assert result.status == "Completed"
+    assert job_json(result)["TrainingJobStatus"] == "Completed"
+    assert any("checkpoints not fully copied back" in w for w in reporter.warnings)

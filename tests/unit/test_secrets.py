@@ -246,3 +246,14 @@ def test_job_json_masks_the_log_tail_and_a_secret_cut_at_1024_chars(
     assert doc["FailureReason"].startswith(prefix + "xxx")
     assert SECRET[:MIN_SECRET_LENGTH] not in text
     assert doc["FailureReason"].endswith("x" + MASK)
+
+
+def test_the_python_repr_of_a_secret_is_masked_too() -> None:
+    # print(settings) shows reprs: quotes and backslashes come out escaped.
+    value = "it's\\a-secret"
+    masker = Masker({"DB_PASSWORD": value})
+    line = f"settings: {{'db': {value!r}}}"
+    assert "a-secret" in line and "\\\\a" in line  # the repr doubles the backslash: not the raw value
+    masked = masker.mask(line)
+    assert "a-secret" not in masked and "it's" not in masked
+    assert masked == 'settings: {\'db\': "***"}'

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from emulator import staging
+from emulator.errors import JobFolderTaken, UsageError
+from emulator.plan import Plan, make_plan
+from emulator.spec import validate
 
 
 def _data(root: Path) -> Path:
@@ -80,3 +83,49 @@ def test_a_lone_entry_script_is_copied_alone(tmp_path: Path) -> None:
     target.mkdir(parents=True)
     staging.copy_code(tmp_path / "train.py", target)
     assert sorted(p.name for p in target.iterdir()) == ["train.py"]
+
+
+def _plan_with_code(tmp_path: Path) -> Plan:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print(1)\n")
+    spec = validate({"entry_point": "train.py", "source_dir": "code", "output_path": "out",
+                     "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge",
+                                          "instance_count": 2}]}, base_dir=tmp_path)
+    return make_plan(spec, "stage-test")
+
+
+def test_a_staging_failure_removes_the_half_made_job_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _plan_with_code(tmp_path)
+
+    def unreadable(*_args: object, **_kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", "code/secret.bin")
+
+    monkeypatch.setattr(staging, "copy_code", unreadable)
+    with pytest.raises(UsageError) as info:
+        staging.stage(plan)
+    assert "cannot stage the job under" in info.value.message and "Permission denied" in info.value.message
+    assert not Path(plan.job_dir).exists()  # the same job name can be run again
+    assert (tmp_path / "code" / "train.py").read_text() == "print(1)\n"  # the user's code untouched
+
+
+def test_an_interrupt_while_staging_removes_the_job_folder_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _plan_with_code(tmp_path)
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(staging, "copy_code", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        staging.stage(plan)
+    assert not Path(plan.job_dir).exists()
+
+
+def test_an_existing_job_folder_is_never_removed_by_a_failed_stage(tmp_path: Path) -> None:
+    plan = _plan_with_code(tmp_path)
+    Path(plan.job_dir).mkdir(parents=True)
+    (Path(plan.job_dir) / "job.json").write_text("{}")
+    with pytest.raises(JobFolderTaken):
+        staging.stage(plan)
+    assert (Path(plan.job_dir) / "job.json").read_text() == "{}"
