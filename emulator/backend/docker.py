@@ -180,8 +180,10 @@ class DockerBackend:
 
     def _untrack(self, plan: Plan, idents: Iterable[str]) -> None:
         outstanding = self._outstanding.get(plan.job_name, {})
+        reaper = self._reapers.get(plan.job_name)
         for ident in idents:
-            outstanding.pop(ident, None)
+            if outstanding.pop(ident, None) is not None and reaper is not None:
+                reaper.forget(ident)
 
     @_engine_call
     def create_network(self, plan: Plan) -> None:

@@ -3,7 +3,7 @@
 The driver starts it detached (its own session, so a Ctrl-C in the terminal does not reach it) and
 tells it, over a pipe on its stdin, the id of every container and network it creates:
 
-    container <id>      network <id>      done      reap
+    container <id>      network <id>      forget <id>      done      reap
 
 `done` means the driver removed everything itself: the watcher exits. If the pipe closes without
 `done` (the driver was SIGKILLed, crashed, or its machine session ended) or the driver sends `reap`
@@ -59,6 +59,10 @@ class Reaper:
     def track(self, kind: str, ident: str) -> None:
         self._send(f"{kind} {ident}\n")
 
+    def forget(self, ident: str) -> None:
+        """The driver removed it itself (e.g. the network it creates to learn a free subnet)."""
+        self._send(f"forget {ident}\n")
+
     def release(self) -> None:
         """Everything tracked is gone: let the watcher exit."""
         self._finish("done\n", wait=True)
@@ -103,6 +107,9 @@ def read_orders(stream: Iterable[str]) -> tuple[bool, list[str], list[str]]:
             containers.append(ident)
         elif kind == "network" and ident:
             networks.append(ident)
+        elif kind == "forget":
+            containers = [c for c in containers if c != ident]
+            networks = [n for n in networks if n != ident]
     return True, containers, networks
 
 

@@ -256,14 +256,15 @@ def test_driver_sigkilled_its_watcher_removes_everything(tmp_path: Path, docker_
     with Driver(spec, job, out) as driver:
         driver.wait_for("READY", 2)
         assert len(job_resources(docker_client, job)) == 3  # two hosts and the network
+        network = docker_client.api.inspect_network(f"hetero-emu-{job}")["Id"]
         fault = time.monotonic()
         driver.proc.kill()
         driver.wait()
         teardown = seconds_until_gone(docker_client, job, fault, timeout=30)
     record("6. the driver is SIGKILLed (its watcher cleans up)", "containers removed by the watcher", teardown,
            len(job_resources(docker_client, job)))
-    log = wait_for_line(out / job / "logs" / "reaper.log", "removed network")
-    assert "the driver is gone" in log
+    log = wait_for_line(out / job / "logs" / "reaper.log", f"removed network {network[:12]}")
+    assert "the driver is gone" in log and "removing 2 containers, 1 networks" in log
 
 
 def test_driver_sigkilled_with_keep_leaves_leftovers_that_run_warns_about_and_clean_removes(
@@ -339,6 +340,7 @@ def test_engine_stops_answering_mid_job(tmp_path: Path, docker_client: Any, how:
     try:
         with Driver(spec, job, out, env={"DOCKER_HOST": proxy.url}) as driver:
             driver.wait_for("READY", 2)
+            network = docker_client.api.inspect_network(f"hetero-emu-{job}")["Id"]
             t0 = time.monotonic()
             proxy.refuse() if how == "refuses" else proxy.hang()
             code = driver.wait(timeout=90)
@@ -349,7 +351,7 @@ def test_engine_stops_answering_mid_job(tmp_path: Path, docker_client: Any, how:
             # The watcher keeps trying, and removes everything once the engine answers again.
             teardown = seconds_until_gone(docker_client, job, resumed, timeout=60)
             # ...and says so once the answer to its last removal is in (then it exits).
-            watcher_log = wait_for_line(out / job / "logs" / "reaper.log", "removed network")
+            watcher_log = wait_for_line(out / job / "logs" / "reaper.log", f"removed network {network[:12]}")
     finally:
         proxy.close()
         cli("clean", "--job", job)

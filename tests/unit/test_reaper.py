@@ -296,3 +296,10 @@ def test_handed_over_watcher_with_nothing_tracked_exits_with_0(tmp_path: Path) -
     watcher.hand_over()  # does not wait
     assert proc.wait(timeout=10) == 0
     assert not log.exists()
+
+
+def test_forget_drops_what_the_driver_removed_itself() -> None:
+    # The network the driver creates only to learn a free subnet is removed at once: the watcher
+    # must neither try to remove it again nor report it.
+    orders = ["network probe1\n", "forget probe1\n", "network net1\n", "container c1\n"]
+    assert read_orders(orders) == (True, ["c1"], ["net1"])
