@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,9 @@ def preload_what_a_run_imports(tmp: Path) -> None:
         if line.startswith("import time:") and "|" in line:
             name = line.rsplit("|", 1)[1].strip()
             if name and not name.startswith("emulator.backend.reaper"):
-                with contextlib.suppress(Exception):
+                # Optional extras (urllib3's SOCKS support) warn when imported without their deps.
+                with contextlib.suppress(Exception), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
                     importlib.import_module(name)
 
 
