@@ -156,12 +156,9 @@ class Run:
 
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
         staging.stage(plan)
-        with contextlib.ExitStack() as guarded:
-            if not self.options.keep:
-                # A watcher removes what this run creates if the driver is killed before its `finally`.
-                guarded.enter_context(self.backend.guard(plan))
+        # A watcher removes what this run creates if the driver is killed before its `finally`.
+        with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
             return self.run_and_tear_down()
-        raise AssertionError("unreachable")  # ExitStack does not swallow exceptions
 
     def run_and_tear_down(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -240,7 +237,7 @@ class Run:
                 if self.created or self.created_network:
                     reporter.step(f"removing {len(self.created)} containers and network {plan.network}")
                 try:
-                    self.backend.remove(plan, self.created, self.created_network)
+                    self.backend.remove(plan)
                 except EmulatorError as err:
                     # The job's own outcome stands; what could not be removed is left to the watcher
                     # (backend.guard) and found by label later.

@@ -69,10 +69,9 @@ class Backend(Protocol):
     def stop(self, names: Sequence[str], grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine."""
 
-    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
-        """Remove what this run created for the job: these containers (and its network if
-        `network`), and anything else this backend created for it (a create a Ctrl-C cut short);
-        never a container or network another run holds, whatever its name."""
+    def remove(self, plan: Plan) -> None:
+        """Remove every container and network this backend created for the job (including one whose
+        create a Ctrl-C cut short); never one another run holds, whatever its name."""
 
     def guard(self, plan: Plan) -> AbstractContextManager[None]:
         """While open, what this run creates is removed even if the driver dies (a watcher process);

@@ -74,11 +74,7 @@ def _engine_call(method: _Method) -> _Method:
         try:
             return method(self, *args, **kwargs)
         except requests.exceptions.RequestException as err:
-            self._engine_lost = True
-            raise DockerUnavailable(
-                f"the Docker engine stopped answering: {_first_line(err)}",
-                hint="check the daemon; `hetero-emu clean` removes what is left",
-            ) from None
+            raise self._lost_engine(err) from None
 
     return call  # type: ignore[return-value]
 
@@ -147,6 +143,12 @@ class DockerBackend:
             return image_present(self.client, image)
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
+
+    def _lost_engine(self, err: BaseException) -> DockerUnavailable:
+        """Mark the engine lost (teardown then leaves removal to the watcher) and say so."""
+        self._engine_lost = True
+        return DockerUnavailable(f"the Docker engine stopped answering: {_first_line(err)}",
+                                 hint="check the daemon; `hetero-emu clean` removes what is left")
 
     @contextlib.contextmanager
     def guard(self, plan: Plan) -> Iterator[None]:
@@ -335,11 +337,7 @@ class DockerBackend:
                 out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
                 continue
             except docker.errors.APIError as err:
-                self._engine_lost = True
-                raise DockerUnavailable(
-                    f"the Docker engine stopped answering: {_first_line(err)}",
-                    hint="check the daemon; `hetero-emu clean` removes what is left",
-                ) from None
+                raise self._lost_engine(err) from None
             running = bool(state.get("Running")) or state.get("Status") in ("created", "restarting")
             out.append(
                 ContainerState(
@@ -371,7 +369,7 @@ class DockerBackend:
         with contextlib.suppress(docker.errors.APIError):
             self.api.kill(name)
 
-    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+    def remove(self, plan: Plan) -> None:
         if self._engine_lost:
             raise DockerUnavailable(
                 f"could not remove the containers and network of job {plan.job_name}: the engine is not answering",

@@ -62,6 +62,15 @@ def only_these_left_behind(jobs: list[str]) -> None:
         pytest.fail(message) if os.environ.get("EMULATOR_REQUIRE_DOCKER") == "1" else pytest.skip(message)
 
 
+def in_band_fault(driver: Driver, client: Any, job: str, ready: int) -> tuple[int, float]:
+    """For a fault the job makes itself: once `ready` hosts said READY, wait for the first exit,
+    then the driver's exit code and the seconds from that exit to a full teardown."""
+    driver.wait_for("READY", ready)
+    fault = first_exit(client, job, driver)
+    code = driver.wait()
+    return code, seconds_until_gone(client, job, fault)
+
+
 def first_exit(client: Any, job: str, driver: Driver, timeout: float = 90) -> float:
     """The moment (monotonic) the test first sees the fault: a container of the job exited, or the
     driver reporting that it stops the hosts (whichever the 50 ms poll sees first)."""
@@ -106,10 +115,7 @@ def test_failing_host_while_others_block_on_the_network(tmp_path: Path, docker_c
     job, out, grace = unique("f1-fail"), tmp_path / "out", 5
     spec = write_spec(tmp_path, BLOCKED_ON_NETWORK, instance_groups=groups(("dnn", 1), ("data", 2)))
     with Driver(spec, job, out, "--grace", str(grace)) as driver:
-        driver.wait_for("READY", 3)
-        fault = first_exit(docker_client, job, driver)
-        code = driver.wait()
-        teardown = seconds_until_gone(docker_client, job, fault)
+        code, teardown = in_band_fault(driver, docker_client, job, ready=3)
     doc = job_json(out, job)
     record("1. a host exits non-zero while the others block on the network", doc["TrainingJobStatus"], teardown,
            len(job_resources(docker_client, job)))
@@ -167,10 +173,7 @@ time.sleep(600)
 """
     spec = write_spec(tmp_path, script)
     with Driver(spec, job, out, "--memory", "128m", "--grace", "2") as driver:
-        driver.wait_for("READY", 2)
-        fault = first_exit(docker_client, job, driver)
-        code = driver.wait()
-        teardown = seconds_until_gone(docker_client, job, fault)
+        code, teardown = in_band_fault(driver, docker_client, job, ready=2)
     doc = job_json(out, job)
     record("3. a host is OOM-killed under a memory limit (--memory 128m)", doc["TrainingJobStatus"], teardown,
            len(job_resources(docker_client, job)))
@@ -188,10 +191,7 @@ def test_max_run_exceeded(tmp_path: Path, docker_client: Any) -> None:
     job, out = unique("f4-maxrun"), tmp_path / "out"
     spec = write_spec(tmp_path, SLEEPER, max_run=4)
     with Driver(spec, job, out, "--grace", "2") as driver:
-        driver.wait_for("READY", 2)
-        fault = first_exit(docker_client, job, driver)
-        code = driver.wait()
-        teardown = seconds_until_gone(docker_client, job, fault)
+        code, teardown = in_band_fault(driver, docker_client, job, ready=2)
     doc = job_json(out, job)
     record("4. max_run exceeded", f"{doc['TrainingJobStatus']} ({doc['SecondaryStatus']})", teardown,
            len(job_resources(docker_client, job)))

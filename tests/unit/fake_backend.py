@@ -309,16 +309,19 @@ class FakeBackend:
                     self._finish(c, SIGKILL_EXIT if c.script.ignore_sigterm else SIGTERM_EXIT, stopped=True)
             self.stop_calls.append(StopCall(tuple(names), grace, tuple(running)))
 
-    def remove(self, plan: Plan, containers: Sequence[str], network: bool) -> None:
+    def remove(self, plan: Plan) -> None:
         self._record("remove", plan.job_name)
         with self._lock:
             if self.engine_lost:
                 raise DockerUnavailable("could not remove: the engine is not answering")
             self.remove_calls.append(plan.job_name)
-            for name in containers:
-                if self.containers.pop(name, None) is not None:
+            # What this fake created for the job, as the Docker backend removes by the ids it recorded.
+            for name in self.created:
+                c = self.containers.get(name)
+                if c is not None and c.job == plan.job_name:
+                    del self.containers[name]
                     self.removed.append(name)
-            if network and self.networks.pop(plan.network, None) is not None:
+            if plan.network in self.networks_created and self.networks.pop(plan.network, None) is not None:
                 self.networks_removed.append(plan.network)
 
     @contextlib.contextmanager

@@ -742,8 +742,8 @@ def test_fake_clock_values_are_used_for_job_times(spec_of: Callable[..., JobSpec
 
 
 class _RemoveFails(FakeBackend):
-    def remove(self, plan: Any, containers: Any, network: bool) -> None:
-        super().remove(plan, containers, network)
+    def remove(self, plan: Any) -> None:
+        super().remove(plan)
         raise EnvironmentProblem("could not remove everything: network busy", hint="run `hetero-emu clean`")
 
 
