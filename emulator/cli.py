@@ -34,7 +34,7 @@ from emulator.plan import (
     render,
 )
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import JobSpec, load_spec_file
+from emulator.spec import JobSpec, folder_problem, load_spec_file
 
 app = typer.Typer(
     name="hetero-emu",
@@ -129,6 +129,15 @@ def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, 
     return result
 
 
+def _times(result: JobResult) -> str:
+    """`Completed: training 9.3 s, total 12.1 s (artifacts packed in 2.5 s, billable 12 s)`: the hosts'
+    run apart from the whole wait; billable is job.json's TrainingTimeInSeconds, which on the service
+    counts the artifacts' upload too (see JobResult.training_end)."""
+    verb = "copied" if result.model_artifact is not None and result.model_artifact.is_dir() else "packed"
+    return (f"{result.status}: training {result.seconds:.1f} s, total {result.total_seconds:.1f} s "
+            f"(artifacts {verb} in {result.artifact_seconds:.1f} s, billable {round(result.billable_seconds)} s)")
+
+
 def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
     rows = [("HOST", "GROUP", "INSTANCE TYPE", "EXIT", "SECONDS")]
     for h in result.hosts:
@@ -139,7 +148,7 @@ def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
     err.write("\n")
     for r in rows:
         err.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
-    err.write(f"\n{result.job_name}: {result.status} in {result.seconds:.1f} s\n")
+    err.write(f"\n{result.job_name}: {_times(result)}\n")
     if result.failure_reason:
         err.write(f"FailureReason: {masker.mask_truncated(result.failure_reason)}\n")
     if result.seed is not None:
@@ -232,8 +241,7 @@ def render_cmd(
     limit = _memory(memory)
     spec = _load(spec_path, job_name)
     out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} exists and is not an empty folder", hint="render into a new folder")
+    _check_render_target(spec, out)
     if out.exists():
         out.rmdir()  # empty: stage() creates it afresh
     seed = choose_seed(host_order.value, seed)
@@ -244,6 +252,25 @@ def render_cmd(
     (out / "compose.yaml").write_text(compose.compose_yaml(plan))
     typer.echo(render(plan))
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
+
+
+def _check_render_target(spec: JobSpec, out: Path) -> None:
+    """-o must be a folder render can make, outside everything the job reads: render copies the code
+    and the checkpoints and links the channels' files under it, so -o inside source_dir would copy
+    itself forever (RecursionError) and inside a channel would write into the user's data."""
+    readers = [("source_dir", spec.source_dir), ("checkpoint_s3_uri", spec.checkpoint_s3_uri)]
+    readers += [(f"inputs.{name}", channel.source) for name, channel in spec.inputs.items()]
+    for field_name, read in readers:
+        if read is not None and out.is_relative_to(read):
+            raise UsageError(f"-o {out} is inside {field_name} ({read})",
+                             hint="render copies the code, checkpoints and channel files under -o: "
+                             "choose a folder outside the job's code and data")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"-o {out} exists and is not an empty folder", hint="render into a new folder")
+    # An existing (empty) -o is removed and made again, so its parent must be writable too.
+    problem = folder_problem(out.parent if out.exists() else out)
+    if problem is not None:
+        raise UsageError(f"-o: {problem[0]}", hint=problem[1] or "choose another folder")
 
 
 @image_app.command("build")

@@ -72,20 +72,59 @@ def regular_files(root: Path) -> list[tuple[str, Path]]:
     a link would be read on the host, a FIFO blocks its reader, /dev/zero never ends. Folders that
     cannot be listed are skipped (os.walk's default), as the old rglob-based walk did.
     """
+    return [(name, Path(path)) for name, path, _ in scan_regular(root)]
+
+
+def scan_regular(root: Path) -> list[tuple[str, str, int]]:
+    """`regular_files` as (relative name, path, size at listing time), sorted, with strings for speed.
+
+    One scandir per folder and no stat per file beyond the one scandir caches: the type comes from
+    the directory entry (d_type, an lstat only where the filesystem does not report it), so a link
+    is never entered or taken for a file. Packing 100,000 small files spends most of its time here
+    and in the per-file open, so no Path objects are made. The size is for progress reports only:
+    what is packed is decided by the fstat of the open file (`open_regular_fd`).
+    """
     if not _is_real_dir(root):
-        return []  # os.walk would follow a symlinked root
-    found: list[tuple[str, Path]] = []
-    for top, dirs, files in os.walk(root, followlinks=False):
-        # os.walk lists links to folders among `dirs` (without entering them): they are not files.
-        for name in dirs + files:
-            path = Path(top) / name
+        return []  # scandir would follow a symlinked root
+    found: list[tuple[str, str, int]] = []
+    pending = [(str(root), "")]
+    while pending:
+        top, prefix = pending.pop()
+        try:
+            with os.scandir(top) as entries:
+                listed = list(entries)
+        except OSError:
+            continue  # a folder that cannot be listed is skipped, as os.walk does
+        for entry in listed:
             try:
-                mode = path.lstat().st_mode
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, prefix + entry.name + "/"))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((prefix + entry.name, entry.path, entry.stat(follow_symlinks=False).st_size))
             except OSError:
                 continue
-            if stat.S_ISREG(mode):
-                found.append((path.relative_to(root).as_posix(), path))
-    return sorted(found)
+    found.sort()
+    return found
+
+
+def open_regular_fd(path: str) -> tuple[int, os.stat_result] | None:
+    """`open_regular` without the file object: a raw descriptor and its fstat, or None.
+
+    The caller closes the descriptor. For packing many small files, where a buffered file object
+    per file costs more than the read itself.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            return fd, st
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def open_regular(path: Path) -> BinaryIO | None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from emulator import catalog, contract
 from emulator.secrets import mask_environment
-from emulator.spec import JobSpec
+from emulator.spec import JobSpec, TrainingInput
 
 LABEL_PREFIX = "io.hetero-emu"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
@@ -61,9 +61,11 @@ class HostPlan:
     container_name: str
     host_dir: str
     channels: tuple[str, ...]
-    # channel -> files of that channel this host gets (relative to the channel's source), staged as
-    # hard links in a folder of their own and mounted read-only there: the share of a ShardedByS3Key
-    # channel, or the one file of a single-file channel (so the channel's folder is read-only too).
+    # channel -> files of that channel this host gets (S3 keys: relative to the channel's source,
+    # links followed), staged as hard links to the files they name in a folder of their own
+    # (`share_dir`) and mounted read-only there: the share of a ShardedByS3Key channel, the one file
+    # of a single-file channel (so the channel's folder is read-only too), or every file of a folder
+    # whose symlinks leave it (`TrainingInput.links_out`: a plain bind mount would show them dangling).
     shards: Mapping[str, tuple[str, ...]]
     mounts: tuple[Mount, ...]
     environment: Mapping[str, str] = field(repr=False)  # secrets: see emulator/secrets.py
@@ -216,9 +218,9 @@ def make_plan(
             for name in channels:
                 channel = spec.inputs[name]
                 target = f"{OPT_ML}/input/data/{name}"
-                if name in shares or channel.single_file:
-                    host_shards[name] = shares[name][host] if name in shares else (channel.source.name,)
-                    mounts.append(Mount(str(staging_dir(str(job_dir), name, host)), target, read_only=True))
+                if name in shares or channel.single_file or channel.links_out:
+                    host_shards[name] = shares[name][host] if name in shares else channel.files
+                    mounts.append(Mount(str(share_dir(str(job_dir), name, channel, host)), target, read_only=True))
                 else:
                     mounts.append(Mount(str(channel.source), target, read_only=True))
             files = {
@@ -337,6 +339,16 @@ def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> di
 def staging_dir(job_dir: str, channel: str, host: str) -> Path:
     """Where a host's share of a sharded channel is staged (hard links), inside the job's folder."""
     return Path(job_dir) / ".staging" / channel / host
+
+
+# The folder name of a share every host of a FullyReplicated channel mounts (host names are algo-N).
+EVERY_HOST = "all-hosts"
+
+
+def share_dir(job_dir: str, name: str, channel: TrainingInput, host: str) -> Path:
+    """Where `host` finds a staged channel: its own share of a ShardedByS3Key channel, or the one
+    share all hosts of a FullyReplicated channel mount (staged once, however many hosts)."""
+    return staging_dir(job_dir, name, host if channel.distribution == "ShardedByS3Key" else EVERY_HOST)
 
 
 def render(plan: Plan) -> str:

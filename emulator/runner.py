@@ -145,6 +145,7 @@ class Run:
         # Only what this run created is removed: a name another run holds is never touched.
         self.created: list[str] = []
         self.created_network = False
+        self.began: datetime | None = None  # staging began: the start of the total time
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -154,6 +155,7 @@ class Run:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
         self.check_leftovers()
 
+        self.began = self.now()
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
         staging.stage(plan)
         # A watcher removes what this run creates if the driver is killed before its `finally`.
@@ -178,6 +180,7 @@ class Run:
                 reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
                 self.backend.start(self.names)
                 t0 = time.monotonic()
+                start = self.now()  # TrainingStartTime: the hosts run
                 for name in self.names:
                     self.backend.follow_logs(name, logs)
                 status, secondary, reason = self.supervise(t0)
@@ -208,7 +211,9 @@ class Run:
             if lost is None:
                 self.fix_ownership()
             reporter.step("collecting artifacts")
-            model, output = artifacts.collect(plan)
+            packing = time.monotonic()
+            model, output = artifacts.collect(plan, reporter)
+            packed, packing = self.now(), time.monotonic() - packing
             try:
                 clashes = staging.sync_checkpoints(plan)
             except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
@@ -222,7 +227,7 @@ class Run:
                 reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
 
             result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
-                               end, secondary, plan.seed)
+                               end, secondary, plan.seed, self.began, packed, packing)
             artifacts.write_description(plan, result)
             if lost is not None:
                 raise lost

@@ -160,6 +160,9 @@ class TrainingInput:
     s3_data_type: str = "S3Prefix"
     files: tuple[str, ...] = ()
     single_file: bool = False
+    # A symlink in the folder would not resolve inside a read-only bind mount of it (its target lies
+    # outside, or its text is absolute): the channel is staged as a share of hard links instead.
+    links_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -508,30 +511,98 @@ def _kind(path: str | Path) -> str:
     return "special file"
 
 
-def _scan(source: Path) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
-    """The regular files under `source` (relative, sorted) and every socket, FIFO or device there.
+@dataclass(frozen=True)
+class _Listing:
+    """A folder as an upload that follows symlinks reads it: `aws s3 sync` / `cp --recursive`
+    (follow-symlinks is their default) for data, the SDK's sourcedir.tar.gz for code
+    (sagemaker/utils.py create_tar_file: `tarfile.open(..., dereference=True)`)."""
 
-    Symlinks are followed to classify them (sharding hard-links and copying reads through them), but
-    symlinked folders are not entered: inside the container such a link resolves in the container's
-    own filesystem, and sharding lists no file beneath it. Dangling links and unreadable folders are
-    skipped, as before.
+    files: tuple[str, ...] = ()  # the S3 keys: relative paths, links followed (files and folders), sorted
+    special: tuple[tuple[str, str], ...] = ()  # (path, kind): sockets, FIFOs, devices, also behind a link
+    broken: tuple[tuple[str, str], ...] = ()  # (path, why): links such an upload cannot read
+    links_out: bool = False  # a link that would not resolve the same inside a bind mount of the folder
+
+
+def _scan(source: Path) -> _Listing:
+    """List `source` as an upload that follows links would: a linked file is a key under the link's
+    own path, a linked folder's files are keys under the link's path.
+
+    A link that dangles (or is a loop of links) cannot be read: tarfile with dereference=True raises
+    FileNotFoundError on it, and `aws s3 sync` skips it and exits 2. A link to a folder above itself
+    would make an endless listing (tarfile recurses until it fails). Both are reported in `broken`.
+    Unreadable folders are skipped, as before (staging reports what it cannot read).
     """
     kind = _kind(source)
     if kind == "file":
-        return (source.name,), []
+        return _Listing(files=(source.name,))
     if kind != "dir":
-        return (), [(str(source), kind)] if kind in SPECIAL_KINDS else []
+        return _Listing(special=((str(source), kind),) if kind in SPECIAL_KINDS else ())
+    root = os.path.realpath(source)
     files: list[str] = []
     special: list[tuple[str, str]] = []
-    for folder, _dirs, names in os.walk(source):
-        for name in names:
-            full = os.path.join(folder, name)
-            kind = _kind(full)
+    broken: list[tuple[str, str]] = []
+    links_out = False
+    # (folder as listed, its key prefix, the identities of it and every folder above it)
+    stack = [(str(source), "", frozenset({_identity(source)}))]
+    while stack:
+        folder, prefix, above = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for entry in entries:
+            key, full = prefix + entry.name, entry.path
+            if entry.is_symlink():
+                links_out = links_out or _leaves(full, root)
+                kind = _kind(full)
+            elif entry.is_file(follow_symlinks=False):  # no stat: the listing already says so
+                kind = "file"
+            elif entry.is_dir(follow_symlinks=False):
+                kind = "dir"
+            else:
+                kind = _kind(full)
             if kind == "file":
-                files.append(os.path.relpath(full, source))
+                files.append(key)
+            elif kind == "dir":
+                identity = _identity(full)
+                if identity in above:
+                    broken.append((full, f"a symlink to a folder above it ({os.readlink(full)}): a loop"))
+                else:
+                    stack.append((full, key + "/", above | {identity}))
             elif kind in SPECIAL_KINDS:
                 special.append((full, kind))
-    return tuple(sorted(files)), special
+            elif kind == "missing" and entry.is_symlink():
+                broken.append((full, f"a symlink that leads nowhere ({os.readlink(full)}): dangling or a loop"))
+    return _Listing(tuple(sorted(files)), tuple(special), tuple(broken), links_out)
+
+
+def _given_name(text: str, resolved: Path) -> str:
+    """The last component of a path or URI as written (the S3 key's last part), before any link in
+    it is followed; the resolved path's name when the text ends in `..` or names no component."""
+    name = Path(_parse_uri(text)[1] if "://" in text else text).name
+    return name if name not in ("", os.pardir) else resolved.name
+
+
+def _identity(path: str | Path) -> tuple[int, int]:
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
+
+
+def _leaves(link: str, root: str) -> bool:
+    """Whether a symlink under the folder `root` resolves differently inside a bind mount of `root`:
+    there an absolute text, or a relative one that climbs above `root`, resolves in the container's
+    own filesystem (dangling, or another file)."""
+    try:
+        text = os.readlink(link)
+    except OSError:
+        return True
+    if os.path.isabs(text):
+        return True
+    where = os.path.relpath(os.path.realpath(os.path.dirname(link)), root)
+    climbed = os.path.normpath(os.path.join(where, text))
+    target = os.path.realpath(link)
+    return climbed == os.pardir or climbed.startswith(os.pardir + os.sep) or os.path.commonpath((root, target)) != root
 
 
 class _BadPath(Exception):
@@ -685,19 +756,25 @@ class _Validator:
             return None
         return resolved
 
-    def no_special_files(self, source: Path, path: str, what: str) -> tuple[str, ...] | None:
-        """The regular files of a folder (or file) the job reads, or None if it holds a socket, FIFO
-        or device: a read-only bind mount still lets a process connect() to a socket or open a
-        device, so a channel on /var/run would hand the container the Docker engine."""
-        files, special = _scan(source)
-        if not special:
-            return files
-        name, kind = special[0]
-        more = f" (and {len(special) - 1} more)" if len(special) > 1 else ""
-        self.fail(path, f"{name} is a {kind}{more}: {what} may hold only regular files and folders",
-                  "a socket, FIFO or device would reach the host from inside the container: remove it, "
-                  "or point at a folder of plain files")
-        return None
+    def no_special_files(self, source: Path, path: str, what: str) -> _Listing | None:
+        """A folder (or file) the job reads, listed with links followed (`_scan`), or None if it
+        holds a socket, FIFO or device (also behind a link: staging follows links), or a link that
+        cannot be followed. A read-only bind mount still lets a process connect() to a socket or open
+        a device, so a channel on /var/run would hand the container the Docker engine."""
+        listing = _scan(source)
+        if listing.special:
+            name, kind = listing.special[0]
+            more = f" (and {len(listing.special) - 1} more)" if len(listing.special) > 1 else ""
+            self.fail(path, f"{name} is a {kind}{more}: {what} may hold only regular files and folders",
+                      "a socket, FIFO or device would reach the host from inside the container: remove it, "
+                      "or point at a folder of plain files")
+        if listing.broken:
+            name, why = listing.broken[0]
+            more = f" (and {len(listing.broken) - 1} more)" if len(listing.broken) > 1 else ""
+            self.fail(path, f"{name} is {why}{more}",
+                      f"{what} is read following symlinks, as the SDK's tarball of source_dir and aws s3 sync "
+                      "read it (they fail on such a link or skip it): remove the link or fix its target")
+        return None if listing.special or listing.broken else listing
 
     def creatable_folder(self, resolved: Path | None, path: str) -> None:
         """A folder the job writes: either a folder already, or creatable (its nearest existing
@@ -954,7 +1031,9 @@ class _Validator:
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
                 return None, None
-            return script.name, script
+            # The name as given, not its link target's: the SDK tars the script under its basename
+            # (sagemaker/utils.py create_tar_file, arcname=os.path.basename) with links dereferenced.
+            return _given_name(entry_point, script), script
         if source_dir is not None and _kind(source_dir / entry_point) != "file":
             self.fail("entry_point", f"{_preview(entry_point)} not found in source_dir {source_dir}")
             return None, source_dir
@@ -1028,9 +1107,13 @@ class _Validator:
                                        path + ".s3_data", "channel data")
             if source is None:
                 continue
-            files = self.no_special_files(source, path + ".s3_data", "a channel")
-            if files is None:
+            listing = self.no_special_files(source, path + ".s3_data", "a channel")
+            if listing is None or data is None:
                 continue
+            single_file = _kind(source) == "file"
+            # A single file keeps the name it was given (`train.csv -> ../cache/blob1` is the object
+            # `train.csv`, as `aws s3 cp` names it), not the name of what the link points to.
+            files = (_given_name(data, source),) if single_file else listing.files
             if dist == "ShardedByS3Key" and not files:
                 self.fail(path + ".s3_data", f"{source} holds no file to shard")
             channels[name] = TrainingInput(
@@ -1042,7 +1125,8 @@ class _Validator:
                 instance_groups=groups or (),
                 s3_data_type=data_type,
                 files=files,
-                single_file=_kind(source) == "file",
+                single_file=single_file,
+                links_out=listing.links_out,
             )
         if assigned and unassigned:
             # The service rejects a job where only some channels name instance groups.

@@ -2,8 +2,10 @@
 
 `<output_path>/<job_name>/hosts/algo-N/` becomes that host's /opt/ml (bind mount), so what a host
 leaves behind is kept as it was; its `code/` is a copy of the user's code. The user's data is never
-written: channels are bind-mounted read-only, and ShardedByS3Key shares are hard links (no copy of
-the contents) under `.staging/`, which is removed after the job.
+written: channels are bind-mounted read-only, and the channels that cannot be (ShardedByS3Key shares,
+single files, folders whose symlinks leave them) are shares of hard links (no copy of the contents)
+under `.staging/`, which is removed after the job. Symlinks are followed as the upload the user would
+have made follows them (the SDK's sourcedir.tar.gz, `aws s3 sync`): see `spec._scan`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from emulator import hostfiles
 from emulator.errors import JobFolderTaken, UsageError
-from emulator.plan import Plan, staging_dir
+from emulator.plan import Plan, share_dir
 
 # Folders the service creates under /opt/ml before the algorithm starts.
 # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html
@@ -59,42 +61,57 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
             (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
-        copy_code(spec.source_dir, root / "code")
+        copy_code(spec.source_dir, root / "code", spec.entry_point)
         for relative, content in host.files.items():
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
         for channel, files in host.shards.items():
-            link_share(spec.inputs[channel].source, files, staging_dir(plan.job_dir, channel, host.name))
+            share = share_dir(plan.job_dir, channel, spec.inputs[channel], host.name)
+            if not share.exists():  # a FullyReplicated channel's one share is staged for its first host
+                link_share(spec.inputs[channel].source, files, share)
         if spec.checkpoint_s3_uri is not None and spec.checkpoint_s3_uri.is_dir():
             # The service downloads checkpoint_s3_uri into checkpoint_local_path before the job.
             shutil.copytree(spec.checkpoint_s3_uri, root / "checkpoints", dirs_exist_ok=True)
 
 
-def copy_code(source: Path | None, target: Path) -> None:
+def copy_code(source: Path | None, target: Path, entry_point: str | None = None) -> None:
     """Give a host its own copy of the code, as the service unpacks sourcedir.tar.gz on each host.
 
     A copy, not a mount: the toolkit writes there (it makes a non-Python entry point executable
     and may install requirements.txt), which must neither fail on a read-only mount nor touch the
-    user's files. Symlinks are kept as links, never followed out of the folder.
+    user's files. Symlinks are followed, files and folders, as the SDK packs the folder:
+    sagemaker/utils.py create_tar_file opens the tarball with `dereference=True` (called by
+    fw_utils.tar_and_upload_dir), so `common.py -> ../../shared/common.py` arrives as a regular file
+    with the target's contents. The spec refused links that dangle or loop (`spec._scan`).
+    A lone script (`source` a file) is copied under the entry point's name, not its link target's.
     """
     if source is None:
         return
     if source.is_dir():
-        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
     else:
-        shutil.copy2(source, target / source.name)
+        shutil.copy2(source, target / (entry_point or source.name))
 
 
 def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
-    """Put one host's share of a channel under `target`, as hard links where the filesystem allows.
+    """Put a share of a channel under `target`, as hard links where the filesystem allows.
 
-    A hard link costs no data copy, so staging time does not grow with the data; across filesystems
-    (EXDEV) or where links are refused, the file is copied instead.
+    `files` are keys as S3 would list them (`spec._scan`): a symlink's own path, the file it leads
+    to linked under it. A hard link costs no data copy, so staging time does not grow with the
+    data; across filesystems (EXDEV) or where links are refused (EPERM under
+    fs.protected_hardlinks for another user's file), the file is copied instead.
     """
     target.mkdir(parents=True, exist_ok=True)
+    single = not source.is_dir()
     for relative in files:
-        src = source / relative if source.is_dir() else source
+        src = source if single else source / relative
+        if single or os.path.islink(src):
+            # link(2) does not follow a symlink on Linux (nor does os.link, whatever follow_symlinks
+            # says, CPython calls link() when no dir_fd is given): it would hard-link the link itself,
+            # which then dangles in the container. A link inside a linked folder is resolved by the
+            # kernel on the way; only the last component needs resolving here.
+            src = Path(os.path.realpath(src))
         dst = target / relative
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -243,28 +243,58 @@ def test_symlink_to_a_socket_is_refused(project: Path, unix_socket: Callable[[Pa
     assert any("is a socket" in p for p in found), found
 
 
+def test_socket_in_a_folder_reached_through_a_link_is_refused(
+    project: Path, unix_socket: Callable[[Path], Path], tmp_path: Path
+) -> None:
+    """Linked folders are entered (as aws s3 sync enters them), so what they hold is checked too."""
+    (tmp_path / "run").mkdir()
+    sock = unix_socket(tmp_path / "run" / "s")
+    (project / "data" / "run").symlink_to(tmp_path / "run")
+    found = problems_of(raw_spec(), project)
+    assert any(p.startswith("inputs.training.s3_data:") and "is a socket" in p and "run/s" in p for p in found), (
+        found, sock)
+
+
 def test_device_as_a_channel_is_refused(project: Path) -> None:
     found = problems_of(raw_spec(inputs={"training": "/dev/null"}), project)
     assert any("/dev/null is a character device" in p for p in found), found
 
 
-def test_symlinks_leaving_a_channel_do_not_crash(project: Path, tmp_path: Path) -> None:
-    """A link out of the channel (to /etc, to a file outside, dangling, a loop) is left alone: inside the
-    container a bind mount shows the link, which resolves in the container's own filesystem."""
-    outside = tmp_path / "outside.csv"
-    outside.write_text("secret-ish\n")
+def test_symlinks_leaving_a_channel_are_followed_as_aws_s3_sync_follows_them(project: Path, tmp_path: Path) -> None:
+    """A link to a file outside is a key under the link's name; a link to a folder outside gives
+    that folder's files under the link's path; the channel is marked to be staged."""
+    (tmp_path / "outside.csv").write_text("o\n")
+    (tmp_path / "shelf" / "deep").mkdir(parents=True)
+    (tmp_path / "shelf" / "deep" / "x.csv").write_text("x\n")
     data = project / "data"
-    (data / "etc").symlink_to("/etc")
-    (data / "outside.csv").symlink_to(outside)
-    (data / "dangling").symlink_to(tmp_path / "nowhere")
-    (data / "loop-a").symlink_to(data / "loop-b")
-    (data / "loop-b").symlink_to(data / "loop-a")
+    (data / "outside.csv").symlink_to(tmp_path / "outside.csv")
+    (data / "shelf").symlink_to(tmp_path / "shelf")
     spec = validate(raw_spec(inputs={"training": {"s3_data": "data", "distribution": "ShardedByS3Key"}}),
                     base_dir=project)
-    files = spec.inputs["training"].files
-    assert "a.csv" in files and "outside.csv" in files
-    assert not any(f.startswith("etc/") for f in files), "a symlinked folder is not entered"
-    assert "dangling" not in files and "loop-a" not in files
+    assert spec.inputs["training"].files == ("a.csv", "outside.csv", "shelf/deep/x.csv")
+    assert spec.inputs["training"].links_out
+
+
+@pytest.mark.parametrize("where", ["data", "code"])
+@pytest.mark.parametrize("layout", ["dangling", "loop of links", "folder loop"])
+def test_links_an_upload_cannot_follow_are_refused_naming_the_link(project: Path, tmp_path: Path,
+                                                                   where: str, layout: str) -> None:
+    """The SDK's tar (dereference=True) raises on a dangling link and recurses without end through a
+    link to a folder above it; aws s3 sync skips such links and exits 2: a clear problem here."""
+    link = project / where / "sub" / "bad"
+    link.parent.mkdir()
+    if layout == "dangling":
+        link.symlink_to(tmp_path / "nowhere")
+    elif layout == "loop of links":
+        link.symlink_to(link.parent / "other")
+        (link.parent / "other").symlink_to(link)
+    else:
+        link.symlink_to("..")
+    field = "inputs.training.s3_data" if where == "data" else "source_dir"
+    found = [p for p in problems_of(raw_spec(), project) if p.startswith(field + ":")]
+    assert len(found) == 1, found
+    assert str(link) in found[0] and ("loop" in found[0] or "leads nowhere" in found[0]), found[0]
+    assert "following symlinks" in found[0], "the hint says why"
 
 
 def test_symlink_loop_as_a_path_is_a_problem_not_a_crash(project: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from emulator.cli import _memory
 from emulator.errors import UsageError
 from emulator.plan import (
+    EVERY_HOST,
     LABEL_GROUP,
     LABEL_HOST,
     LABEL_JOB,
@@ -343,9 +344,67 @@ def test_single_file_channel_is_staged_so_its_folder_is_read_only_too(
     host = plan.host("algo-1")
     mount = mount_at(plan, "algo-1", "/opt/ml/input/data/training")
     assert mount.read_only is True
-    assert mount.source == str(staging_dir(plan.job_dir, "training", "algo-1"))
+    assert mount.source == str(staging_dir(plan.job_dir, "training", EVERY_HOST))
     assert host.shards["training"] == ("single.csv",)
     assert not any(m.source == str((project / "data" / "single.csv").resolve()) for m in host.mounts)
+
+
+def test_single_file_channel_that_is_a_symlink_keeps_the_links_name(
+    load: Callable[..., JobSpec], project: Path
+) -> None:
+    """`data/train.csv -> ../cache/blob1` (DVC, Hugging Face cache): S3 has the object `train.csv`."""
+    (project / "cache").mkdir()
+    (project / "cache" / "blob1").write_text("1\n")
+    (project / "data" / "train.csv").symlink_to("../cache/blob1")
+    spec = load(hetero(("a", "ml.c5.xlarge", 2), inputs={"training": "./data/train.csv"}))
+    plan = make_plan(spec, JOB)
+    assert [plan.host(h).shards["training"] for h in names(2)] == [("train.csv",)] * 2
+    # One share for every host of a FullyReplicated channel: staged once.
+    assert {mount_at(plan, h, "/opt/ml/input/data/training").source for h in names(2)} == {
+        str(staging_dir(plan.job_dir, "training", EVERY_HOST))}
+
+
+def test_channel_folder_is_staged_only_when_its_links_leave_it(load: Callable[..., JobSpec], project: Path) -> None:
+    (project / "data" / "train" / "inside.csv").symlink_to("part-0.csv")  # resolves the same in a bind mount
+    (project / "data" / "validation" / "out.csv").symlink_to(project / "data" / "single.csv")
+    spec = load(hetero(("a", "ml.c5.xlarge", 2), inputs={"train": "./data/train", "validation": "./data/validation"}))
+    plan = make_plan(spec, JOB)
+    for host in names(2):
+        assert mount_at(plan, host, "/opt/ml/input/data/train").source == str(spec.inputs["train"].source)
+        assert "train" not in plan.host(host).shards
+        assert mount_at(plan, host, "/opt/ml/input/data/validation").source == str(
+            staging_dir(plan.job_dir, "validation", EVERY_HOST))
+        assert plan.host(host).shards["validation"] == ("out.csv", "val.csv")
+
+
+@pytest.mark.parametrize(
+    "text", ["{project}/data/validation/val.csv", "../../elsewhere/x.csv", "../validation/val.csv"]
+)
+def test_a_link_leaves_the_folder_when_a_container_would_resolve_it_elsewhere(
+    load: Callable[..., JobSpec], project: Path, text: str
+) -> None:
+    """An absolute text (even naming a file inside), or a relative one climbing above the folder (even
+    back into it by name: in the container the folder is called after the channel), resolves elsewhere
+    in a bind mount."""
+    (project / "elsewhere").mkdir()
+    (project / "elsewhere" / "x.csv").write_text("x\n")
+    (project / "data" / "validation" / "l.csv").symlink_to(text.format(project=project))
+    spec = load(hetero(("a", "ml.c5.xlarge", 1), inputs={"validation": "./data/validation"}))
+    assert spec.inputs["validation"].links_out
+
+
+def test_sharding_is_over_the_keys_so_links_do_not_move_files_between_hosts(
+    load: Callable[..., JobSpec], project: Path
+) -> None:
+    """Replacing part-1.csv by a link to the same bytes elsewhere changes no host's share."""
+    raw = hetero(("a", "ml.c5.xlarge", 2), inputs={"training": {"s3_data": "./data/train",
+                                                               "distribution": "ShardedByS3Key"}})
+    before = make_plan(load(raw), JOB)
+    (project / "part-1.csv").write_bytes((project / "data" / "train" / "part-1.csv").read_bytes())
+    (project / "data" / "train" / "part-1.csv").unlink()
+    (project / "data" / "train" / "part-1.csv").symlink_to(project / "part-1.csv")
+    after = make_plan(load(raw), JOB)
+    assert [after.host(h).shards for h in names(2)] == [before.host(h).shards for h in names(2)]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -934,9 +934,9 @@ def record_collect(monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeBackend], N
     def install(fake: FakeBackend) -> None:
         real = runner.artifacts.collect
 
-        def collect(plan: Any) -> Any:
+        def collect(plan: Any, progress: Any = None) -> Any:
             fake.calls.append(("collect_artifacts",))
-            return real(plan)
+            return real(plan, progress)
 
         monkeypatch.setattr(runner.artifacts, "collect", collect)
 

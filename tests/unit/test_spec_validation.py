@@ -575,7 +575,7 @@ def test_distribution_without_group_on_a_homogeneous_cluster_is_accepted(
         ("-leading-hyphen", "breaks SageMaker's pattern"),
         ("trailing-hyphen-", "breaks SageMaker's pattern"),
         ("has space", "breaks SageMaker's pattern"),
-        ("j" * 64, "breaks SageMaker's pattern"),
+        ("j" * 64, "is 64 characters long: SageMaker allows at most 63"),
         ("", "must not be empty"),
     ],
 )

@@ -59,21 +59,44 @@ def test_other_link_errors_are_not_hidden(tmp_path: Path, monkeypatch: pytest.Mo
         staging.link_share(_data(tmp_path), ("a.csv",), tmp_path / "share")
 
 
-def test_code_folder_is_copied_not_linked_and_symlinks_stay_links(tmp_path: Path) -> None:
+def test_code_folder_is_copied_not_linked(tmp_path: Path) -> None:
     source = tmp_path / "code"
     (source / "pkg").mkdir(parents=True)
     (source / "train.sh").write_text("echo hi\n")
     (source / "pkg" / "m.py").write_text("x = 1\n")
-    (tmp_path / "secret").write_text("outside\n")
-    (source / "link").symlink_to(tmp_path / "secret")
     target = tmp_path / "host" / "code"
     target.mkdir(parents=True)
     staging.copy_code(source, target)
     assert (target / "pkg" / "m.py").read_text() == "x = 1\n"
     assert os.stat(target / "train.sh").st_ino != os.stat(source / "train.sh").st_ino
-    assert (target / "link").is_symlink()
     os.chmod(target / "train.sh", 0o777)  # what the toolkit does to a non-Python entry point
     assert os.stat(source / "train.sh").st_mode & 0o777 != 0o777
+
+
+def test_code_symlinks_arrive_as_their_targets_as_the_sdks_tarball_has_them(tmp_path: Path) -> None:
+    """sagemaker/utils.py create_tar_file packs source_dir with dereference=True: a linked module is a
+    regular file with the target's contents, a linked folder a real folder of copies."""
+    project = _tree(tmp_path)
+    target = tmp_path / "host" / "code"
+    target.mkdir(parents=True)
+    staging.copy_code(project / "src" / "job", target)
+    for copied in (target / "common.py", target / "lib", target / "lib" / "util.py"):
+        assert not copied.is_symlink(), copied
+    assert (target / "common.py").read_text() == "VALUE = 42\n"
+    assert (target / "lib" / "util.py").read_text() == "def f(): return 1\n"
+    assert os.stat(target / "common.py").st_ino != os.stat(project / "shared" / "common.py").st_ino
+
+
+def test_a_lone_entry_script_that_is_a_link_keeps_its_name(tmp_path: Path) -> None:
+    (tmp_path / "real.py").write_text("print(1)\n")
+    (tmp_path / "train.py").symlink_to("real.py")
+    spec = validate({"entry_point": "train.py", "instance_type": "ml.c5.xlarge"}, base_dir=tmp_path)
+    assert spec.entry_point == "train.py"
+    target = tmp_path / "host" / "code"
+    target.mkdir(parents=True)
+    staging.copy_code(spec.source_dir, target, spec.entry_point)
+    assert [p.name for p in target.iterdir()] == ["train.py"]
+    assert (target / "train.py").read_text() == "print(1)\n"
 
 
 def test_a_lone_entry_script_is_copied_alone(tmp_path: Path) -> None:
@@ -129,3 +152,138 @@ def test_an_existing_job_folder_is_never_removed_by_a_failed_stage(tmp_path: Pat
     with pytest.raises(JobFolderTaken):
         staging.stage(plan)
     assert (Path(plan.job_dir) / "job.json").read_text() == "{}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Symlinks as S3 would have them (README "Limits"): what a host sees is what `aws s3 sync` or the SDK
+# would have uploaded, staged with hard links to the files the links lead to.
+
+
+def _tree(root: Path) -> Path:
+    """A project with a DVC / Hugging Face style cache, a shared module and a shared folder, linked
+    into a job's code and data folders with relative links."""
+    project = root / "project"
+    for folder in ("cache", "shared/lib", "src/job", "data/plain", "data/sharded/more", "data/out"):
+        (project / folder).mkdir(parents=True)
+    (project / "cache" / "blob1").write_text("blob one\n")
+    (project / "cache" / "blob2").write_text("blob two\n")
+    (project / "shared" / "common.py").write_text("VALUE = 42\n")
+    (project / "shared" / "lib" / "util.py").write_text("def f(): return 1\n")
+    (project / "src" / "job" / "train.py").write_text("import common\n")
+    (project / "src" / "job" / "common.py").symlink_to("../../shared/common.py")
+    (project / "src" / "job" / "lib").symlink_to("../../shared/lib")
+    (project / "data" / "train.csv").symlink_to("../cache/blob1")
+    (project / "data" / "plain" / "a.csv").write_text("a\n")
+    (project / "data" / "plain" / "same.csv").symlink_to("a.csv")  # resolves the same in a bind mount
+    for i, name in enumerate(("k0.csv", "k1.csv", "more/k2.csv", "more/k3.csv")):
+        path = project / "data" / "sharded" / name
+        if i % 2:
+            path.symlink_to(os.path.relpath(project / "cache" / f"blob{(i + 1) // 2}", path.parent))
+        else:
+            path.write_text(f"{name}\n")
+    (project / "data" / "out" / "own.csv").write_text("own\n")
+    (project / "data" / "out" / "inner.csv").symlink_to("own.csv")
+    (project / "data" / "out" / "blob.csv").symlink_to("../../cache/blob2")
+    (project / "data" / "out" / "shelf").symlink_to(project / "shared" / "lib")  # absolute, to a folder
+    return project
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, object]]:
+    """Every path under root: a link's text, or a file's inode and contents (not following links)."""
+    seen: dict[str, tuple[str, object]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            seen[str(path)] = ("link", os.readlink(path))
+        elif path.is_file():
+            seen[str(path)] = ("file", (path.stat().st_ino, path.read_bytes()))
+    return seen
+
+
+def _staged_plan(project: Path) -> Plan:
+    spec = validate({
+        "job_name": "links", "entry_point": "train.py", "source_dir": "src/job", "output_path": "output",
+        "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge", "instance_count": 2}],
+        "inputs": {"single": "data/train.csv", "plain": "data/plain", "out": "data/out",
+                   "sharded": {"s3_data": "data/sharded", "distribution": "ShardedByS3Key"}},
+    }, base_dir=project)
+    plan = make_plan(spec, "links")
+    staging.stage(plan)
+    return plan
+
+
+def _view(plan: Plan, host: str, channel: str) -> Path:
+    """The folder a host sees at /opt/ml/input/data/<channel>."""
+    (mount,) = [m for m in plan.host(host).mounts if m.target == f"/opt/ml/input/data/{channel}"]
+    return Path(mount.source)
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_single_file_channel_link_is_staged_under_the_links_name(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    plan = _staged_plan(project)
+    for host in ("algo-1", "algo-2"):
+        view = _view(plan, host, "single")
+        assert _files(view) == {"train.csv": "blob one\n"}
+        assert not (view / "train.csv").is_symlink()
+        assert os.stat(view / "train.csv").st_ino == os.stat(project / "cache" / "blob1").st_ino
+
+
+def test_sharded_share_links_the_targets_under_the_links_names(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    plan = _staged_plan(project)
+    one, two = (_view(plan, h, "sharded") for h in ("algo-1", "algo-2"))
+    # Round-robin over the sorted keys (the links' own paths): k0, k1, more/k2, more/k3.
+    assert _files(one) == {"k0.csv": "k0.csv\n", "more/k2.csv": "more/k2.csv\n"}
+    assert _files(two) == {"k1.csv": "blob one\n", "more/k3.csv": "blob two\n"}
+    assert not any(p.is_symlink() for p in two.rglob("*"))
+    assert os.stat(two / "more" / "k3.csv").st_ino == os.stat(project / "cache" / "blob2").st_ino
+
+
+def test_folder_whose_links_leave_it_gets_one_share_of_hard_links_to_the_targets(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    plan = _staged_plan(project)
+    views = {_view(plan, h, "out") for h in ("algo-1", "algo-2")}
+    assert len(views) == 1, "one share for every host of a FullyReplicated channel"
+    (view,) = views
+    assert view.is_relative_to(Path(plan.job_dir) / ".staging")
+    assert _files(view) == {"blob.csv": "blob two\n", "inner.csv": "own\n", "own.csv": "own\n",
+                            "shelf/util.py": "def f(): return 1\n"}
+    assert not any(p.is_symlink() for p in view.rglob("*")), "links inside the folder are resolved too"
+    for name, original in (("blob.csv", "cache/blob2"), ("inner.csv", "data/out/own.csv"),
+                           ("shelf/util.py", "shared/lib/util.py")):
+        assert os.stat(view / name).st_ino == os.stat(project / original).st_ino, "a hard link, no copy"
+
+
+def test_folder_without_links_leaving_it_stays_a_mount_of_the_users_folder(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    plan = _staged_plan(project)
+    assert _view(plan, "algo-1", "plain") == project / "data" / "plain"
+    assert not (Path(plan.job_dir) / ".staging" / "plain").exists()
+
+
+def test_staging_and_unstaging_leave_the_users_tree_as_it_was(tmp_path: Path) -> None:
+    project = _tree(tmp_path)
+    before = _snapshot(project)
+    plan = _staged_plan(project)
+    assert (Path(plan.job_dir) / "hosts" / "algo-1" / "code" / "common.py").read_text() == "VALUE = 42\n"
+    staging.unstage(plan)
+    after = _snapshot(project)
+    after = {k: v for k, v in after.items() if not k.startswith(plan.job_dir)}
+    assert after == before
+    assert os.stat(project / "cache" / "blob1").st_nlink == 1, "every hard link of the shares is gone"
+
+
+def test_a_link_target_that_refuses_a_hard_link_is_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fs.protected_hardlinks refuses (EPERM) a hard link to another user's file: a copy of the
+    target, under the link's name."""
+    def refused(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    project = _tree(tmp_path)
+    monkeypatch.setattr(staging.os, "link", refused)
+    target = tmp_path / "share"
+    staging.link_share(project / "data" / "out", ("blob.csv",), target)
+    assert (target / "blob.csv").read_text() == "blob two\n" and not (target / "blob.csv").is_symlink()
