@@ -30,7 +30,13 @@ from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import Problem, SpecError
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
+# The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
+# API's "Length Constraints: Maximum length of 63" is a separate check (MAX_JOB_NAME).
 JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_JOB_NAME = 63
+# A base name has no length limit: the SDK's name_from_base cuts it to fit the timestamp in 63
+# characters (plan.job_name_from); it only needs the job name's characters.
+BASE_JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_Channel.html#sagemaker-Type-Channel-ChannelName
 CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InstanceGroup.html : 1-64 chars.
@@ -311,7 +317,14 @@ class _YamlRefused(Exception):
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, with the node graph checked before any value is constructed."""
+    """PyYAML's SafeLoader, with the node graph checked before any value is constructed, and values
+    kept as the user wrote them (README "Values as written"): environment values are their source
+    text, and a hyperparameter YAML 1.1 reads as something its text does not say is marked."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._explicit: set[int] = set()  # ids of scalar nodes with an explicit tag (`!!int 0700`)
+        self._ambiguous: dict[int, _Ambiguous] = {}
 
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
@@ -319,11 +332,24 @@ class _SpecLoader(yaml.SafeLoader):
             _check_nodes(node)
         return node
 
+    def compose_scalar_node(self, anchor: dict[Any, yaml.Node]) -> yaml.ScalarNode:  # the stub's type
+        explicit = self.peek_event().tag not in (None, "!")  # type: ignore[no-untyped-call]
+        node: yaml.ScalarNode = super().compose_scalar_node(anchor)
+        if explicit:
+            self._explicit.add(id(node))
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        marker = self._ambiguous.get(id(node))
+        return marker if marker is not None else super().construct_object(node, deep)
+
     def construct_document(self, node: yaml.Node) -> Any:
         """PyYAML's constructors call int(), datetime(), base64 on the text and do not turn every
         failure into a YAMLError: a number past Python's 4300-digit limit, 2024-02-30, an empty
         `!!int`. Whatever they raise, the text cannot be read as data."""
         try:
+            if isinstance(node, yaml.MappingNode):
+                self._as_written(node)
             return super().construct_document(node)
         except (yaml.YAMLError, RecursionError):
             raise
@@ -336,7 +362,106 @@ class _SpecLoader(yaml.SafeLoader):
             raise _YamlRefused(problem) from None
 
 
+    def _as_written(self, root: yaml.MappingNode) -> None:
+        """Swap the top-level `environment` and `hyperparameters` values for copies (a node may be
+        shared through an alias with a field that wants the YAML reading): environment scalars
+        tagged as strings of their source text, surprising hyperparameter scalars as markers."""
+        self.flatten_mapping(root)  # resolves `<<` merges, as constructing the mapping would
+        for i, (key, value) in enumerate(root.value):
+            if not isinstance(key, yaml.ScalarNode) or key.tag != _STR_TAG:
+                continue
+            if key.value == "environment" and isinstance(value, yaml.MappingNode):
+                self.flatten_mapping(value)
+                pairs = [(k, _as_text(v)) for k, v in value.value]
+                root.value[i] = (key, yaml.MappingNode(value.tag, pairs, value.start_mark, value.end_mark))
+            elif key.value == "hyperparameters":
+                root.value[i] = (key, self._mark_surprises(value))
+
+    def _mark_surprises(self, node: yaml.Node) -> yaml.Node:
+        """A copy of a hyperparameter's node tree in which every plain, untagged scalar whose YAML 1.1
+        reading surprises (see _surprise) constructs to an _Ambiguous marker. Recursion is bounded:
+        _check_nodes refused more than MAX_YAML_DEPTH levels and MAX_YAML_NODES expanded nodes."""
+        if isinstance(node, yaml.ScalarNode):
+            meaning = None if node.style is not None or id(node) in self._explicit else _surprise(node)
+            if meaning is None:
+                return node
+            copy = yaml.ScalarNode(node.tag, node.value, node.start_mark, node.end_mark)
+            value = self.yaml_constructors[node.tag](self, node)
+            self._ambiguous[id(copy)] = _Ambiguous(node.value, meaning.format(json.dumps(value)), value)
+            return copy
+        if isinstance(node, yaml.SequenceNode):
+            return yaml.SequenceNode(node.tag, [self._mark_surprises(v) for v in node.value],
+                                     node.start_mark, node.end_mark)
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            return yaml.MappingNode(node.tag, [(k, self._mark_surprises(v)) for k, v in node.value],
+                                    node.start_mark, node.end_mark)
+        return node
+
+
+# YAML 1.2 (core schema) floats that PyYAML's YAML 1.1 resolver leaves strings because it wants a dot
+# and a signed exponent: 1e-3, 1E5, -2e-3, -.5, 1.0e5. Added after the 1.1 resolvers, so it only sees
+# text they did not match (an integer stays an integer); construct_yaml_float reads these with float().
+# A dot or an exponent is required: `08` stays the string it is in YAML 1.1, not the float 8.0.
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$")
+for _first in "-+.0123456789":
+    _SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, [_first])
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True)
+class _Ambiguous:
+    """A hyperparameter YAML 1.1 reads as something other than its text says; the validator reports it."""
+
+    text: str
+    meaning: str  # what YAML 1.1 makes of it: "the octal number 448"
+    value: Any
+
+
+def _as_text(node: yaml.Node) -> yaml.Node:
+    """An environment value: a scalar becomes a string of exactly its source text (`3.10`, `0755`,
+    `no`, `12:30` stay as written: the service's Environment is a map of strings and the user wrote
+    text). null stays null (reported as missing a value); a list or mapping stays one (an error)."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag == _NULL_TAG:
+        return node
+    return yaml.ScalarNode(_STR_TAG, node.value, node.start_mark, node.end_mark, node.style)
+
+
+# YAML 1.1 booleans YAML 1.2 does not have (PyYAML's resolver; `y`/`n` it already leaves strings).
+_YAML11_BOOLEANS = ("yes", "no", "on", "off")
+
+
+def _surprise(node: yaml.ScalarNode) -> str | None:
+    """What YAML 1.1 (PyYAML) reads a plain hyperparameter scalar as, when that is not what its text
+    says to a reader who knows JSON or YAML 1.2, as a template for the value; None when it is not.
+
+    Refused: sexagesimal (`12:30` is 750), octal (`0700` is 448), hex and binary (`0x1F`, `0b11`),
+    `yes`/`no`/`on`/`off` booleans, and decimal floats whose text ends in a zero after the first
+    decimal place: the SDK json.dumps the value, which writes `3.10` as 3.1, so a version number
+    would reach the script changed. `1.0`, `2.50e3`, `1e-3`, `.5`, `1_000` and true/false are fine:
+    json.dumps writes the same number (or boolean) the text means.
+    """
+    text = node.value
+    digits = text.lstrip("+-").replace("_", "")
+    if node.tag == "tag:yaml.org,2002:bool" and text.lower() in _YAML11_BOOLEANS:
+        return "the boolean {}"
+    if node.tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        return None
+    if ":" in digits:
+        return "the sexagesimal (base 60) number {}"
+    if node.tag == "tag:yaml.org,2002:int":
+        if digits[:2].lower() in ("0x", "0b"):
+            return f"the {'hexadecimal' if digits[1] in 'xX' else 'binary'} number {{}}"
+        if len(digits) > 1 and digits.startswith("0"):
+            return "the octal number {}"
+        return None
+    _, dot, fraction = digits.partition(".")
+    if dot and "e" not in fraction.lower() and len(fraction) > 1 and fraction.endswith("0"):
+        return "the number {}, which JSON writes without the trailing zero"
+    return None
 
 
 def _children(node: yaml.Node) -> Iterator[yaml.Node]:
@@ -509,6 +634,42 @@ def _kind(path: str | Path) -> str:
     if stat.S_ISBLK(mode):
         return "block device"
     return "special file"
+
+
+def folder_problem(resolved: Path) -> tuple[str, str | None] | None:
+    """Why a folder the emulator will write (create if missing, then create entries in) cannot be:
+    (message, hint), or None when it can. Used for output_path and checkpoint_s3_uri, and for
+    `render -o`."""
+    probe = resolved
+    kind = _kind(probe)
+    while kind == "missing" and probe.parent != probe:
+        probe = probe.parent
+        kind = _kind(probe)
+    if kind == "dir":
+        # The run creates <job_name>/ (and any missing folders) in `probe`: that needs write and
+        # search permission there and a writable filesystem. os.access asks the kernel with the
+        # real uid, so it answers EROFS on a read-only mount even for root, and (as root's own mkdir
+        # does) ignores permission bits for root.
+        if os.access(probe, os.W_OK | os.X_OK):
+            return None
+        why = "on a read-only filesystem" if _read_only_fs(probe) else "not writable by this user"
+        where = f"{resolved} cannot be created: {probe} is" if probe != resolved else f"{resolved} is"
+        return f"{where} {why}", "choose a folder you can write to"
+    if kind == "missing":
+        return None
+    if kind.startswith("unreadable"):
+        return f"{resolved} cannot be created: {probe} is {kind}", "check its permissions"
+    if probe == resolved:
+        return f"{resolved} is a {kind}, not a folder", None
+    return (f"{resolved} cannot be created: {probe} is a {kind}, not a folder",
+            "choose a folder that exists or can be made")
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -777,24 +938,13 @@ class _Validator:
         return None if listing.special or listing.broken else listing
 
     def creatable_folder(self, resolved: Path | None, path: str) -> None:
-        """A folder the job writes: either a folder already, or creatable (its nearest existing
-        ancestor is a folder), so that the job does not fail at its very end."""
-        if resolved is None:
-            return
-        probe = resolved
-        kind = _kind(probe)
-        while kind == "missing" and probe.parent != probe:
-            probe = probe.parent
-            kind = _kind(probe)
-        if kind in ("dir", "missing"):
-            return
-        if kind.startswith("unreadable"):
-            self.fail(path, f"{resolved} cannot be created: {probe} is {kind}", "check its permissions")
-        elif probe == resolved:
-            self.fail(path, f"{resolved} is a {'file' if kind == 'file' else kind}, not a folder")
-        else:
-            self.fail(path, f"{resolved} cannot be created: {probe} is a {kind}, not a folder",
-                      "choose a folder that exists or can be made")
+        """A folder the job writes: either a writable folder already, or creatable, so that the job
+        does not fail at its very end."""
+        if resolved is not None and (problem := folder_problem(resolved)) is not None:
+            message, hint = problem
+            if hint and path == "output_path" and "write to" in hint:
+                hint += ", or run with --output-path DIR"
+            self.fail(path, message, hint)
 
     # -- the job
 
@@ -803,11 +953,14 @@ class _Validator:
         self.unknown_keys(raw, JOB_KEYS, "")
 
         job_name = self.string(raw, "job_name", "job_name")
-        if job_name is not None and not JOB_NAME_PATTERN.fullmatch(job_name):
+        if job_name is not None and len(job_name) > MAX_JOB_NAME:
+            self.fail("job_name", f"{_preview(job_name)} is {len(job_name)} characters long: SageMaker allows at "
+                      f"most {MAX_JOB_NAME}", "shorten it, or give base_job_name (the SDK cuts a base to fit)")
+        elif job_name is not None and not JOB_NAME_PATTERN.fullmatch(job_name):
             self.fail("job_name", f"{_preview(job_name)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, 1-63 chars, starting and ending alphanumeric")
         base = self.string(raw, "base_job_name", "base_job_name")
-        if base is not None and not JOB_NAME_PATTERN.fullmatch(base):
+        if base is not None and not BASE_JOB_NAME_PATTERN.fullmatch(base):
             self.fail("base_job_name", f"{_preview(base)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, starting and ending alphanumeric")
         image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
@@ -833,6 +986,12 @@ class _Validator:
         args = self.command_list(raw, "container_arguments")
         if entry_point is None and entry is None and "entry_point" not in raw:
             self.fail("entry_point", "missing", "name the script to run (relative to source_dir)")
+        # The program the toolkit's `train` will run (sagemaker_program), checked as the toolkit will.
+        toolkit = entry is None or os.path.basename(entry[0]) == "train"
+        if entry_point is not None and toolkit and (problem := entry_point_problem(entry_point)) is not None:
+            self.fail("entry_point", f"{_preview(entry_point)} cannot be run by the training toolkit: it "
+                      f"contains {problem}", "rename the script so its path holds only letters, digits, "
+                      "'.', '_', '+', '-' and '/' and starts with a letter, digit, '.' or '_'")
 
         job_mode = self.string(raw, "input_mode", "input_mode") or "File"
         if job_mode not in INPUT_MODES:
@@ -1224,6 +1383,11 @@ class _Validator:
             elif len(key) > MAX_HYPERPARAMETER_NAME:
                 self.fail(path, f"name longer than {MAX_HYPERPARAMETER_NAME} characters",
                           "the service's limit for CreateTrainingJob HyperParameters")
+            elif surprises := list(_ambiguous_in(item, path)):
+                for where, marker in surprises:
+                    self.fail(where, f"{marker.text} is read by YAML 1.1 as {marker.meaning}, not as written",
+                              f"quote it ('{marker.text}') to pass the text, or write "
+                              f"{json.dumps(marker.value)} if you mean that")
             elif (problem := _json_problem(item)) is not None:
                 # The SDK json.dumps every value: a YAML date, set or binary has no JSON form.
                 self.fail(path, problem, "quote it to make it a string")
@@ -1294,6 +1458,48 @@ def _json_problem(value: Any) -> str | None:
                 stack.append((v, depth + 1))
         else:
             return f"{_a(_type_name(item))} cannot be JSON-encoded"
+    return None
+
+
+def _ambiguous_in(value: Any, path: str) -> Iterator[tuple[str, _Ambiguous]]:
+    """Every _Ambiguous marker the loader left in a hyperparameter, with its field path. Only specs
+    read from YAML hold markers; the walk is bounded as the loader bounded the value."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, _Ambiguous):
+            yield where, item
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            stack.extend((v, f"{where}.{_key_text(k)}") for k, v in reversed(list(item.items())))
+
+
+_ENTRY_POINT_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-/")
+
+
+def entry_point_problem(name: str) -> str | None:
+    """Why the sagemaker-training toolkit refuses to run `name` as the entry point, or None.
+
+    The toolkit (v5.1.4, sagemaker_training/process.py `validate_entry_point`, called before it
+    installs or runs the script) allows a relative path of letters, digits and `. _ + - /` whose
+    first character is not `-`, `+` or `/`, with no empty, `.` or `..` segment, and fails the job
+    with ClientError otherwise. One difference: its regex ends in `$`, which also matches before a
+    final newline, so it lets `train.py\n` through; here a newline is refused like any other
+    character outside the set.
+    """
+    unsupported = sorted({c for c in name if c not in _ENTRY_POINT_CHARACTERS})
+    if unsupported:
+        return f"the character(s) {', '.join(repr(c) for c in unsupported)}"
+    if name[:1] in ("-", "+"):
+        return f"a leading {name[0]!r}" + (", which is read as a command-line option" if name[0] == "-" else "")
+    if name[:1] == "/":
+        return "a leading '/', which makes it an absolute path"
+    segments = name.split("/")
+    if "" in segments:
+        return "an empty path segment ('//' or a trailing '/')"
+    if any(segment in (".", "..") for segment in segments):
+        return "'.' or '..' path segments"
     return None
 
 
