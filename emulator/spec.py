@@ -121,6 +121,7 @@ JOB_KEYS = (
     "checkpoint_local_path",
     "max_run",
     "enable_network_isolation",
+    "disable_output_compression",
     "container_entry_point",
     "container_arguments",
     "container_log_level",
@@ -204,6 +205,9 @@ class JobSpec:
     checkpoint_local_path: str = "/opt/ml/checkpoints"
     max_run: int = DEFAULT_MAX_RUN
     enable_network_isolation: bool = False
+    # OutputDataConfig.CompressionType NONE (the SDK's name): model and output files written as they
+    # are under output/model/ and output/data/ instead of model.tar.gz / output.tar.gz.
+    disable_output_compression: bool = False
     container_entry_point: tuple[str, ...] | None = None
     container_arguments: tuple[str, ...] | None = None
     container_log_level: int = DEFAULT_LOG_LEVEL
@@ -1031,6 +1035,7 @@ class _Validator:
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
+        uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
         log_level = self.integer(raw, "container_log_level", "container_log_level")
         region = self.string(raw, "region", "region") or DEFAULT_REGION
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
@@ -1056,6 +1061,7 @@ class _Validator:
             checkpoint_local_path=ckpt_local,
             max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
             enable_network_isolation=bool(isolation),
+            disable_output_compression=bool(uncompressed),
             container_entry_point=entry,
             container_arguments=args,
             container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
