@@ -693,7 +693,8 @@ def _scan(source: Path) -> _Listing:
     own path, a linked folder's files are keys under the link's path.
 
     A link that dangles (or is a loop of links) cannot be read: tarfile with dereference=True raises
-    FileNotFoundError on it, and `aws s3 sync` skips it and exits 2. A link to a folder above itself
+    FileNotFoundError on it, and `aws s3 sync` skips it with "File does not exist." (awscli
+    customizations/s3/filegenerator.py triggers_warning) and exits 2. A link to a folder above itself
     would make an endless listing (tarfile recurses until it fails). Both are reported in `broken`.
     Unreadable folders are skipped, as before (staging reports what it cannot read).
     """
