@@ -104,22 +104,41 @@ def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
     """
     target.mkdir(parents=True, exist_ok=True)
     single = not source.is_dir()
+    made = {str(target)}  # folders of the share already made: one mkdir per folder, not per file
     for relative in files:
-        src = source if single else source / relative
-        if single or os.path.islink(src):
-            # link(2) does not follow a symlink on Linux (nor does os.link, whatever follow_symlinks
-            # says, CPython calls link() when no dir_fd is given): it would hard-link the link itself,
-            # which then dangles in the container. A link inside a linked folder is resolved by the
-            # kernel on the way; only the last component needs resolving here.
-            src = Path(os.path.realpath(src))
-        dst = target / relative
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        src = _followed(str(source if single else source / relative))
+        dst = os.path.join(target, relative)
+        folder = os.path.dirname(dst)
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
         try:
             os.link(src, dst)
         except OSError as err:
             if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
                 raise
             shutil.copy2(src, dst)
+
+
+# The kernel's own limit of symlinks followed in one lookup (Linux MAXSYMLINKS), past which ELOOP.
+MAX_SYMLINKS = 40
+
+
+def _followed(path: str) -> str:
+    """The path of the file a symlink at `path` leads to (`path` itself if it is no link).
+
+    link(2) does not follow a symlink given as its source on Linux (and os.link calls link() without
+    AT_SYMLINK_FOLLOW whatever follow_symlinks says): it would hard-link the link itself, which then
+    dangles or points elsewhere in the container. Only the last component needs following: the
+    kernel resolves linked folders on the way, so this costs a readlink per link instead of a
+    realpath's lstat per path component.
+    """
+    for _ in range(MAX_SYMLINKS):
+        if not os.path.islink(path):
+            return path
+        # Relative to the link's own folder, as the kernel reads it (an absolute text replaces it).
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
 
 
 def unstage(plan: Plan) -> None:
