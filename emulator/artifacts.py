@@ -327,17 +327,21 @@ def merge_copy(plan: Plan, relative: str, target: Path, progress: ProgressReport
     target.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "copying", f"{target.parent.name}/{target.name}/", files)
     skipped: list[str] = []
+    made = {""}  # folders under target made so far ("" is target itself)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for name, path, _ in files:
         opened = hostfiles.open_regular_fd(path)
         if opened is None:
             continue
         fd, st = opened
         try:
-            dest = target / name
+            folder = os.path.dirname(name)
             try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                if folder not in made:
+                    os.makedirs(os.path.join(target, folder), exist_ok=True)
+                    made.add(folder)
                 # O_EXCL | O_NOFOLLOW: the target folder is new and the driver's; nothing there is followed.
-                out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                out = os.open(os.path.join(target, name), flags, 0o600)
             except (FileExistsError, NotADirectoryError, IsADirectoryError):
                 skipped.append(name)
                 continue
@@ -358,28 +362,30 @@ def merge_copy(plan: Plan, relative: str, target: Path, progress: ProgressReport
 
 
 def _copy_fd(src: int, dst: int, size: int, meter: _Progress) -> None:
-    """In-kernel copy (copy_file_range: a reflink on filesystems that share blocks), plain reads and
-    writes where the kernel refuses it (across some filesystems, old kernels)."""
+    """A small file in one read and write; a large one in-kernel (copy_file_range, a reflink where the
+    filesystem shares blocks), with plain reads and writes where the kernel refuses it (across some
+    filesystems, old kernels)."""
     copied = 0
-    try:
-        while copied < size:
-            n = os.copy_file_range(src, dst, min(16 * CHUNK, size - copied), copied, copied)
-            if n == 0:
-                break
-            copied += n
-            meter.advance(n)
-    except OSError:
-        pass
-    os.lseek(src, copied, os.SEEK_SET)
-    os.lseek(dst, copied, os.SEEK_SET)
-    with open(src, "rb", closefd=False) as reader, open(dst, "wb", closefd=False) as writer:
-        while copied < size:
-            chunk = reader.read(min(CHUNK, size - copied))
-            if not chunk:
-                break
-            writer.write(chunk)
-            copied += len(chunk)
-            meter.advance(len(chunk))
+    if size > CHUNK:
+        try:
+            while copied < size:
+                n = os.copy_file_range(src, dst, min(16 * CHUNK, size - copied), copied, copied)
+                if n == 0:
+                    break
+                copied += n
+                meter.advance(n)
+        except OSError:
+            os.lseek(src, copied, os.SEEK_SET)
+            os.lseek(dst, copied, os.SEEK_SET)
+    while copied < size:
+        chunk = os.read(src, min(CHUNK, size - copied))
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+        copied += len(chunk)
+        meter.advance(len(chunk))
 
 
 def collect(plan: Plan, progress: ProgressReporter | None = None) -> tuple[Path, Path]:
