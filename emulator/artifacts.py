@@ -141,7 +141,7 @@ class _Progress:
         self.started = clock()
         self.next = self.started + PROGRESS_SECONDS
         if self.reporter is not None:
-            self.reporter.info(f"{verb} {label}: {_mb(self.total)} in {self.count:,} files")
+            self.reporter.info(f"{verb} {label}: {_mb(self.total)} in {_files(self.count)}")
 
     def advance(self, size: int, files: int = 0) -> None:
         self.done += size
@@ -155,7 +155,7 @@ class _Progress:
     def finish(self) -> None:
         if self.reporter is not None:
             now = self.clock()
-            self.reporter.info(f"  {self.label}: {_mb(self.done)} in {self.files:,} files, "
+            self.reporter.info(f"  {self.label}: {_mb(self.done)} in {_files(self.files)}, "
                                f"{now - self.started:.1f} s, {self._rate(now)}")
 
     def _rate(self, now: float) -> str:
@@ -164,6 +164,10 @@ class _Progress:
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:,.1f} MB"
+
+
+def _files(count: int) -> str:
+    return f"{count:,} file" + ("" if count == 1 else "s")
 
 
 _BLOCK = tarfile.BLOCKSIZE
@@ -356,7 +360,7 @@ def merge_copy(plan: Plan, relative: str, target: Path, progress: ProgressReport
         meter.advance(0, files=1)
     meter.finish()
     if skipped and progress is not None:
-        progress.warn(f"{len(skipped)} files not copied to {target}: a file and a folder of the same name "
+        progress.warn(f"{_files(len(skipped))} not copied to {target}: a file and a folder of the same name "
                       f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})")
     return target
 

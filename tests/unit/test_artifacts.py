@@ -178,10 +178,10 @@ def test_a_large_tree_reports_progress_while_it_is_packed(tmp_path: Path, monkey
 
     merge_tree(hosts_plan(host), "model", tmp_path / "model.tar.gz", reporter)
 
-    assert reporter.infos[0] == "packing model.tar.gz: 120.0 MB in 1 files"
+    assert reporter.infos[0] == "packing model.tar.gz: 120.0 MB in 1 file"
     assert "(50 %)" in " ".join(reporter.infos)  # a line on the way, with MB done of the total
     assert all("MB/s" in line for line in reporter.infos[1:])
-    assert reporter.infos[-1].startswith("  model.tar.gz: 120.0 MB in 1 files, ")
+    assert reporter.infos[-1].startswith("  model.tar.gz: 120.0 MB in 1 file, ")
 
 
 def test_many_small_files_report_progress(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ def test_a_file_and_a_folder_of_one_name_keep_the_first_and_warn(tmp_path: Path)
     target = merge_copy(hosts_plan(one, two), "model", tmp_path / "out" / "model", reporter)
 
     assert tree_contents(target) == {"ckpt": b"a file"}
-    assert reporter.warnings == [f"1 files not copied to {target}: a file and a folder of the same name (ckpt/part-0)"]
+    assert reporter.warnings == [f"1 file not copied to {target}: a file and a folder of the same name (ckpt/part-0)"]
 
 
 # --------------------------------------------------------------------------------------------------
