@@ -277,6 +277,18 @@ def merge_tree(plan: Plan, relative: str, archive: Path, progress: ProgressRepor
     files = chosen_files(plan, relative)
     archive.parent.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "packing", archive.name, files)
+    try:
+        _write_archive(archive, files, meter)
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed (disk full): isal's writer still closes the gzip stream
+        # properly, which would leave a valid-looking gzip of a cut tar. No archive beats that one.
+        archive.unlink(missing_ok=True)
+        raise
+    meter.finish()
+    return archive
+
+
+def _write_archive(archive: Path, files: Listing, meter: _Progress) -> None:
     owners = _Owners()
     offset = 0
     with igzip_threaded.open(  # type: ignore[no-untyped-call]
@@ -298,8 +310,6 @@ def merge_tree(plan: Plan, relative: str, archive: Path, progress: ProgressRepor
         end = 2 * _BLOCK
         end += -(offset + end) % _RECORD
         gz.write(bytes(end))
-    meter.finish()
-    return archive
 
 
 def _pack_file(gz: IO[bytes], header: bytes, fd: int, size: int, meter: _Progress) -> int:

@@ -156,6 +156,22 @@ def test_long_and_non_ascii_names_round_trip(tmp_path: Path) -> None:
     assert tree_contents(out) == files
 
 
+def test_an_interrupted_packing_leaves_no_archive(tmp_path: Path, three_hosts: list[Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    real = artifacts._read_exact
+    reads = iter(range(100))
+
+    def read_then_interrupt(fd: int, size: int) -> bytes:
+        if next(reads) == 2:
+            raise KeyboardInterrupt
+        return real(fd, size)
+
+    monkeypatch.setattr(artifacts, "_read_exact", read_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        merge_tree(hosts_plan(*three_hosts), "model", tmp_path / "model.tar.gz")
+    assert not (tmp_path / "model.tar.gz").exists()
+
+
 def test_an_empty_tree_is_an_empty_archive(tmp_path: Path) -> None:
     host = tmp_path / "job" / "hosts" / "algo-1"
     host.mkdir(parents=True)
