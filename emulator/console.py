@@ -26,6 +26,10 @@ class Reporter(Protocol):
 
     def log_line(self, host: str, group: str, line: str) -> None: ...
 
+    def progress(self, host: str, group: str, text: str) -> None:
+        """The current state of a line the host rewrites with `\\r` (a progress bar); the next
+        `log_line` of that host ends it."""
+
 
 def use_colour(stream: TextIO) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
@@ -47,11 +51,19 @@ class ConsoleReporter:
         err: TextIO | None = None,
         colour: bool | None = None,
         quiet: bool = False,
+        live: bool | None = None,
     ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.colour = use_colour(self.out) if colour is None else colour
         self.quiet = quiet
+        # On a terminal a progress bar is redrawn in place; elsewhere (a file, CI's log) each shown
+        # state is a line of its own, so fewer are shown.
+        self.live = bool(getattr(self.out, "isatty", lambda: False)()) if live is None else live
+        self.progress_interval = 0.1 if self.live else 2.0
+        self.shows_logs = not quiet
+        # The host whose progress line is open on a live terminal (written without a newline).
+        self._open: str | None = None
         self._lock = threading.Lock()
         self._step = 0
         self._prefixes: dict[str, str] = {}
@@ -67,8 +79,14 @@ class ConsoleReporter:
                 text = f"\x1b[{_COLOURS[i % len(_COLOURS)]}m{text}\x1b[0m"
             self._prefixes[host] = text
 
-    def _write(self, stream: TextIO, text: str) -> None:
+    def _write(self, stream: TextIO, text: str, host: str | None = None) -> None:
         with self._lock:
+            if self._open is not None:
+                # A progress line is open: the host's own next line replaces it (a finished bar
+                # reads as its last state); anything else starts below it.
+                self.out.write("\r\x1b[K" if host == self._open and stream is self.out else "\n")
+                self.out.flush()
+                self._open = None
             stream.write(text + "\n")
             stream.flush()
 
@@ -87,8 +105,25 @@ class ConsoleReporter:
     def log_line(self, host: str, group: str, line: str) -> None:
         if self.quiet:
             return
-        prefix = self._prefixes.get(host) or f"{host} ({group}) |"
-        self._write(self.out, f"{prefix} {line}")
+        self._write(self.out, f"{self._prefix(host, group)} {line}", host)
+
+    def progress(self, host: str, group: str, text: str) -> None:
+        if self.quiet:
+            return
+        if not self.live:
+            self._write(self.out, f"{self._prefix(host, group)} {text}")
+            return
+        with self._lock:
+            if self._open == host:
+                self.out.write("\r\x1b[K")
+            elif self._open is not None:
+                self.out.write("\n")
+            self.out.write(f"{self._prefix(host, group)} {text}")
+            self.out.flush()
+            self._open = host
+
+    def _prefix(self, host: str, group: str) -> str:
+        return self._prefixes.get(host) or f"{host} ({group}) |"
 
     def _bold(self, text: str) -> str:
         return f"\x1b[1m{text}\x1b[0m" if self.colour else text
@@ -102,6 +137,8 @@ class RecordingReporter:
         self.infos: list[str] = []
         self.warnings: list[str] = []
         self.lines: list[tuple[str, str, str]] = []
+        self.updates: list[tuple[str, str, str]] = []
+        self.progress_interval = 0.0
         self._lock = threading.Lock()
 
     def set_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
@@ -119,3 +156,7 @@ class RecordingReporter:
     def log_line(self, host: str, group: str, line: str) -> None:
         with self._lock:
             self.lines.append((host, group, line))
+
+    def progress(self, host: str, group: str, text: str) -> None:
+        with self._lock:
+            self.updates.append((host, group, text))

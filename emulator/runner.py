@@ -30,6 +30,7 @@ from emulator.errors import (
     EmulatorError,
     EnvironmentProblem,
     ImageMissing,
+    Interrupted,
     JobFolderTaken,
     UsageError,
 )
@@ -43,6 +44,10 @@ POLL_SECONDS = 0.2
 # for on a laptop. Configurable with --grace.
 DEFAULT_GRACE = 10.0
 NAME_ATTEMPTS = 20
+# Once every host has exited, its output stream still delivers what the engine buffered (at most a
+# few MB); one that has not ended by then never will. An engine that stopped answering gets less.
+STREAM_END_TIMEOUT = 30.0
+LOST_ENGINE_STREAM_TIMEOUT = 0.5
 
 
 @dataclass(frozen=True)
@@ -145,19 +150,28 @@ class Run:
         # Only what this run created is removed: a name another run holds is never touched.
         self.created: list[str] = []
         self.created_network = False
+        self.started = False
         self.began: datetime | None = None  # staging began: the start of the total time
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
         self.backend.ping()
-        self.ensure_image()
+        try:
+            self.ensure_image()
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted while building the image {plan.image}: nothing was started") from None
         if plan.seed is not None:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
         self.check_leftovers()
 
         self.began = self.now()
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
-        staging.stage(plan)
+        try:
+            staging.stage(plan)
+        except KeyboardInterrupt:
+            # staging.stage removed its half-made job folder on the way out.
+            raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
+                              f"job folder {plan.job_dir} was removed") from None
         # A watcher removes what this run creates if the driver is killed before its `finally`.
         with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
             return self.run_and_tear_down()
@@ -177,26 +191,17 @@ class Run:
                 for host in plan.hosts:
                     self.backend.create_container(plan, host)
                     self.created.append(host.container_name)
+                    # Attached before the start: every byte a host writes is read, however fast it exits.
+                    self.backend.follow_logs(host.container_name, logs)
                 reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
+                self.started = True
                 self.backend.start(self.names)
                 t0 = time.monotonic()
                 start = self.now()  # TrainingStartTime: the hosts run
-                for name in self.names:
-                    self.backend.follow_logs(name, logs)
                 status, secondary, reason = self.supervise(t0)
             except KeyboardInterrupt:
-                reporter.warn("stopping the job (interrupted)")
                 status, secondary, reason = "Stopped", "Stopped", None
-                try:
-                    self.stop_running()
-                except KeyboardInterrupt:
-                    # A second Ctrl-C: no more waiting for the grace period; removal below kills.
-                    reporter.warn("interrupted again: killing the hosts")
-                except DockerUnavailable as err:
-                    # The engine stopped answering while the hosts were being stopped: as below,
-                    # job.json and the artifacts are still written, then the run ends with exit code 3.
-                    lost = err
-                    reporter.warn(f"{err.message} (while stopping the hosts)")
+                lost = self.stop_on_interrupt()
             except DockerUnavailable as err:
                 # The engine stopped answering mid-job: the hosts' files are on this machine, so the
                 # artifacts and job.json are still written; then the run ends with exit code 3.
@@ -204,8 +209,9 @@ class Run:
                 reason = err.message
                 reporter.warn(reason)
             finally:
-                # Streams from an engine that stopped answering will not drain: no use waiting on them.
-                self.backend.wait_logs(timeout=5 if lost is None else 0.5)
+                # Every host has exited (or never started): read each stream to its end, so the log
+                # files hold every byte. Streams from an engine that stopped answering will not end.
+                self.drain_logs(STREAM_END_TIMEOUT if lost is None else LOST_ENGINE_STREAM_TIMEOUT)
                 logs.close()
             end = self.now()
             if lost is None:
@@ -247,6 +253,48 @@ class Run:
                     # The job's own outcome stands; what could not be removed is left to the watcher
                     # (backend.guard) and found by label later.
                     reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
+
+    def stop_on_interrupt(self) -> DockerUnavailable | None:
+        """Ctrl-C or SIGTERM: stop every running host with the grace period, one line saying so; a
+        second Ctrl-C kills them at once. Returns the error if the engine stopped answering."""
+        running = self.running()
+        who = ", ".join(self.host_label(n) for n in running)
+        try:
+            if not self.started or not running:
+                self.reporter.warn("interrupted before the hosts started: removing "
+                                   f"{len(self.created)} created container(s)" if not self.started
+                                   else "interrupted: every host had already exited")
+                return None
+            self.reporter.warn(f"interrupted: stopping {who} (SIGTERM, SIGKILL after {self.options.grace:g} s; "
+                               "Ctrl-C again kills them now)")
+            try:
+                self.stop_running(announce=False)
+            except KeyboardInterrupt:
+                running = self.running()
+                self.reporter.warn(f"interrupted again: killing {', '.join(self.host_label(n) for n in running)} now")
+                self.backend.kill(running)
+                for state in self.backend.states(running):
+                    self.record_exit(state)
+        except DockerUnavailable as err:
+            # The engine stopped answering while the hosts were being stopped: job.json and the
+            # artifacts are still written, then the run ends with exit code 3.
+            self.reporter.warn(f"{err.message} (while stopping the hosts)")
+            return err
+        return None
+
+    def drain_logs(self, timeout: float) -> None:
+        for name in self.backend.wait_logs(timeout=timeout):
+            if timeout >= STREAM_END_TIMEOUT:
+                self.reporter.warn(f"the output stream of {self.host_label(name)} did not end {timeout:g} s after "
+                                   f"the host exited: logs/{self.host_of[name].name}.log may miss its last output")
+
+    def running(self) -> list[str]:
+        """The hosts not seen exiting yet."""
+        return [n for n in self.names if n not in self.exit_codes]
+
+    def host_label(self, container: str) -> str:
+        host = self.host_of[container]
+        return f"{host.name} ({host.group})"
 
     def fix_ownership(self) -> None:
         """Containers run as root (as on the service); what they wrote must belong to the user who
@@ -340,13 +388,14 @@ class Run:
         if state.error:
             self.errors[state.name] = state.error
 
-    def stop_running(self) -> None:
-        running = [n for n in self.names if n not in self.exit_codes]
+    def stop_running(self, announce: bool = True) -> None:
+        running = self.running()
         if not running:
             return
         self.stopped_by_us.update(running)
-        self.reporter.info(f"stopping {', '.join(self.host_of[n].name for n in running)} "
-                           f"(SIGTERM, SIGKILL after {self.options.grace:g} s)")
+        if announce:
+            self.reporter.info(f"stopping {', '.join(self.host_of[n].name for n in running)} "
+                               f"(SIGTERM, SIGKILL after {self.options.grace:g} s)")
         self.backend.stop(running, grace=self.options.grace)
         for state in self.backend.states(running):
             self.record_exit(state)

@@ -6,7 +6,7 @@ fake (tests/unit/fake_backend.py) instead of stacks of mock.patch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -45,7 +45,10 @@ class Resource:
         return self.driver_alive is False
 
 
-LineSink = Callable[[str, bytes], None]
+class LineSink(Protocol):
+    """Receives a container's output: `sink(container_name, chunk, stream)`, stream 1 = stdout, 2 = stderr."""
+
+    def __call__(self, name: str, chunk: bytes, stream: int = 1) -> None: ...
 
 
 class Backend(Protocol):
@@ -62,12 +65,17 @@ class Backend(Protocol):
         """Start these containers together (concurrently), not one after the other."""
 
     def follow_logs(self, name: str, sink: LineSink) -> None:
-        """Stream the container's output to sink(name, chunk) in a background thread until it exits."""
+        """Stream the container's output to `sink` in a background thread until it exits. Called
+        before `start`, so that no byte is missed however fast the container exits."""
 
     def states(self, names: Sequence[str]) -> list[ContainerState]: ...
 
     def stop(self, names: Sequence[str], grace: float) -> None:
-        """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine."""
+        """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine. Returns
+        once all have exited. A KeyboardInterrupt while waiting propagates at once (the caller kills)."""
+
+    def kill(self, names: Sequence[str]) -> None:
+        """SIGKILL now, and return once all have exited; already-exited is fine."""
 
     def remove(self, plan: Plan) -> None:
         """Remove every container and network this backend created for the job (including one whose
@@ -80,8 +88,9 @@ class Backend(Protocol):
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         """Give every host's /opt/ml tree (written by root in the containers) to uid:gid."""
 
-    def wait_logs(self, timeout: float) -> None:
-        """Wait until every follow_logs stream has drained."""
+    def wait_logs(self, timeout: float) -> list[str]:
+        """Wait until every follow_logs stream has delivered its last byte; returns the containers
+        whose stream had not ended by then (those streams are closed: their output may be cut)."""
 
     def find(self, job: str | None = None) -> list[Resource]:
         """Every container and network the emulator made (of one job, or all)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import math
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,6 +30,9 @@ from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.
 START_WORKERS = 16
+# Read size of a host's output stream: large reads keep the cost per byte low (a chatty host writes
+# tens of MB/s); the engine delivers what is there, so a quiet host's line still arrives at once.
+READ_SIZE = 1 << 20
 
 
 def connect(timeout: float = 10) -> docker.DockerClient:
@@ -107,7 +112,9 @@ class DockerBackend:
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
-        self._log_threads: list[threading.Thread] = []
+        # Per container: the thread reading its output stream, and that stream's socket.
+        self._streams: dict[str, tuple[threading.Thread, socket.socket]] = {}
+        self.stream_errors: dict[str, str] = {}
         self._addresses: dict[str, dict[str, str]] = {}
         # Per job: the watcher process, and what was created and not yet removed (id -> kind).
         self._reapers: dict[str, Reaper] = {}
@@ -254,6 +261,13 @@ class DockerBackend:
             mem_limit=host.memory_bytes,
             memswap_limit=host.memory_bytes,
             network_mode=plan.network,
+            # The emulator reads each host's output over an attach made before the start (see
+            # follow_logs), which gets every byte as written. No engine log driver: an engine's
+            # default one may rotate (json-file with max-size drops what a slow reader has not
+            # read), and it holds a line without a newline until 16 KiB have gathered
+            # (moby daemon/logger/copier.go), so a `\r` progress bar could not be shown live;
+            # it also halves how fast a host can write (measured: 82 vs 37-48 MB/s).
+            log_config=docker.types.LogConfig(type=docker.types.LogConfig.types.NONE),
         )
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}
@@ -309,23 +323,52 @@ class DockerBackend:
         if errors:
             raise EnvironmentProblem("cannot start containers: " + "; ".join(errors))
 
+    @_engine_call
     def follow_logs(self, name: str, sink: LineSink) -> None:
+        """Attach to the container's stdout and stderr (before it starts: nothing is missed) and
+        hand every chunk to `sink` from a thread of its own, until the container's streams close.
+
+        The engine applies back-pressure on an attached stream (its buffer holds 1 MB, then the
+        container's writes wait), so nothing is dropped; the flip side is that a stream must always
+        be read or closed, never left open and unread, or the container (and, on Docker 20.10, the
+        engine's handling of it) stalls. So the reader closes the socket whatever ends it.
+        """
+        try:
+            attached = self.api.attach_socket(name, params={"stdout": 1, "stderr": 1, "stream": 1})
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(f"cannot attach to container {name}: {_first_line(err)}") from None
+        # docker-py hands back the socket's file object (or the socket itself over TLS); the
+        # client's timeout must not end the stream of a host that is quiet for a while.
+        raw: socket.socket = getattr(attached, "_sock", attached)
+        raw.settimeout(None)
+
         def pump() -> None:
             try:
-                for chunk in self.api.logs(name, stream=True, follow=True, stdout=True, stderr=True):
-                    sink(name, chunk)
-            except (docker.errors.APIError, requests.exceptions.RequestException, OSError, ValueError):
-                pass  # the container or the log file went away; the exit is reported by states()
+                _demultiplex(raw, lambda chunk, stream: sink(name, chunk, stream))
+            except OSError:
+                pass  # the stream was closed under us (wait_logs gave up on it, or the engine went away)
+            except Exception as err:  # the sink failed (e.g. the disk is full): say so, stop reading
+                self.stream_errors[name] = f"{type(err).__name__}: {err}"
+            finally:
+                _close_quietly(raw)
+                # The file object docker-py returned must live as long as the reader (it owns the socket).
+                with contextlib.suppress(Exception):
+                    attached.close()
 
         thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
         thread.start()
-        self._log_threads.append(thread)
+        self._streams[name] = (thread, raw)
 
-    def wait_logs(self, timeout: float) -> None:
+    def wait_logs(self, timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout  # one deadline for all streams, not `timeout` each
-        for thread in self._log_threads:
+        for thread, _ in self._streams.values():
             thread.join(max(0.0, deadline - time.monotonic()))
-        self._log_threads = [t for t in self._log_threads if t.is_alive()]
+        unfinished = [name for name, (thread, _) in self._streams.items() if thread.is_alive()]
+        for name in unfinished:
+            # Closing (not abandoning) the stream: the engine stops writing to it.
+            _close_quietly(self._streams[name][1])
+        self._streams.clear()
+        return unfinished
 
     @_engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:
@@ -355,15 +398,40 @@ class DockerBackend:
     def stop(self, names: Sequence[str], grace: float) -> None:
         def stop_one(name: str) -> None:
             try:
-                # The engine takes whole seconds; round up so a short grace is never "kill now".
+                # The engine sends the image's stop signal (SIGTERM), then SIGKILL after the grace;
+                # it takes whole seconds: round up so a short grace is never "kill now".
                 self.api.stop(name, timeout=max(1, math.ceil(grace)))
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError:
                 self._kill_quietly(name)
 
+        # Waiting in short slices keeps the main thread interruptible: a second Ctrl-C reaches the
+        # caller at once (it then kills) instead of after the whole grace period.
+        pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names))))
+        try:
+            futures = [pool.submit(stop_one, name) for name in names]
+            while concurrent.futures.wait(futures, timeout=0.2).not_done:
+                pass
+            for future in futures:
+                future.result()  # an engine that stopped answering: DockerUnavailable (_engine_call)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    @_engine_call
+    def kill(self, names: Sequence[str]) -> None:
+        def kill_one(name: str) -> None:
+            try:
+                self.api.kill(name)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError:
+                pass  # not running any more
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.wait(name, timeout=30)  # so that its exit code is there to be read
+
         with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
-            list(pool.map(stop_one, names))
+            list(pool.map(kill_one, names))
 
     def _kill_quietly(self, name: str) -> None:
         with contextlib.suppress(docker.errors.APIError):
@@ -478,3 +546,36 @@ class DockerBackend:
         if problems:
             raise EmulatorError("could not remove everything: " + "; ".join(problems),
                                 hint="run `hetero-emu clean` once the engine is healthy")
+
+
+def _demultiplex(sock: socket.socket, deliver: Callable[[bytes, int], None]) -> None:
+    """Read an attached stream to its end: frames of an 8-byte header (stream: 1 stdout, 2 stderr;
+    3 zero bytes; big-endian payload length) and the payload
+    (https://docs.docker.com/engine/api/v1.41/#operation/ContainerAttach). Consecutive frames of one
+    stream are delivered as one chunk, in order."""
+    buf = bytearray()
+    while data := sock.recv(READ_SIZE):
+        buf += data
+        pos, current = 0, 0
+        parts: list[bytes] = []
+        while len(buf) - pos >= 8:
+            size = int.from_bytes(buf[pos + 4:pos + 8], "big")
+            if len(buf) - pos - 8 < size:
+                break  # the rest of this frame is in the next read
+            stream = 2 if buf[pos] == 2 else 1
+            if stream != current and parts:
+                deliver(b"".join(parts), current)
+                parts = []
+            current = stream
+            parts.append(bytes(buf[pos + 8:pos + 8 + size]))
+            pos += 8 + size
+        if parts:
+            deliver(b"".join(parts), current)
+        del buf[:pos]
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -29,6 +29,7 @@ from pathlib import Path
 from emulator.backend import ContainerState, LineSink, Resource
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem
+from emulator.logs import STDERR, STDOUT
 from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
 SIGTERM_EXIT = 143
@@ -43,7 +44,8 @@ class HostScript:
     after: float = 0.0  # seconds after start() at which it exits by itself
     until_stopped: bool = False  # never exits by itself; stop() ends it
     files: Mapping[str, str | bytes] = field(default_factory=dict)  # relative to its /opt/ml, written at exit
-    logs: Sequence[str | bytes] = ()  # raw output chunks, as the engine streams them
+    logs: Sequence[str | bytes] = ()  # raw output chunks on stdout, as the engine streams them
+    stderr: Sequence[str | bytes] = ()  # and on stderr, delivered after the stdout ones
     oom: bool = False  # killed by the kernel at `after`: exit 137, OOMKilled
     ignore_sigterm: bool = False  # stop() has to SIGKILL it: 137 instead of 143
     disappear: bool = False  # at `after` its container is gone (removed behind the runner's back)
@@ -102,6 +104,7 @@ class FakeBackend:
         leftovers: Iterable[Resource] = (),
         give_up_after: float = 20.0,
         lose_engine_on_states_call: int | None = None,
+        interrupt_on_stop: bool = False,
     ) -> None:
         self.scripts = dict(scripts or {})
         self.images = set(images)
@@ -114,6 +117,10 @@ class FakeBackend:
         self.give_up_after = give_up_after
         # From this states() call on, the engine stops answering (states and remove raise).
         self.lose_engine_on_states_call = lose_engine_on_states_call
+        # The first stop() raises KeyboardInterrupt: a second Ctrl-C during the grace period.
+        self.interrupt_on_stop = interrupt_on_stop
+        self.killed: list[str] = []
+        self._started_events: dict[str, threading.Event] = {}
         self.engine_lost = False
         # guard(): what was still held (containers + networks) when each guard closed.
         self.guards_left: list[list[str]] = []
@@ -135,7 +142,7 @@ class FakeBackend:
         self.followed: list[str] = []
         # host -> container path -> sorted files under that mount's source, seen at create time
         self.mounts_seen: dict[str, dict[str, list[str]]] = {}
-        self._log_threads: list[threading.Thread] = []
+        self._log_threads: list[tuple[str, threading.Thread]] = []
 
     # -- helpers for tests
 
@@ -216,26 +223,37 @@ class FakeBackend:
                 assert c is not None, f"start of unknown container {name}"
                 assert c.started_at is None, f"{name} started twice"
                 c.started_at = now
+                self._started_events.setdefault(name, threading.Event()).set()
 
     def follow_logs(self, name: str, sink: LineSink) -> None:
         self._record("follow_logs", name)
         c = self.containers[name]
-        chunks = [x.encode() if isinstance(x, str) else x for x in c.script.logs]
+        assert c.started_at is None, f"{name}: its output followed after it started (bytes could be missed)"
+        chunks = [(x.encode() if isinstance(x, str) else x, STDOUT) for x in c.script.logs]
+        chunks += [(x.encode() if isinstance(x, str) else x, STDERR) for x in c.script.stderr]
         self.followed.append(name)
+        started = self._started_events.setdefault(name, threading.Event())
 
         def pump() -> None:
-            for chunk in chunks:
-                sink(name, chunk)
+            # As an attached stream: nothing before the container starts; a container that never
+            # starts never ends its stream (wait_logs gives up on it).
+            if not started.wait(self.give_up_after):
+                return
+            for chunk, stream in chunks:
+                sink(name, chunk, stream)
 
         thread = threading.Thread(target=pump, name=f"fake-logs-{name}", daemon=True)
         thread.start()
-        self._log_threads.append(thread)
+        self._log_threads.append((name, thread))
 
-    def wait_logs(self, timeout: float) -> None:
+    def wait_logs(self, timeout: float) -> list[str]:
         self._record("wait_logs", timeout)
-        for thread in self._log_threads:
-            thread.join(timeout)
-        self._log_threads = [t for t in self._log_threads if t.is_alive()]
+        deadline = time.monotonic() + timeout
+        for _, thread in self._log_threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        unfinished = [name for name, thread in self._log_threads if thread.is_alive()]
+        self._log_threads = []
+        return unfinished
 
     def _finish(self, c: FakeContainer, code: int, *, oom: bool = False, stopped: bool = False) -> None:
         if c.host is not None:
@@ -296,6 +314,10 @@ class FakeBackend:
 
     def stop(self, names: Sequence[str], grace: float) -> None:
         self._record("stop", tuple(names), grace)
+        if self.interrupt_on_stop:
+            # A Ctrl-C while the grace period runs: nothing has exited yet.
+            self.interrupt_on_stop = False
+            raise KeyboardInterrupt
         with self._lock:
             now = time.monotonic()
             running = []
@@ -308,6 +330,19 @@ class FakeBackend:
                     running.append(name)
                     self._finish(c, SIGKILL_EXIT if c.script.ignore_sigterm else SIGTERM_EXIT, stopped=True)
             self.stop_calls.append(StopCall(tuple(names), grace, tuple(running)))
+
+    def kill(self, names: Sequence[str]) -> None:
+        self._record("kill", tuple(names))
+        with self._lock:
+            now = time.monotonic()
+            for name in names:
+                c = self.containers.get(name)
+                if c is None:
+                    continue
+                self._settle(c, now)
+                if c.running and c.started_at is not None:
+                    self.killed.append(name)
+                    self._finish(c, SIGKILL_EXIT, stopped=True)
 
     def remove(self, plan: Plan) -> None:
         self._record("remove", plan.job_name)
