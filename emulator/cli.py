@@ -22,7 +22,7 @@ from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
-from emulator.errors import EmulatorError, SpecError, UsageError
+from emulator.errors import EmulatorError, Interrupted, SpecError, UsageError
 from emulator.plan import (
     LABEL_GROUP,
     LABEL_HOST,
@@ -59,6 +59,9 @@ class HostOrder(str, Enum):
 
 class _State:
     debug = False
+    # A Ctrl-C or SIGTERM arrived, and whether a line saying what it stopped was printed already.
+    interrupted = False
+    reported = False
 
 
 SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False, metavar="SPEC")]
@@ -122,6 +125,7 @@ def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, 
         grace=grace,
         memory=memory,
     )
+    _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
     else:
@@ -441,7 +445,7 @@ def instance_types(
 
 
 def _fail(err: EmulatorError) -> NoReturn:
-    sys.stderr.write(f"error: {err.message}\n")
+    sys.stderr.write(f"{'stopped by the user' if isinstance(err, Interrupted) else 'error'}: {err.message}\n")
     if err.hint:
         sys.stderr.write(f"hint: {err.hint}\n")
     if _State.debug:
@@ -451,6 +455,8 @@ def _fail(err: EmulatorError) -> NoReturn:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     # SIGTERM (e.g. from CI's timeout) stops the job like Ctrl-C does: teardown runs in `finally`.
+    # Recorded, because typer turns a KeyboardInterrupt that leaves a command into a silent exit 130.
+    _State.interrupted = True
     raise KeyboardInterrupt
 
 
@@ -462,6 +468,7 @@ def _is_click_error(err: BaseException) -> bool:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
     _State.debug = "--debug" in sys.argv[1:]
     try:
         code = app(standalone_mode=False)
@@ -483,6 +490,10 @@ def main() -> None:
             raise
         sys.stderr.write(f"internal error: {type(err).__name__}: {err}\nhint: rerun with --debug and report it\n")
         sys.exit(1)
+    if code == 130 and _State.interrupted and not _State.reported:
+        # typer ended the command on a KeyboardInterrupt without a word: say what was stopped.
+        command = " ".join(["hetero-emu", *sys.argv[1:]])
+        sys.stderr.write(f"stopped by the user during `{command[:200]}`\n")
     sys.exit(code if isinstance(code, int) else 0)
 
 

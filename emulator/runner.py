@@ -211,7 +211,7 @@ class Run:
             finally:
                 # Every host has exited (or never started): read each stream to its end, so the log
                 # files hold every byte. Streams from an engine that stopped answering will not end.
-                self.drain_logs(STREAM_END_TIMEOUT if lost is None else LOST_ENGINE_STREAM_TIMEOUT)
+                self.drain_logs(STREAM_END_TIMEOUT if lost is None and self.started else LOST_ENGINE_STREAM_TIMEOUT)
                 logs.close()
             end = self.now()
             if lost is None:

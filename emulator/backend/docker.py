@@ -361,14 +361,29 @@ class DockerBackend:
 
     def wait_logs(self, timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout  # one deadline for all streams, not `timeout` each
-        for thread, _ in self._streams.values():
-            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = dict(self._streams)
+        while alive and time.monotonic() < deadline:
+            for name, (thread, raw) in list(alive.items()):
+                thread.join(max(0.0, min(0.25, deadline - time.monotonic())))
+                if not thread.is_alive():
+                    del alive[name]
+                elif self._never_started(name):
+                    _close_quietly(raw)  # its stream ends only when it runs, which it never will
         unfinished = [name for name, (thread, _) in self._streams.items() if thread.is_alive()]
         for name in unfinished:
             # Closing (not abandoning) the stream: the engine stops writing to it.
             _close_quietly(self._streams[name][1])
         self._streams.clear()
         return unfinished
+
+    def _never_started(self, name: str) -> bool:
+        """Created and never started (a Ctrl-C before the start), or gone: no output is coming."""
+        try:
+            return str(self.api.inspect_container(name)["State"].get("Status")) == "created"
+        except docker.errors.NotFound:
+            return True
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return False
 
     @_engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:

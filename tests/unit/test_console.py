@@ -66,3 +66,33 @@ def test_log_collector_splits_chunks_into_lines_and_saves_raw_bytes(tmp_path: Pa
     assert [line for _, _, line in reporter.lines] == ["first line", "second", "third \ufffd"]
     assert (Path(plan.job_dir) / "logs" / "algo-1.log").read_bytes() == b"first line\nsecond\r\nthird \xff"
     assert logs.tail("algo-1")[-1] == "third \ufffd"
+
+
+def test_a_progress_line_is_redrawn_in_place_on_a_terminal_and_ended_by_the_hosts_next_line() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a"), ("algo-2", "b")], out=out, err=err, colour=False, live=True)
+    reporter.progress("algo-1", "a", "10%")
+    reporter.progress("algo-1", "a", "20%")
+    reporter.log_line("algo-2", "b", "other host")
+    reporter.progress("algo-1", "a", "30%")
+    reporter.log_line("algo-1", "a", "100%")
+    assert out.getvalue() == ("algo-1 (a) | 10%" "\r\x1b[K" "algo-1 (a) | 20%" "\n"
+                              "algo-2 (b) | other host\n"
+                              "algo-1 (a) | 30%" "\r\x1b[K" "algo-1 (a) | 100%\n")
+
+
+def test_off_a_terminal_each_shown_progress_state_is_a_line_of_its_own() -> None:
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a")], out=out, err=io.StringIO(), colour=False)
+    assert reporter.live is False and reporter.progress_interval >= 1
+    reporter.progress("algo-1", "a", "10%")
+    reporter.log_line("algo-1", "a", "100%")
+    assert out.getvalue() == "algo-1 (a) | 10%\nalgo-1 (a) | 100%\n"
+
+
+def test_a_warning_closes_an_open_progress_line_first() -> None:
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a")], out=out, err=out, colour=False, live=True)
+    reporter.progress("algo-1", "a", "10%")
+    reporter.warn("something")
+    assert out.getvalue() == "algo-1 (a) | 10%\nwarning: something\n"

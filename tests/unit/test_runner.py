@@ -1164,3 +1164,51 @@ def test_checkpoints_that_cannot_be_copied_back_warn_and_job_json_is_still_writt
     assert result.status == "Completed"
     assert job_json(result)["TrainingJobStatus"] == "Completed"
     assert any("checkpoints not fully copied back" in w for w in reporter.warnings)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Each interrupt says what it stops; a second one kills at once; streams are followed before the start
+
+
+def test_a_second_interrupt_during_the_grace_period_kills_at_once_and_records_exit_codes(
+        spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: runs_until_stopped(ignore_sigterm=True) for h in ("algo-1", "algo-2", "algo-3")},
+                       interrupt_on_states_call=2, interrupt_on_stop=True)
+    result, reporter = run(spec_of(), fake, grace=60)
+    assert result.status == "Stopped"
+    assert sorted(fake.killed) == sorted(ALL)  # killed, not left to the 60 s grace
+    assert [h.exit_code for h in result.hosts] == [137, 137, 137]
+    assert [h["ExitCode"] for h in job_json(result)["Hosts"]] == [137, 137, 137]
+    first, second = reporter.warnings[:2]
+    hosts = "algo-1 (data_group), algo-2 (data_group), algo-3 (dnn_group)"
+    assert first == f"interrupted: stopping {hosts} (SIGTERM, SIGKILL after 60 s; Ctrl-C again kills them now)"
+    assert second == f"interrupted again: killing {hosts} now"
+    assert torn_down(fake)
+
+
+def test_an_interrupt_while_staging_says_nothing_was_started(
+        spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch) -> None:
+    from emulator import staging
+    from emulator.errors import Interrupted
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(staging, "_lay_out", interrupted)
+    fake = FakeBackend()
+    with pytest.raises(Interrupted) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+    assert info.value.exit_code == 130
+    assert "interrupted while staging the hosts: nothing was started" in info.value.message
+    assert not {"create_network", "create_container", "start"} & set(fake.call_names())
+    job_dir = Path(info.value.message.split("job folder ")[1].split(" was removed")[0])
+    assert not job_dir.exists()
+
+
+def test_every_stream_is_followed_before_the_hosts_start(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({"algo-1": exits(0, logs=["a\n"], stderr=["\rb"])})
+    result, reporter = run(spec_of(), fake)
+    names = fake.call_names()
+    assert max(i for i, n in enumerate(names) if n == "follow_logs") < names.index("start")
+    assert (result.job_dir / "logs" / "algo-1.log").read_bytes() == b"a\n\rb"
+    assert [line for _, _, line in reporter.lines] == ["a", "b"]

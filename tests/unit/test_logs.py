@@ -1,0 +1,168 @@
+"""LogCollector: every byte to the file at once (bounded memory, masked), the console as lines and live
+`\\r` updates, per stream, summarised when it falls behind; the FailureReason tail from the file's bytes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator import logs as logs_module
+from emulator.console import RecordingReporter
+from emulator.logs import CUT_ANYWHERE, CUT_AT_CARRIAGE_RETURN, STDERR, STDOUT, LogCollector, display_text
+from emulator.plan import Plan, make_plan
+from emulator.spec import validate
+
+SECRET = "s3cr3t-value-123"
+
+
+def plan_with(tmp_path: Path, environment: dict[str, str] | None = None, hosts: int = 1) -> Plan:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text("")
+    spec = validate({"job_name": "j", "entry_point": "t.py", "source_dir": "code", "instance_type": "ml.c5.xlarge",
+                     "instance_count": hosts, "environment": environment or {}}, base_dir=tmp_path)
+    plan = make_plan(spec, "j")
+    (Path(plan.job_dir) / "logs").mkdir(parents=True)
+    return plan
+
+
+def log_bytes(plan: Plan, host: str = "algo-1") -> bytes:
+    return (Path(plan.job_dir) / "logs" / f"{host}.log").read_bytes()
+
+
+def test_each_complete_line_reaches_the_file_before_the_job_ends(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path)
+    logs = LogCollector(plan, RecordingReporter())
+    logs("j-algo-1", b"one\ntw")
+    assert log_bytes(plan) == b"one\n"  # readable while the job runs (`hetero-emu logs`)
+    logs("j-algo-1", b"o\n")
+    assert log_bytes(plan) == b"one\ntwo\n"
+    logs.close()
+
+
+def test_a_line_that_never_ends_is_written_at_its_carriage_returns_and_then_anywhere(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path, {"MY_TOKEN": SECRET})
+    logs = LogCollector(plan, RecordingReporter())
+    bar = b"".join(b"\rprogress %06d" % i for i in range(CUT_AT_CARRIAGE_RETURN // 10))
+    logs("j-algo-1", bar)
+    written = log_bytes(plan)
+    assert written and bar.startswith(written) and written.endswith(b"\r")
+    # No \r and no \n at all: held until the hard cap, then written except the bytes that could
+    # start a secret; a secret straddling that cut is still masked whole.
+    blob = b"x" * (CUT_ANYWHERE - 5) + SECRET.encode() + b"y" * 100
+    for i in range(0, len(blob), 4096):
+        logs("j-algo-1", blob[i:i + 4096], STDOUT)
+    pending = sum(len(v) for v in logs._pending.values())
+    assert pending < CUT_ANYWHERE + 4096
+    logs.close()
+    assert log_bytes(plan) == bar + blob.replace(SECRET.encode(), b"***")
+
+
+def test_stdout_and_stderr_keep_their_own_pending_lines(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path)
+    reporter = RecordingReporter()
+    logs = LogCollector(plan, reporter)
+    logs("j-algo-1", b"loss=0.", STDOUT)
+    logs("j-algo-1", b"\rstep 1/2\rstep 2/2\n", STDERR)
+    logs("j-algo-1", b"25\n", STDOUT)
+    logs.close()
+    assert [line for _, _, line in reporter.lines] == ["step 2/2", "loss=0.25"]
+    assert log_bytes(plan) == b"\rstep 1/2\rstep 2/2\nloss=0.25\n"
+
+
+def test_a_carriage_return_bar_is_shown_as_updates_then_as_its_last_state(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path)
+    reporter = RecordingReporter()  # progress_interval 0: every complete state is shown
+    logs = LogCollector(plan, reporter)
+    for i in range(0, 101, 25):
+        logs("j-algo-1", b"\rprogress %d%%" % i, STDERR)
+        time.sleep(0.02)
+    logs("j-algo-1", b"\n", STDERR)
+    logs.close()
+    updates = [text for _, _, text in reporter.updates]
+    # A state is shown once the next one starts; the last one is the finished line.
+    assert updates and updates == sorted(updates, key=lambda t: int(t.split()[1][:-1]))
+    assert set(updates) <= {"progress 0%", "progress 25%", "progress 50%", "progress 75%"}
+    assert [line for _, _, line in reporter.lines] == ["progress 100%"]
+    assert log_bytes(plan) == b"".join(b"\rprogress %d%%" % i for i in range(0, 101, 25)) + b"\n"
+
+
+def test_updates_are_throttled_to_the_reporters_interval(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path)
+    reporter = RecordingReporter()
+    reporter.progress_interval = 60.0
+    logs = LogCollector(plan, reporter)
+    for i in range(50):
+        logs("j-algo-1", b"\r%d" % i)
+    logs("j-algo-1", b"\n")
+    logs.close()
+    assert len(reporter.updates) == 1
+    assert [line for _, _, line in reporter.lines] == ["49"]
+
+
+def test_a_crlf_split_between_chunks_is_one_line_and_no_update(tmp_path: Path) -> None:
+    plan = plan_with(tmp_path)
+    reporter = RecordingReporter()
+    logs = LogCollector(plan, reporter)
+    logs("j-algo-1", b"windows line\r")
+    time.sleep(0.05)
+    logs("j-algo-1", b"\nnext\r\n")
+    logs.close()
+    assert reporter.updates == []
+    assert [line for _, _, line in reporter.lines] == ["windows line", "next"]
+
+
+def test_a_slow_console_is_summarised_and_the_file_still_gets_every_byte(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs_module, "CONSOLE_BACKLOG", 64 * 1024)
+    plan = plan_with(tmp_path, hosts=2)
+
+    class SlowConsole(RecordingReporter):
+        def log_line(self, host: str, group: str, line: str) -> None:
+            time.sleep(0.0005)
+            super().log_line(host, group, line)
+
+    reporter = SlowConsole()
+    logs = LogCollector(plan, reporter)
+    block = b"".join(b"line %07d of a flood\n" % i for i in range(20_000))
+    done = threading.Event()
+
+    def quiet_host() -> None:
+        logs("j-algo-2", b"a quiet host's line\n")
+        done.set()
+
+    for i in range(0, len(block), 8192):
+        logs("j-algo-1", block[i:i + 8192])
+    threading.Thread(target=quiet_host).start()
+    done.wait(5)
+    logs.close()
+    assert log_bytes(plan, "algo-1") == block
+    shown = [line for host, _, line in reporter.lines if host == "algo-1"]
+    not_shown = sum(int(w.split()[1].replace(",", "")) for w in reporter.warnings if w.startswith("algo-1:"))
+    assert 0 < len(shown) < 20_000 and not_shown > 0
+    assert all("not shown (the console fell behind), see" in w and w.endswith("algo-1.log")
+               for w in reporter.warnings)
+    # The flooding host's backlog does not hide another host's line.
+    assert ("algo-2", "ml.c5.xlarge", "a quiet host's line") not in reporter.lines  # group name, not type
+    assert any(host == "algo-2" and line == "a quiet host's line" for host, _, line in reporter.lines)
+
+
+def test_tail_comes_from_the_files_bytes_even_when_the_console_dropped_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs_module, "CONSOLE_BACKLOG", 10)
+    plan = plan_with(tmp_path, {"DB_PASSWORD": SECRET})
+    logs = LogCollector(plan, RecordingReporter())
+    for i in range(30):
+        logs("j-algo-1", b"line %d\n" % i)
+    logs("j-algo-1", f"\rstep 1\rstep 2 {SECRET}\nTraceback: boom".encode())
+    logs.close()
+    assert logs.tail("algo-1") == [f"line {i}" for i in range(22, 30)] + ["step 2 ***", "Traceback: boom"]
+
+
+def test_display_text_is_what_a_terminal_shows() -> None:
+    assert display_text(b"a\rb\rc") == "c"
+    assert display_text(b"done\r") == "done"
+    assert display_text(b"\r100%|#####|") == "100%|#####|"
+    assert display_text(b"bad \xff") == "bad \ufffd"
