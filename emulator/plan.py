@@ -33,6 +33,7 @@ LABEL_DRIVER = f"{LABEL_PREFIX}.driver"
 HOST_ORDERS = ("spec", "shuffled")
 OPT_ML = "/opt/ml"
 CHECKPOINTS = "/opt/ml/checkpoints"
+INPUT_DATA = "/opt/ml/input/data"
 
 
 @dataclass(frozen=True)
@@ -211,13 +212,20 @@ def make_plan(
         for host in sorted(group.hosts, key=contract.host_sort_key):
             host_dir = job_dir / "hosts" / host
             channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
-            mounts = [Mount(str(host_dir), OPT_ML, read_only=False)]
+            # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
+            # cannot add a file or folder beside the channels either (README: "writing, renaming,
+            # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
+            # toolkit only reads there. The staged folder already holds an empty mount point per
+            # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
+            # by destination depth), so each channel is mounted onto the read-only parent.
+            mounts = [Mount(str(host_dir), OPT_ML, read_only=False),
+                      Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
             if spec.checkpoint_local_path != CHECKPOINTS:
                 mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
             host_shards: dict[str, tuple[str, ...]] = {}
             for name in channels:
                 channel = spec.inputs[name]
-                target = f"{OPT_ML}/input/data/{name}"
+                target = f"{INPUT_DATA}/{name}"
                 if name in shares or channel.single_file or channel.links_out:
                     host_shards[name] = shares[name][host] if name in shares else channel.files
                     mounts.append(Mount(str(share_dir(str(job_dir), name, channel, host)), target, read_only=True))

@@ -59,15 +59,42 @@ for path in sorted(p for p in root.rglob("*") if p.is_file()):
     attempt(f"utime {path}", lambda: os.utime(path, (0, 0)))
     attempt(f"rename {path}", lambda: os.rename(path, str(path) + ".moved"))
     attempt(f"unlink {path}", lambda: os.unlink(path))
+channels = sorted(p.name for p in root.iterdir())
 for folder in sorted(p for p in root.iterdir() if p.is_dir()):
     attempt(f"create in {folder}", lambda: (folder / "new.txt").write_text("x"))
+    attempt(f"mkdir in {folder}", lambda: (folder / "new").mkdir())
+    attempt(f"rename {folder}", lambda: os.rename(folder, root / "renamed"))
     attempt(f"rmtree {folder}", lambda: __import__("shutil").rmtree(folder))
-Path("/opt/ml/output/data/attempts.json").write_text(json.dumps(attempts, sort_keys=True))
+# The folder holding the channels: nothing may be added beside them (also on a host with no channel).
+attempt(f"create in {root}", lambda: (root / "extra.txt").write_text("x"))
+attempt(f"mkdir in {root}", lambda: (root / "extra").mkdir())
+attempt(f"symlink in {root}", lambda: os.symlink("/etc/passwd", root / "link"))
+attempt(f"chmod {root}", lambda: os.chmod(root, 0o777))
+# What the script owns stays writable: write, rename, make a folder, delete.
+writable = {}
+for place in ("/opt/ml/model", "/opt/ml/output", "/opt/ml/checkpoints"):
+    try:
+        probe = Path(place) / "probe.txt"
+        probe.write_text("x")
+        probe.rename(Path(place) / "probe.moved")
+        (Path(place) / "probe-dir").mkdir()
+        (Path(place) / "probe-dir").rmdir()
+        (Path(place) / "probe.moved").unlink()
+        writable[place] = "ok"
+    except OSError as err:
+        writable[place] = errno.errorcode.get(err.errno, str(err.errno))
+Path("/opt/ml/output/data/attempts.json").write_text(json.dumps(
+    {"attempts": attempts, "writable": writable, "channels": channels, "left": sorted(os.listdir(root))},
+    sort_keys=True))
 print("ATTEMPTS", len(attempts), sorted(set(attempts.values())), flush=True)
 """
 
 
 def test_input_channels_are_read_only_and_the_users_data_is_unchanged(tmp_path: Path) -> None:
+    """README: "writing, renaming, deleting or adding a file anywhere under /opt/ml/input/data fails with
+    EROFS", on every kind of channel mount (the user's folder, a sharded share, a single file's share),
+    in /opt/ml/input/data itself (also on algo-4, which gets no channel), while /opt/ml/model, output and
+    checkpoints stay writable."""
     data = tmp_path / "data"
     (data / "train").mkdir(parents=True)
     (data / "shards").mkdir()
@@ -76,21 +103,32 @@ def test_input_channels_are_read_only_and_the_users_data_is_unchanged(tmp_path: 
         (data / "shards" / f"s{i}.csv").write_text(f"shard,{i}\n")
     (data / "single.csv").write_text("a,b\n1,2\n")
     before = snapshot(data)
-    spec = write_spec(tmp_path, TAMPER, instance_groups=groups(("ga", 1), ("gb", 2)), inputs={
-        "train": {"s3_data": str(data / "train")},
-        "shards": {"s3_data": str(data / "shards"), "distribution": "ShardedByS3Key"},
-        "single": {"s3_data": str(data / "single.csv")},
+    to_ab = ["ga", "gb"]
+    spec = write_spec(tmp_path, TAMPER, instance_groups=groups(("ga", 1), ("gb", 2), ("gc", 1)), inputs={
+        "train": {"s3_data": str(data / "train"), "instance_groups": to_ab},
+        "shards": {"s3_data": str(data / "shards"), "distribution": "ShardedByS3Key", "instance_groups": to_ab},
+        "single": {"s3_data": str(data / "single.csv"), "instance_groups": to_ab},
     })
     out, job = tmp_path / "out", unique("safe-input")
     result = cli("run", str(spec), "--output-path", str(out), "--job-name", job)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    for host in ("algo-1", "algo-2", "algo-3"):
-        attempts = json.loads((out / job / "hosts" / host / "output" / "data" / "attempts.json").read_text())
-        assert len(attempts) >= 6 * 4  # every file of the host's channels was attacked
+    for host in ("algo-1", "algo-2", "algo-3", "algo-4"):
+        seen = json.loads((out / job / "hosts" / host / "output" / "data" / "attempts.json").read_text())
+        attempts, channels = seen["attempts"], seen["channels"]
+        assert channels == ([] if host == "algo-4" else ["shards", "single", "train"]), host
+        # train, single, and this host's share of the 4 shards (round-robin over algo-1..3)
+        files = {"algo-1": 4 + 1 + 2, "algo-2": 4 + 1 + 1, "algo-3": 4 + 1 + 1, "algo-4": 0}[host]
+        assert len(attempts) == 6 * files + 4 * len(channels) + 4, sorted(attempts)  # every one was tried
         assert set(attempts.values()) == {"EROFS"}, {k: v for k, v in attempts.items() if v != "EROFS"}
+        assert seen["left"] == channels, host  # nothing added, renamed or removed in input/data
+        assert seen["writable"] == dict.fromkeys(("/opt/ml/model", "/opt/ml/output", "/opt/ml/checkpoints"), "ok")
     # Sharding used hard links: their count is back to one and nothing else changed either.
     assert snapshot(data) == before
+    # Nothing a script tried landed in the staged folder behind /opt/ml/input/data either.
+    for host in ("algo-1", "algo-4"):
+        staged = out / job / "hosts" / host / "input" / "data"
+        assert sorted(p.name for p in staged.iterdir()) == ([] if host == "algo-4" else ["shards", "single", "train"])
 
 
 def test_an_existing_job_output_is_never_overwritten(tmp_path: Path) -> None:

@@ -32,12 +32,18 @@ CONFIG_FILES = ("resourceconfig.json", "hyperparameters.json", "inputdataconfig.
 # peer lookups: compose starts the services one by one and nothing waits for the others, unlike the
 # toolkit's `train`; the hello-hetero test below covers name resolution through its TCP hop.)
 PROBE = '''\
-import json, os, socket
+import errno, json, os, socket
 from pathlib import Path
 
 config = Path("/opt/ml/input/config")
 data = Path("/opt/ml/input/data")
+try:
+    (data / "extra.txt").write_text("x")
+    added = "succeeded"
+except OSError as err:
+    added = errno.errorcode[err.errno]
 print("SEEN " + json.dumps({
+    "add_to_input_data": added,
     "hostname": socket.gethostname(),
     "files": {p.name: p.read_text() for p in sorted(config.iterdir())},
     "channels": {c.name: sorted(f.name for f in c.iterdir()) for c in sorted(data.iterdir())},
@@ -116,6 +122,8 @@ def test_rendered_probe_project_runs_under_compose(tmp_path: Path) -> None:
         assert json.loads(expected["resourceconfig.json"])["current_host"] == name
     assert seen["algo-1"]["channels"] == seen["algo-2"]["channels"] == {"training": ["greeting.txt"]}
     assert seen["algo-3"]["channels"] == {}
+    # As under `run`: /opt/ml/input/data is read-only, with channels (algo-1, 2) or without (algo-3).
+    assert {name: info["add_to_input_data"] for name, info in seen.items()} == dict.fromkeys(seen, "EROFS")
 
 
 def test_rendered_hello_hetero_runs_under_compose(tmp_path: Path) -> None:

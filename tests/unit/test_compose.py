@@ -46,6 +46,8 @@ def test_volumes_relative_inside_the_job_folder_read_only_for_data(
     doc = _project(load, valid_raw, tmp_path / "job")
     algo1 = doc["services"]["algo-1"]["volumes"]
     assert "./hosts/algo-1:/opt/ml:rw" in algo1
+    for host, service in doc["services"].items():  # the channels' parent too: nothing can be added there
+        assert f"./hosts/{host}/input/data:/opt/ml/input/data:ro" in service["volumes"]
     assert not any(":/opt/ml/code:" in v for v in algo1)  # a copy inside ./hosts/algo-1, not a mount
     assert f"{project / 'data' / 'train'}:/opt/ml/input/data/training:ro" in algo1
     assert not any("/opt/ml/input/data/validation" in v for v in algo1)

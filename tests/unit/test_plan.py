@@ -328,6 +328,21 @@ def test_data_is_mounted_read_only_and_opt_ml_writable(with_channels: JobSpec, p
     assert validation == Mount(str(root / "data" / "validation"), "/opt/ml/input/data/validation", read_only=True)
 
 
+def test_input_data_itself_is_read_only_on_every_host_even_without_channels(
+    with_channels: JobSpec, load: Callable[..., JobSpec]
+) -> None:
+    """Not only each channel: /opt/ml/input/data is a read-only mount of the staged folder holding the
+    channels' mount points, so nothing can be added beside them (README: read-only inputs)."""
+    no_inputs = load(hetero(("data_group", "ml.c5.xlarge", 2)))
+    for plan in (make_plan(with_channels, JOB), make_plan(no_inputs, JOB)):
+        for host in plan.hosts:
+            mount = mount_at(plan, host.name, "/opt/ml/input/data")
+            assert mount == Mount(host.host_dir + "/input/data", "/opt/ml/input/data", read_only=True)
+            below = [m for m in host.mounts if m.target.startswith("/opt/ml/input/data/")]
+            assert {m.target.rsplit("/", 1)[1] for m in below} == set(host.channels)
+            assert all(m.read_only for m in below)
+
+
 def test_each_host_has_its_own_opt_ml(with_channels: JobSpec) -> None:
     plan = make_plan(with_channels, JOB)
     sources = [mount_at(plan, h, "/opt/ml").source for h in names(3)]
