@@ -78,6 +78,9 @@ def test_containers_are_unprivileged_with_no_added_capabilities_socket_or_host_n
         assert not any("docker.sock" in (m.get("Source") or "") for m in config["Mounts"])
         # The instance type's memory is the limit (ml.c5.xlarge: 8 GiB), with no swap beyond it.
         assert hc["Memory"] == hc["MemorySwap"] == 8 * GIB
+        # "No CPU or GPU is reserved": no CPU quota, shares or pinning, no GPU device request.
+        assert not (hc.get("NanoCpus") or hc.get("CpuQuota") or hc.get("CpuShares") or hc.get("CpusetCpus"))
+        assert not hc.get("DeviceRequests")
         report = reports[host]
         assert report["cap_eff"] == default_caps, report
         assert report["docker_sock"] == [] and report["sock_mounts"] == []
