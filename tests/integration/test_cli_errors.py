@@ -155,6 +155,32 @@ def test_failed_job_exits_1(tmp_path: Path) -> None:
     assert "exited with code 4" in doc["FailureReason"]
 
 
+def test_quiet_shuffled_run_prints_only_the_summary_with_the_seed(tmp_path: Path) -> None:
+    """README: `--quiet`: no progress or host logs; the summary is a table of hosts (group, type, exit
+    code, seconds), the status and the artifacts' paths; with `--host-order shuffled` the seed is
+    printed and stored in job.json (replayable with --seed); the log files are kept all the same."""
+    spec = write_spec(tmp_path, "import socket\nprint('HOST_SAYS', socket.gethostname(), flush=True)\n")
+    done = cli("run", str(spec), "--output-path", str(tmp_path / "out"), "--quiet", "--host-order", "shuffled",
+               "--seed", "7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "HOST_SAYS" not in done.stdout + done.stderr
+    assert not re.search(r"^\[\d+\] ", done.stderr, flags=re.M), done.stderr  # no numbered steps
+    doc_path = Path(re.search(r"^job:\s+(\S+)$", done.stderr, flags=re.M).group(1))  # type: ignore[union-attr]
+    doc = json.loads(doc_path.read_text())
+    assert doc["Emulator"]["Seed"] == 7
+    assert "host order seed: 7" in done.stderr
+    table = [line.split() for line in done.stderr.splitlines() if line.startswith(("HOST ", "algo-"))]
+    assert table[0] == ["HOST", "GROUP", "INSTANCE", "TYPE", "EXIT", "SECONDS"]
+    rows = {row[0]: row[1:] for row in table[1:]}
+    assert {h["Host"]: [h["InstanceGroupName"], h["InstanceType"], "0"] for h in doc["Hosts"]} == {
+        host: row[:3] for host, row in rows.items()}
+    assert all(float(row[3]) >= 0 for row in rows.values())
+    model = Path(re.search(r"^model:\s+(\S+)$", done.stderr, flags=re.M).group(1))  # type: ignore[union-attr]
+    assert model == doc_path.parent / "output" / "model.tar.gz" and model.is_file()
+    for host in ("algo-1", "algo-2"):
+        assert f"HOST_SAYS {host}" in (doc_path.parent / "logs" / f"{host}.log").read_text()
+
+
 def test_ps_json_and_clean_of_a_kept_job(tmp_path: Path, docker_client: Any) -> None:
     listed = cli("ps", "--json")
     assert listed.returncode == 0, listed.stderr
