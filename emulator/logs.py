@@ -47,7 +47,7 @@ CUT_ANYWHERE = 1024 * 1024
 RECENT_BYTES = 64 * 1024
 # Bytes of one host waiting for the console before its further chunks are summarised instead of
 # shown: per host, so a flooding host does not hide a quiet one's lines.
-CONSOLE_BACKLOG = 4 * 1024 * 1024
+CONSOLE_BACKLOG = 2 * 1024 * 1024
 # How often a host's "lines not shown" count is printed while it floods (and once at the end).
 DROP_REPORT_INTERVAL = 5.0
 

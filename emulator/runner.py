@@ -211,19 +211,27 @@ class Run:
             finally:
                 # Every host has exited (or never started): read each stream to its end, so the log
                 # files hold every byte. Streams from an engine that stopped answering will not end.
-                self.drain_logs(STREAM_END_TIMEOUT if lost is None and self.started else LOST_ENGINE_STREAM_TIMEOUT)
-                logs.close()
+                try:
+                    self.drain_logs(STREAM_END_TIMEOUT if lost is None and self.started
+                                    else LOST_ENGINE_STREAM_TIMEOUT)
+                finally:
+                    logs.close()
             end = self.now()
-            if lost is None:
-                self.fix_ownership()
-            reporter.step("collecting artifacts")
-            packing = time.monotonic()
-            model, output = artifacts.collect(plan, reporter)
-            packed, packing = self.now(), time.monotonic() - packing
             try:
-                clashes = staging.sync_checkpoints(plan)
-            except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
-                clashes = [str(err)[:500]]
+                if lost is None:
+                    self.fix_ownership()
+                reporter.step("collecting artifacts")
+                packing = time.monotonic()
+                model, output = artifacts.collect(plan, reporter)
+                packed, packing = self.now(), time.monotonic() - packing
+                try:
+                    clashes = staging.sync_checkpoints(plan)
+                except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
+                    clashes = [str(err)[:500]]
+            except KeyboardInterrupt:
+                raise Interrupted(f"interrupted while collecting the artifacts (the hosts had finished: {status}): "
+                                  f"no job.json was written; the logs and each host's files are under "
+                                  f"{plan.job_dir}") from None
             if clashes:
                 reporter.warn(f"checkpoints not fully copied back to {plan.spec.checkpoint_s3_uri}: "
                               f"{', '.join(clashes[:10])}" + (" ..." if len(clashes) > 10 else ""))

@@ -315,3 +315,22 @@ def test_engine_commands_without_an_engine_exit_3(command: list[str]) -> None:
 def test_usage_errors_exit_2(proj: Path, args: list[str]) -> None:
     proc = cli(*args, cwd=proj)
     assert_clean_error(proc, 2)
+
+
+def test_a_ctrl_c_that_typer_would_swallow_still_gets_one_line_and_exit_130(tmp_path: Path) -> None:
+    # typer turns a KeyboardInterrupt leaving a command into a silent exit 130: the CLI says what stopped.
+    program = (
+        "import os, signal, sys\n"
+        "from emulator import cli\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    raise AssertionError('the signal should have ended the command')\n"
+        "cli._load = interrupted\n"
+        "sys.argv = ['hetero-emu', 'validate', 'spec.yaml']\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          check=False)
+    assert done.returncode == 130
+    assert done.stderr == "stopped by the user during `hetero-emu validate spec.yaml`\n"

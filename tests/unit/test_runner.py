@@ -1212,3 +1212,20 @@ def test_every_stream_is_followed_before_the_hosts_start(spec_of: Callable[..., 
     assert max(i for i, n in enumerate(names) if n == "follow_logs") < names.index("start")
     assert (result.job_dir / "logs" / "algo-1.log").read_bytes() == b"a\n\rb"
     assert [line for _, _, line in reporter.lines] == ["a", "b"]
+
+
+def test_an_interrupt_while_packing_says_what_was_not_written_and_tears_down(
+        spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch) -> None:
+    from emulator import artifacts
+    from emulator.errors import Interrupted
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artifacts, "collect", interrupted)
+    fake = FakeBackend()
+    with pytest.raises(Interrupted) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter())
+    assert "interrupted while collecting the artifacts (the hosts had finished: Completed): no job.json" \
+        in info.value.message
+    assert torn_down(fake)
