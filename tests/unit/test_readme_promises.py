@@ -165,3 +165,13 @@ def test_rootless_docker_needs_no_chown_container(
     client = StubClient(["name=seccomp,profile=builtin", "name=rootless"])
     DockerBackend(client).fix_ownership(plan, 4242, 4343)  # type: ignore[arg-type]
     assert client.api.containers == []
+
+
+# --------------------------------------------------------------------------------------------------
+# The watcher "removes exactly those ids, retrying until the engine answers (for up to 10 minutes)".
+
+
+def test_the_watcher_keeps_trying_for_ten_minutes() -> None:
+    from emulator.backend import reaper
+
+    assert reaper.REAP_PATIENCE == 10 * 60
