@@ -362,13 +362,18 @@ class DockerBackend:
     def wait_logs(self, timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout  # one deadline for all streams, not `timeout` each
         alive = dict(self._streams)
+        checked: set[str] = set()
         while alive and time.monotonic() < deadline:
             for name, (thread, raw) in list(alive.items()):
                 thread.join(max(0.0, min(0.25, deadline - time.monotonic())))
                 if not thread.is_alive():
                     del alive[name]
-                elif self._never_started(name):
-                    _close_quietly(raw)  # its stream ends only when it runs, which it never will
+                elif name not in checked and not self._engine_lost:
+                    # Asked once per stream, and never of an engine that stopped answering (each
+                    # question would wait out the client's timeout).
+                    checked.add(name)
+                    if self._never_started(name):
+                        _close_quietly(raw)  # its stream ends only when it runs, which it never will
         unfinished = [name for name, (thread, _) in self._streams.items() if thread.is_alive()]
         for name in unfinished:
             # Closing (not abandoning) the stream: the engine stops writing to it.
