@@ -5,6 +5,8 @@ host (as docker compose does), warnings. The runner talks to a `Reporter`; tests
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 import threading
 from collections.abc import Sequence
@@ -12,6 +14,7 @@ from typing import Protocol, TextIO
 
 # docker compose's palette order: easy to tell neighbours apart.
 _COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class Reporter(Protocol):
@@ -62,8 +65,10 @@ class ConsoleReporter:
         self.live = bool(getattr(self.out, "isatty", lambda: False)()) if live is None else live
         self.progress_interval = 0.1 if self.live else 2.0
         self.shows_logs = not quiet
-        # The host whose progress line is open on a live terminal (written without a newline).
-        self._open: str | None = None
+        # Live progress bars, one line per host, drawn below the log lines (as pip, cargo or
+        # `docker compose pull` draw theirs); `_drawn` lines of the terminal hold them right now.
+        self._bars: dict[str, str] = {}
+        self._drawn = 0
         self._lock = threading.Lock()
         self._step = 0
         self._prefixes: dict[str, str] = {}
@@ -81,14 +86,31 @@ class ConsoleReporter:
 
     def _write(self, stream: TextIO, text: str, host: str | None = None) -> None:
         with self._lock:
-            if self._open is not None:
-                # A progress line is open: the host's own next line replaces it (a finished bar
-                # reads as its last state); anything else starts below it.
-                self.out.write("\r\x1b[K" if host == self._open and stream is self.out else "\n")
-                self.out.flush()
-                self._open = None
+            self._erase_bars()
+            if host is not None:
+                # The host's next line ends its bar: a finished bar reads as its last state.
+                self._bars.pop(host, None)
             stream.write(text + "\n")
             stream.flush()
+            self._draw_bars()
+
+    def _erase_bars(self) -> None:
+        if self._drawn:
+            # Up to the first bar line, then clear to the end of the screen.
+            self.out.write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0
+
+    def _draw_bars(self) -> None:
+        if not self._bars:
+            self.out.flush()
+            return
+        # A bar wider than the terminal would wrap and take two lines: cut it to fit.
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        for host, text in self._bars.items():
+            visible = len(_ANSI.sub("", self._prefixes.get(host, ""))) + 1
+            self.out.write(f"{self._prefixes.get(host, host + ' |')} {text[:max(1, width - visible)]}\n")
+        self._drawn = len(self._bars)
+        self.out.flush()
 
     def step(self, message: str) -> None:
         self._step += 1
@@ -114,13 +136,10 @@ class ConsoleReporter:
             self._write(self.out, f"{self._prefix(host, group)} {text}")
             return
         with self._lock:
-            if self._open == host:
-                self.out.write("\r\x1b[K")
-            elif self._open is not None:
-                self.out.write("\n")
-            self.out.write(f"{self._prefix(host, group)} {text}")
-            self.out.flush()
-            self._open = host
+            self._prefixes.setdefault(host, f"{host} ({group}) |")
+            self._erase_bars()
+            self._bars[host] = text
+            self._draw_bars()
 
     def _prefix(self, host: str, group: str) -> str:
         return self._prefixes.get(host) or f"{host} ({group}) |"

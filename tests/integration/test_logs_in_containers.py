@@ -223,9 +223,9 @@ def test_a_progress_bar_is_redrawn_in_place_on_a_terminal(tmp_path: Path) -> Non
     assert proc.returncode == 0
     text = screen.decode()
     prefix = "algo-1 (homogeneousCluster) |"
-    # Live: states of the bar are redrawn over one another on the host's line (carriage return,
-    # erase line), each with the prefix; the finished bar stays as the host's line.
-    redraws = [part for part in text.split("\r\x1b[K") if part.startswith(f"{prefix} training:")]
+    # Live: states of the bar are redrawn over one another below the log lines (cursor up to the
+    # bar, erase to the end of the screen), each with the prefix; the finished bar stays as the host's line.
+    redraws = [part for part in text.split("\x1b[1F\x1b[J") if part.startswith(f"{prefix} training:")]
     assert len(redraws) >= 3, text
     assert f"{prefix} training: 100%|##########| 10/10\r\n" in text  # the pty turns \n into \r\n
     assert f"{prefix} before the bar" in text and f"{prefix} after the bar" in text

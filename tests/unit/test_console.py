@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -68,17 +69,35 @@ def test_log_collector_splits_chunks_into_lines_and_saves_raw_bytes(tmp_path: Pa
     assert logs.tail("algo-1")[-1] == "third \ufffd"
 
 
-def test_a_progress_line_is_redrawn_in_place_on_a_terminal_and_ended_by_the_hosts_next_line() -> None:
-    out, err = io.StringIO(), io.StringIO()
-    reporter = ConsoleReporter([("algo-1", "a"), ("algo-2", "b")], out=out, err=err, colour=False, live=True)
+def test_progress_bars_are_redrawn_below_the_log_lines_on_a_terminal_one_line_per_host() -> None:
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a"), ("algo-2", "b")], out=out, err=out, colour=False, live=True)
     reporter.progress("algo-1", "a", "10%")
+    reporter.progress("algo-2", "b", "50%")
     reporter.progress("algo-1", "a", "20%")
-    reporter.log_line("algo-2", "b", "other host")
-    reporter.progress("algo-1", "a", "30%")
+    reporter.log_line("algo-2", "b", "a line of algo-2")
     reporter.log_line("algo-1", "a", "100%")
-    assert out.getvalue() == ("algo-1 (a) | 10%" "\r\x1b[K" "algo-1 (a) | 20%" "\n"
-                              "algo-2 (b) | other host\n"
-                              "algo-1 (a) | 30%" "\r\x1b[K" "algo-1 (a) | 100%\n")
+    up = "\x1b[{}F\x1b[J".format
+    assert out.getvalue() == (
+        "algo-1 (a) | 10%\n"
+        + up(1) + "algo-1 (a) | 10%\nalgo-2 (b) | 50%\n"
+        + up(2) + "algo-1 (a) | 20%\nalgo-2 (b) | 50%\n"
+        # algo-2's line ends its bar and goes above the bars still running
+        + up(2) + "algo-2 (b) | a line of algo-2\nalgo-1 (a) | 20%\n"
+        + up(1) + "algo-1 (a) | 100%\n"
+    )
+
+
+def test_a_bar_wider_than_the_terminal_is_cut_to_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import shutil
+
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a: os.terminal_size((40, 24)))
+    out = io.StringIO()
+    reporter = ConsoleReporter([("algo-1", "a")], out=out, err=out, colour=True, live=True)
+    reporter.progress("algo-1", "a", "x" * 100)
+    drawn = out.getvalue().rstrip("\n")
+    assert len(re.sub(r"\x1b\[[0-9;]*m", "", drawn)) == 39
 
 
 def test_off_a_terminal_each_shown_progress_state_is_a_line_of_its_own() -> None:
@@ -90,9 +109,9 @@ def test_off_a_terminal_each_shown_progress_state_is_a_line_of_its_own() -> None
     assert out.getvalue() == "algo-1 (a) | 10%\nalgo-1 (a) | 100%\n"
 
 
-def test_a_warning_closes_an_open_progress_line_first() -> None:
+def test_a_warning_goes_above_the_running_bars() -> None:
     out = io.StringIO()
     reporter = ConsoleReporter([("algo-1", "a")], out=out, err=out, colour=False, live=True)
     reporter.progress("algo-1", "a", "10%")
     reporter.warn("something")
-    assert out.getvalue() == "algo-1 (a) | 10%\nwarning: something\n"
+    assert out.getvalue() == "algo-1 (a) | 10%\n\x1b[1F\x1b[Jwarning: something\nalgo-1 (a) | 10%\n"
