@@ -243,3 +243,14 @@ def test_a_progress_bar_on_a_pipe_is_a_few_lines_not_one_glued_line(tmp_path: Pa
     assert lines[-1] == "algo-1 (homogeneousCluster) | training: 100%|##########| 10/10"
     assert 2 <= len(lines) < 11  # throttled states, each a line of its own
     assert all(line.count("training:") == 1 and "\r" not in line for line in lines)
+
+
+def test_max_run_ending_a_flooding_job_keeps_every_byte(tmp_path: Path) -> None:
+    raw = flood_job(tmp_path, {"algo-1": f"flood:{100 * MB}", "algo-2": "wait"})
+    raw["max_run"] = 8  # algo-2 waits forever: max_run ends the job after algo-1's flood
+    result = quiet_run(tmp_path, raw)
+    assert result.status == "Failed" and result.secondary_status == "MaxRuntimeExceeded"
+    # What algo-1 wrote (all of it, unless a very slow machine made max_run cut its flood short).
+    written = int((result.job_dir / "hosts" / "algo-1" / "output" / "data" / "written").read_text())
+    assert written > 0
+    assert digest(result.job_dir / "logs" / "algo-1.log") == expected(100 * MB, upto=written)
