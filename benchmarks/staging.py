@@ -1,4 +1,4 @@
-"""What symlinks cost at validation and staging (no Docker): how long listing a channel (`spec._scan`,
+"""What symlinks cost at validation and staging (no Docker): how long listing a channel (`spec.paths.scan`,
 links followed) and staging its shares (`staging.stage`, hard links) take, for a channel of plain
 files and for the same channel where every file is a symlink into a cache outside it (the DVC /
 Hugging Face layout, which makes a FullyReplicated channel a share of hard links), with a data size
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from emulator import staging
 from emulator.plan import make_plan
-from emulator.spec import _scan, validate
+from emulator.spec import validate
+from emulator.spec.paths import scan
 
 
 def make_channel(root: Path, files: int, size: int, linked: bool) -> Path:
@@ -52,7 +53,7 @@ def measure(root: Path, data: Path, hosts: int, distribution: str, repeat: int) 
     listing, stage = [], []
     links = copies = 0
     for n in range(repeat):
-        listing.append(timed(lambda: _scan(data)))
+        listing.append(timed(lambda: scan(data)))
         spec = validate({
             "job_name": f"bench-{n}", "container_entry_point": ["true"], "output_path": str(root / "out"),
             "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge",

@@ -8,7 +8,8 @@ The Python API uses the SageMaker SDK's names:
                                   InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)]).run()
 """
 
-from emulator.spec import InstanceGroup, Job, JobSpec, TrainingInput, load_spec_file
+from emulator.job import Job
+from emulator.spec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
 
 __all__ = ["InstanceGroup", "Job", "JobSpec", "TrainingInput", "load_spec_file"]
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ leaves behind is kept as it was; its `code/` is a copy of the user's code. The u
 written: channels are bind-mounted read-only, and the channels that cannot be (ShardedByS3Key shares,
 single files, folders whose symlinks leave them) are shares of hard links (no copy of the contents)
 under `.staging/`, which is removed after the job. Symlinks are followed as the upload the user would
-have made follows them (the SDK's sourcedir.tar.gz, `aws s3 sync`): see `spec._scan`.
+have made follows them (the SDK's sourcedir.tar.gz, `aws s3 sync`): see `spec.paths.scan`.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def copy_code(source: Path | None, target: Path, entry_point: str | None = None)
     user's files. Symlinks are followed, files and folders, as the SDK packs the folder:
     sagemaker/utils.py create_tar_file opens the tarball with `dereference=True` (called by
     fw_utils.tar_and_upload_dir), so `common.py -> ../../shared/common.py` arrives as a regular file
-    with the target's contents. The spec refused links that dangle or loop (`spec._scan`).
+    with the target's contents. The spec refused links that dangle or loop (`spec.paths.scan`).
     A lone script (`source` a file) is copied under the entry point's name, not its link target's.
     """
     if source is None:
@@ -97,7 +97,7 @@ def copy_code(source: Path | None, target: Path, entry_point: str | None = None)
 def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
     """Put a share of a channel under `target`, as hard links where the filesystem allows.
 
-    `files` are keys as S3 would list them (`spec._scan`): a symlink's own path, the file it leads
+    `files` are keys as S3 would list them (`spec.paths.scan`): a symlink's own path, the file it leads
     to linked under it. A hard link costs no data copy, so staging time does not grow with the
     data; across filesystems (EXDEV) or where links are refused (EPERM under
     fs.protected_hardlinks for another user's file), the file is copied instead.

@@ -78,7 +78,7 @@ def test_a_folder_holding_the_code_and_the_data_is_refused_for_output_and_checkp
 
 
 def test_sharding_is_round_robin_over_the_sorted_keys() -> None:
-    keys = ("a.csv", "b.csv", "c.csv", "d.csv", "e.csv")  # channels list their keys sorted (spec._scan)
+    keys = ("a.csv", "b.csv", "c.csv", "d.csv", "e.csv")  # channels list their keys sorted (spec.paths.scan)
     assert shard(keys, ("algo-1", "algo-2")) == {"algo-1": ("a.csv", "c.csv", "e.csv"), "algo-2": ("b.csv", "d.csv")}
 
 

@@ -1,4 +1,4 @@
-"""Spec loading and validation: every rule of DESIGN §3 and emulator/spec.py, one test each.
+"""Spec loading and validation: every rule of DESIGN §3 and emulator/spec/rules.py, one test each.
 
 Each rejected spec must raise one SpecError whose `.problems` name the offending field by its dotted
 path. Expected values are written from DESIGN §3 and the SageMaker API reference, not from running

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from emulator import Job
 from emulator.errors import Problem, SpecError
 from emulator.plan import job_name_from
-from emulator.spec import JOB_NAME_PATTERN, MAX_JOB_NAME, Job, JobSpec, entry_point_problem
+from emulator.spec import JOB_NAME_PATTERN, MAX_JOB_NAME, JobSpec, entry_point_problem
 
 HEAD = """\
 entry_point: train.py

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from emulator import Job
 from emulator.errors import Problem
 from emulator.plan import make_plan
-from emulator.spec import Job, JobSpec, parse_yaml
+from emulator.spec import JobSpec, parse_yaml
 
 HEAD = """\
 job_name: values-as-written

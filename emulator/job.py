@@ -1,0 +1,66 @@
+"""The Python front end: a job built with the SageMaker SDK's argument names, validated as a YAML spec
+is, and run as `hetero-emu run` runs it.
+
+It lives outside `emulator.spec` because it runs jobs: the runner imports the spec package, and the
+spec package never imports the runner, so the two no longer form an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from emulator.runner import run_job
+from emulator.spec import InstanceGroup, JobSpec, TrainingInput, validate
+
+
+class Job:
+    """A job built in Python with the SDK's argument names; `run()` runs it like `hetero-emu run`.
+
+    Keyword arguments are the YAML spec's keys; `InstanceGroup` and `TrainingInput` objects are
+    accepted where the SDK takes them, and relative paths resolve against `base_dir` (default: cwd).
+
+    >>> Job(entry_point="train.py", source_dir="code",
+    ...     instance_groups=[InstanceGroup("data_group", "ml.c5.xlarge", 2),
+    ...                      InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
+    ...     inputs={"training": TrainingInput("./data", instance_groups=("data_group",))})
+    """
+
+    def __init__(self, *, base_dir: Path | str | None = None, **kwargs: Any) -> None:
+        self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+        self.raw = _to_raw(kwargs)
+
+    def spec(self) -> JobSpec:
+        return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)")
+
+    def run(self, **run_options: Any) -> Any:
+        """Validate, plan and run on the local Docker engine; returns the `JobResult`."""
+        return run_job(self.spec(), **run_options)
+
+
+def _to_raw(value: Any) -> Any:
+    """Turn SDK-style objects (InstanceGroup, TrainingInput) into the YAML spec's plain mapping."""
+    if isinstance(value, InstanceGroup):
+        return {
+            "instance_group_name": value.instance_group_name,
+            "instance_type": value.instance_type,
+            "instance_count": value.instance_count,
+        }
+    if isinstance(value, TrainingInput):
+        out: dict[str, Any] = {"s3_data": value.s3_data, "distribution": value.distribution,
+                               "s3_data_type": value.s3_data_type}
+        if value.input_mode:
+            out["input_mode"] = value.input_mode
+        if value.content_type:
+            out["content_type"] = value.content_type
+        if value.instance_groups:
+            out["instance_groups"] = list(value.instance_groups)
+        return out
+    if isinstance(value, Mapping):
+        return {k: _to_raw(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_to_raw(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

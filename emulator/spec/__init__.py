@@ -1,0 +1,46 @@
+"""The job spec: its input adapters, the service's rules (written once), and the internal `JobSpec`.
+
+- `model`: the frozen `JobSpec` and its parts, the service's constants and name patterns.
+- `yaml_loader`: the hardened YAML loader (size, node and depth limits, duplicate keys, YAML 1.2
+  floats, values as written).
+- `paths`: filesystem probing: what a path is, folders the job writes, channel and code listings.
+- `fields`: typed getters that record a problem per wrong field, named in the input's own words.
+- `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
+- `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).
+- `wording`: how problems name values.
+
+The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
+the emulator imports from `emulator.spec`; everything else is in its module.
+"""
+
+from emulator.spec.model import (
+    GROUP_NAME_PATTERN,
+    JOB_NAME_PATTERN,
+    MAX_JOB_NAME,
+    Distribution,
+    InstanceGroup,
+    JobSpec,
+    TrainingInput,
+)
+from emulator.spec.paths import folder_problem
+from emulator.spec.rules import entry_point_problem
+from emulator.spec.wording import did_you_mean
+from emulator.spec.yaml_loader import MAX_SPEC_BYTES, parse_yaml
+from emulator.spec.yaml_spec import load_spec_file, validate
+
+__all__ = [
+    "GROUP_NAME_PATTERN",
+    "JOB_NAME_PATTERN",
+    "MAX_JOB_NAME",
+    "MAX_SPEC_BYTES",
+    "Distribution",
+    "InstanceGroup",
+    "JobSpec",
+    "TrainingInput",
+    "did_you_mean",
+    "entry_point_problem",
+    "folder_problem",
+    "load_spec_file",
+    "parse_yaml",
+    "validate",
+]

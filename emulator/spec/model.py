@@ -1,0 +1,199 @@
+"""The internal job: the frozen `JobSpec` every input adapter produces, its parts, and the service's
+constants (names' patterns, request limits, defaults) the rules check against.
+
+Names follow the SageMaker Python SDK v2 (`InstanceGroup`, `TrainingInput`, `Estimator` arguments), so
+a SageMaker user already knows them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
+# The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
+# API's "Length Constraints: Maximum length of 63" is a separate check (MAX_JOB_NAME).
+JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_JOB_NAME = 63
+# A base name has no length limit: the SDK's name_from_base cuts it to fit the timestamp in 63
+# characters (plan.job_name_from); it only needs the job name's characters.
+BASE_JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_Channel.html#sagemaker-Type-Channel-ChannelName
+CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InstanceGroup.html : 1-64 chars.
+# The API pattern is `.+`; we also refuse "/" and control characters because the name ends up in
+# Docker labels and log prefixes, and never in a path.
+GROUP_NAME_PATTERN = re.compile(r"^[^/\x00-\x1f\x7f-\x9f\u2028\u2029]{1,64}$")
+ENV_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
+# Docker's image reference grammar (distribution/reference): [registry[:port]/]path[:tag][@digest],
+# the path in lowercase. Anything else fails only when the engine is asked for the image.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+IMAGE_REFERENCE_PATTERN = re.compile(
+    rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?/)?"
+    rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html#sagemaker-Type-ResourceConfig-InstanceGroups
+MAX_INSTANCE_GROUPS = 5
+# Not a service limit: the emulator runs every host on one machine. Documented in the README.
+MAX_HOSTS = 64
+# The service's request limits (CreateTrainingJob): HyperParameters, Environment, InputDataConfig,
+# AlgorithmSpecification.TrainingImage / ContainerEntrypoint / ContainerArguments.
+MAX_HYPERPARAMETERS = 100
+MAX_HYPERPARAMETER_NAME = 256
+MAX_HYPERPARAMETER_VALUE = 2500
+MAX_ENVIRONMENT = 100
+MAX_ENVIRONMENT_VALUE = 512
+MAX_CHANNELS = 20
+MAX_IMAGE_URI = 255
+MAX_CONTAINER_ITEMS = 100
+MAX_CONTAINER_ITEM = 256
+# API integers are at most 64 bits; a bigger number is a mistake, and past 4300 digits Python cannot
+# even print it.
+MAX_INTEGER = 2**63 - 1
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html
+MAX_RUN_LIMIT = 28 * 24 * 3600
+DEFAULT_MAX_RUN = 86400
+HOMOGENEOUS_GROUP = "homogeneousCluster"
+DEFAULT_REGION = "us-east-1"
+# logging.INFO, the SDK's default `container_log_level`.
+DEFAULT_LOG_LEVEL = 20
+
+INPUT_MODES = ("File", "FastFile", "Pipe")
+PIPE_UNSUPPORTED = "Pipe input mode is not supported yet"
+S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+S3_DATA_TYPES = ("S3Prefix",)
+# The strategies `distribution=` accepts in the SDK's framework estimators.
+DISTRIBUTION_STRATEGIES = (
+    "mpi",
+    "torch_distributed",
+    "pytorchddp",
+    "smdistributed",
+    "parameter_server",
+    "multi_worker_mirrored_strategy",
+)
+
+JOB_KEYS = (
+    "job_name",
+    "base_job_name",
+    "image_uri",
+    "entry_point",
+    "source_dir",
+    "hyperparameters",
+    "environment",
+    "instance_groups",
+    "instance_type",
+    "instance_count",
+    "inputs",
+    "input_mode",
+    "distribution",
+    "output_path",
+    "checkpoint_s3_uri",
+    "checkpoint_local_path",
+    "max_run",
+    "enable_network_isolation",
+    "disable_output_compression",
+    "container_entry_point",
+    "container_arguments",
+    "container_log_level",
+    "region",
+    "local_s3_root",
+)
+GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count")
+CHANNEL_KEYS = (
+    "s3_data",
+    "distribution",
+    "input_mode",
+    "content_type",
+    "instance_groups",
+    "s3_data_type",
+    "record_wrapping",
+)
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """One instance group, as `sagemaker.instance_group.InstanceGroup(name, type, count)`."""
+
+    instance_group_name: str
+    instance_type: str
+    instance_count: int
+
+
+@dataclass(frozen=True)
+class TrainingInput:
+    """One input channel, as `sagemaker.inputs.TrainingInput`, resolved to a local source.
+
+    `source` is an absolute local path (directory or file). `files` lists the channel's files
+    relative to `source` in sorted order: planning shards them without touching the disk again.
+    `instance_groups` is empty when the channel goes to every host.
+    """
+
+    s3_data: str
+    source: Path = Path()
+    distribution: str = "FullyReplicated"
+    input_mode: str | None = None
+    content_type: str | None = None
+    instance_groups: tuple[str, ...] = ()
+    s3_data_type: str = "S3Prefix"
+    files: tuple[str, ...] = ()
+    single_file: bool = False
+    # A symlink in the folder would not resolve inside a read-only bind mount of it (its target lies
+    # outside, or its text is absolute): the channel is staged as a share of hard links instead.
+    links_out: bool = False
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The `distribution=` argument: one strategy applied to one instance group."""
+
+    strategy: str
+    options: Mapping[str, Any]
+    instance_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job: every path absolute, every default filled in."""
+
+    job_name: str | None
+    base_job_name: str
+    image_uri: str
+    entry_point: str | None
+    # What is copied into every host's /opt/ml/code: the source_dir folder, or the entry script
+    # alone when no source_dir is given (the SDK uploads just that file then).
+    source_dir: Path | None
+    instance_groups: tuple[InstanceGroup, ...]
+    heterogeneous: bool
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # Not in repr: a traceback or a debug print of the spec must not show secret values.
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False)
+    inputs: Mapping[str, TrainingInput] = field(default_factory=dict)
+    input_mode: str = "File"
+    distribution: Distribution | None = None
+    output_path: Path = Path("output")
+    checkpoint_s3_uri: Path | None = None
+    checkpoint_local_path: str = "/opt/ml/checkpoints"
+    max_run: int = DEFAULT_MAX_RUN
+    enable_network_isolation: bool = False
+    # OutputDataConfig.CompressionType NONE (the SDK's name): model and output files written as they
+    # are under output/model/ and output/data/ instead of model.tar.gz / output.tar.gz.
+    disable_output_compression: bool = False
+    container_entry_point: tuple[str, ...] | None = None
+    container_arguments: tuple[str, ...] | None = None
+    container_log_level: int = DEFAULT_LOG_LEVEL
+    region: str = DEFAULT_REGION
+    spec_dir: Path = Path(".")
+
+    @property
+    def host_count(self) -> int:
+        return sum(g.instance_count for g in self.instance_groups)
+
+    def group(self, name: str) -> InstanceGroup:
+        return next(g for g in self.instance_groups if g.instance_group_name == name)

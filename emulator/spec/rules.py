@@ -1,0 +1,739 @@
+"""The service's rules for a training job, written once: `Validator` walks the internal mapping (the
+YAML spec's keys and shapes) once, collects *every* problem with its field path, and builds the
+frozen `JobSpec`.
+
+Validation is pure apart from checking that the paths the job names exist (`paths`). An input
+adapter converts its input to the internal mapping and gives `Validator` a `field_name` hook
+(`fields.FieldReader`), so each problem names the field in the input's own words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from emulator.catalog import lookup as lookup_instance_type
+from emulator.catalog import suggest as suggest_instance_types
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.spec.fields import FieldReader, as_written
+from emulator.spec.model import (
+    BASE_JOB_NAME_PATTERN,
+    CHANNEL_KEYS,
+    CHANNEL_NAME_PATTERN,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_MAX_RUN,
+    DEFAULT_REGION,
+    DISTRIBUTION_STRATEGIES,
+    ENV_NAME_PATTERN,
+    GROUP_KEYS,
+    GROUP_NAME_PATTERN,
+    HOMOGENEOUS_GROUP,
+    IMAGE_REFERENCE_PATTERN,
+    INPUT_MODES,
+    JOB_KEYS,
+    JOB_NAME_PATTERN,
+    MAX_CHANNELS,
+    MAX_CONTAINER_ITEM,
+    MAX_CONTAINER_ITEMS,
+    MAX_ENVIRONMENT,
+    MAX_ENVIRONMENT_VALUE,
+    MAX_HOSTS,
+    MAX_HYPERPARAMETER_NAME,
+    MAX_HYPERPARAMETER_VALUE,
+    MAX_HYPERPARAMETERS,
+    MAX_IMAGE_URI,
+    MAX_INSTANCE_GROUPS,
+    MAX_JOB_NAME,
+    MAX_RUN_LIMIT,
+    PIPE_UNSUPPORTED,
+    S3_DATA_TYPES,
+    S3_DISTRIBUTIONS,
+    Distribution,
+    InstanceGroup,
+    JobSpec,
+    TrainingInput,
+)
+from emulator.spec.paths import BadPath, Listing, folder_problem, given_name, kind_of, parse_uri, resolve_path, scan
+from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
+from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
+
+
+class Validator(FieldReader):
+    def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written) -> None:
+        super().__init__(field_name)
+        self.base_dir = base_dir
+
+    def command_list(self, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
+        """container_entry_point / container_arguments: 1-100 strings of at most 256 characters each
+        (the service's limits), none with a NUL, which no process argument can hold."""
+        items = self.string_list(raw, key, key)
+        if items is None:
+            return None
+        ok = True
+        if not items:
+            self.fail(key, "must have at least one item, or be omitted")
+            ok = False
+        elif len(items) > MAX_CONTAINER_ITEMS:
+            self.fail(key, f"at most {MAX_CONTAINER_ITEMS} items, got {len(items)}", "the service's limit")
+            ok = False
+        for i, item in enumerate(items):
+            if len(item) > MAX_CONTAINER_ITEM:
+                self.fail(f"{key}[{i}]", f"longer than {MAX_CONTAINER_ITEM} characters", "the service's limit")
+                ok = False
+            elif "\0" in item:
+                self.fail(f"{key}[{i}]", "must not contain a NUL character")
+                ok = False
+        return items if ok else None
+
+
+    def local_path(self, text: str, path: str, s3_root: Path | None, what: str) -> Path | None:
+        """Resolve a local path, file:// URI or s3:// URI (under the local S3 root) to an absolute path."""
+        try:
+            return self._local_path(text, path, s3_root)
+        except BadPath as err:
+            self.fail(path, f"{preview(text)} is {err}", f"give the {what} as a plain path or URI")
+            return None
+
+    def _local_path(self, text: str, path: str, s3_root: Path | None) -> Path | None:
+        if text.startswith("s3://"):
+            if s3_root is None:
+                self.fail(
+                    path,
+                    f"{text} is an S3 URI but no local S3 root is set",
+                    "set local_s3_root (a folder whose subfolders are buckets) or use a local path",
+                )
+                return None
+            bucket, key = parse_uri(text)
+            resolved = resolve_path(s3_root, os.path.join(bucket, key.lstrip("/")) if bucket else ".")
+            if not bucket or "/" in bucket or not resolved.is_relative_to(resolve_path(s3_root, ".")):
+                self.fail(path, f"{text} does not name a bucket and key under local_s3_root {s3_root}",
+                          "s3://bucket/key, without '..'")
+                return None
+            return resolved
+        if text.startswith("file://"):
+            return resolve_path(self.base_dir, parse_uri(text)[1] or ".")
+        if "://" in text:
+            self.fail(path, f"unsupported URI scheme in {preview(text)}", "use a local path, file:// or s3://")
+            return None
+        return resolve_path(self.base_dir, text)
+
+    def existing(self, resolved: Path | None, path: str, what: str) -> Path | None:
+        if resolved is None:
+            return None
+        kind = kind_of(resolved)
+        if kind == "missing":
+            self.fail(path, f"{what} not found: {resolved}", "check the path; relative paths start at the spec file")
+            return None
+        if kind.startswith("unreadable"):
+            self.fail(path, f"{what} {resolved} is {kind}", "check its permissions")
+            return None
+        return resolved
+
+    def no_special_files(self, source: Path, path: str, what: str) -> Listing | None:
+        """A folder (or file) the job reads, listed with links followed (`scan`), or None if it
+        holds a socket, FIFO or device (also behind a link: staging follows links), or a link that
+        cannot be followed. A read-only bind mount still lets a process connect() to a socket or open
+        a device, so a channel on /var/run would hand the container the Docker engine."""
+        listing = scan(source)
+        if listing.special:
+            name, kind = listing.special[0]
+            more = f" (and {len(listing.special) - 1} more)" if len(listing.special) > 1 else ""
+            self.fail(path, f"{name} is a {kind}{more}: {what} may hold only regular files and folders",
+                      "a socket, FIFO or device would reach the host from inside the container: remove it, "
+                      "or point at a folder of plain files")
+        if listing.broken:
+            name, why = listing.broken[0]
+            more = f" (and {len(listing.broken) - 1} more)" if len(listing.broken) > 1 else ""
+            self.fail(path, f"{name} is {why}{more}",
+                      f"{what} is read following symlinks, as the SDK's tarball of source_dir and aws s3 sync "
+                      "read it (they fail on such a link or skip it): remove the link or fix its target")
+        return None if listing.special or listing.broken else listing
+
+    def creatable_folder(self, resolved: Path | None, path: str) -> None:
+        """A folder the job writes: either a writable folder already, or creatable, so that the job
+        does not fail at its very end."""
+        if resolved is not None and (problem := folder_problem(resolved)) is not None:
+            message, hint = problem
+            if hint and path == "output_path" and "write to" in hint:
+                hint += ", or run with --output-path DIR"
+            self.fail(path, message, hint)
+
+    # -- the job
+
+
+    def job(self, raw: Mapping[str, Any]) -> JobSpec | None:
+        raw = _drop_nulls(raw)
+        self.unknown_keys(raw, JOB_KEYS, "")
+
+        job_name = self.string(raw, "job_name", "job_name")
+        if job_name is not None and len(job_name) > MAX_JOB_NAME:
+            self.fail("job_name", f"{preview(job_name)} is {len(job_name)} characters long: SageMaker allows at "
+                      f"most {MAX_JOB_NAME}", "shorten it, or give base_job_name (the SDK cuts a base to fit)")
+        elif job_name is not None and not JOB_NAME_PATTERN.fullmatch(job_name):
+            self.fail("job_name", f"{preview(job_name)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+                      "letters, digits and hyphens, 1-63 chars, starting and ending alphanumeric")
+        base = self.string(raw, "base_job_name", "base_job_name")
+        if base is not None and not BASE_JOB_NAME_PATTERN.fullmatch(base):
+            self.fail("base_job_name", f"{preview(base)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
+                      "letters, digits and hyphens, starting and ending alphanumeric")
+        image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
+        if len(image) > MAX_IMAGE_URI:
+            self.fail("image_uri", f"longer than {MAX_IMAGE_URI} characters", "the service's limit for TrainingImage")
+        elif not IMAGE_REFERENCE_PATTERN.fullmatch(image):
+            self.fail("image_uri", f"{preview(image)} is not a valid Docker image reference",
+                      "[registry[:port]/]repository[:tag][@digest], the repository in lowercase, "
+                      "e.g. my-trainer:latest")
+
+        groups, heterogeneous = self.groups(raw)
+        group_names = [g.instance_group_name for g in groups]
+
+        s3_root_text = self.string(raw, "local_s3_root", "local_s3_root")
+        s3_root = self.existing(
+            self.local_path(s3_root_text, "local_s3_root", None, "local S3 root") if s3_root_text else None,
+            "local_s3_root",
+            "local S3 root",
+        )
+
+        entry_point, source_dir = self.code(raw)
+        entry = self.command_list(raw, "container_entry_point")
+        args = self.command_list(raw, "container_arguments")
+        if entry_point is None and entry is None and "entry_point" not in raw:
+            self.fail("entry_point", "missing", "name the script to run (relative to source_dir)")
+        # The program the toolkit's `train` will run (sagemaker_program), checked as the toolkit will.
+        toolkit = entry is None or os.path.basename(entry[0]) == "train"
+        if entry_point is not None and toolkit and (problem := entry_point_problem(entry_point)) is not None:
+            self.fail("entry_point", f"{preview(entry_point)} cannot be run by the training toolkit: it "
+                      f"contains {problem}", "rename the script so its path holds only letters, digits, "
+                      "'.', '_', '+', '-' and '/' and starts with a letter, digit, '.' or '_'")
+
+        job_mode = self.string(raw, "input_mode", "input_mode") or "File"
+        if job_mode not in INPUT_MODES:
+            self.fail("input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {job_mode!r}",
+                      did_you_mean(job_mode, INPUT_MODES))
+        elif job_mode == "Pipe":
+            self.fail("input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
+        inputs = self.inputs(raw, group_names, heterogeneous, s3_root)
+        distribution = self.distribution(raw, group_names, heterogeneous)
+
+        hyperparameters = self.hyperparameters(raw)
+        environment = self.environment(raw)
+
+        out_text = self.string(raw, "output_path", "output_path") or "output"
+        output_path = self.local_path(out_text, "output_path", s3_root, "output path")
+        self.creatable_folder(output_path, "output_path")
+        ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
+        checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
+        self.creatable_folder(checkpoint, "checkpoint_s3_uri")
+        if checkpoint is not None and kind_of(checkpoint) == "dir":
+            # Copied into every host before the job (copytree follows symlinks).
+            self.no_special_files(checkpoint, "checkpoint_s3_uri", "checkpoints")
+        ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
+        reserved = ("/opt/ml/input", "/opt/ml/code", "/opt/ml/model", "/opt/ml/output")
+        if not ckpt_local.startswith("/"):
+            self.fail("checkpoint_local_path", "must be an absolute path inside the container")
+        elif "\0" in ckpt_local:
+            self.fail("checkpoint_local_path", "must not contain a NUL character")
+        elif os.path.normpath(ckpt_local) in ("/", "/opt", "/opt/ml") or any(
+            os.path.normpath(ckpt_local) == r or os.path.normpath(ckpt_local).startswith(r + "/") for r in reserved
+        ):
+            self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
+                      "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
+        self.no_overlap(output_path, checkpoint, source_dir, inputs)
+
+        max_run = self.integer(raw, "max_run", "max_run")
+        if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
+            self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
+        isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
+        uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
+        log_level = self.integer(raw, "container_log_level", "container_log_level")
+        region = self.string(raw, "region", "region") or DEFAULT_REGION
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
+            self.fail("region", f"{preview(region)} is not an AWS region name", "e.g. us-east-1")
+
+        if self.problems or output_path is None:
+            return None
+        return JobSpec(
+            job_name=job_name,
+            base_job_name=base or _default_base_name(image),
+            image_uri=image,
+            entry_point=entry_point,
+            source_dir=source_dir,
+            instance_groups=tuple(groups),
+            heterogeneous=heterogeneous,
+            hyperparameters=hyperparameters,
+            environment=environment,
+            inputs=inputs,
+            input_mode=job_mode,
+            distribution=distribution,
+            output_path=output_path,
+            checkpoint_s3_uri=checkpoint,
+            checkpoint_local_path=ckpt_local,
+            max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
+            enable_network_isolation=bool(isolation),
+            disable_output_compression=bool(uncompressed),
+            container_entry_point=entry,
+            container_arguments=args,
+            container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
+            region=region,
+            spec_dir=self.base_dir,
+        )
+
+    def no_overlap(
+        self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput]
+    ) -> None:
+        """What the job writes (output_path, checkpoints) must not lie inside what it reads, nor contain
+        it: the user's code and data are never written, and must not see the job's own output."""
+        readers = [("source_dir", code)] + [(f"inputs.{n}.s3_data", c.source) for n, c in inputs.items()]
+        for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint)):
+            if written is None:
+                continue
+            for reader_name, read in readers:
+                if read is not None and (written.is_relative_to(read) or read.is_relative_to(written)):
+                    self.fail(field_name, f"{written} overlaps {self.field_name(reader_name)} ({read})",
+                              "the job would write into data or code it reads: use a separate folder")
+
+    def groups(self, raw: Mapping[str, Any]) -> tuple[list[InstanceGroup], bool]:
+        has_groups = raw.get("instance_groups") is not None
+        has_single = raw.get("instance_type") is not None or raw.get("instance_count") is not None
+        if has_groups and has_single:
+            self.fail("instance_groups", "instance_type/instance_count and instance_groups are mutually exclusive",
+                      "use instance_groups for a heterogeneous cluster, the pair for a homogeneous one")
+            return [], True
+        if not has_groups:
+            if not has_single:
+                self.fail("instance_groups", "missing",
+                          "give instance_groups (heterogeneous) or instance_type + instance_count")
+                return [], False
+            itype = self.string(raw, "instance_type", "instance_type")
+            count = self.integer(raw, "instance_count", "instance_count")
+            if itype is None and "instance_type" not in raw:
+                self.fail("instance_type", "missing", "e.g. ml.c5.xlarge")
+            count = 1 if count is None and "instance_count" not in raw else count
+            if count is not None and count < 1:
+                self.fail("instance_count", f"must be at least 1, got {count}")
+            if itype is not None:
+                self.instance_type(itype, "instance_type")
+            if count is not None and count > MAX_HOSTS:
+                self.fail("instance_count", f"{count} hosts is more than this emulator runs ({MAX_HOSTS})",
+                          "every host is a container on this one machine")
+            if itype is None or count is None:
+                return [], False
+            return [InstanceGroup(HOMOGENEOUS_GROUP, itype, count)], False
+
+        items = raw["instance_groups"]
+        if not isinstance(items, list):
+            self.fail("instance_groups", f"must be a list of groups, got {type_name(items)}")
+            return [], True
+        if not items:
+            self.fail("instance_groups", "must name at least one group")
+        if len(items) > MAX_INSTANCE_GROUPS:
+            self.fail("instance_groups", f"at most {MAX_INSTANCE_GROUPS} instance groups, got {len(items)}",
+                      "the service's limit (ResourceConfig.InstanceGroups)")
+        groups: list[InstanceGroup] = []
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            path = f"instance_groups[{i}]"
+            if not isinstance(item, dict):
+                self.fail(path, f"must be a mapping, got {type_name(item)}")
+                continue
+            item = _drop_nulls(item)
+            self.unknown_keys(item, GROUP_KEYS, path + ".")
+            name = self.string(item, "instance_group_name", path + ".instance_group_name")
+            itype = self.string(item, "instance_type", path + ".instance_type")
+            count = self.integer(item, "instance_count", path + ".instance_count")
+            for key in GROUP_KEYS:
+                if key not in item:
+                    self.fail(f"{path}.{key}", "missing")
+            if name is not None:
+                if not GROUP_NAME_PATTERN.fullmatch(name):
+                    self.fail(path + ".instance_group_name", f"{name!r}: 1-64 characters, no '/' or control chars")
+                if name in seen:
+                    self.fail(path + ".instance_group_name", f"duplicate group name {name!r}",
+                              "instance group names must be unique")
+                seen.add(name)
+            if itype is not None:
+                self.instance_type(itype, path + ".instance_type")
+            if count is not None and count < 0:
+                self.fail(path + ".instance_count", f"must be 0 or more, got {count}")
+            if name is not None and itype is not None and count is not None:
+                groups.append(InstanceGroup(name, itype, count))
+        total = sum(g.instance_count for g in groups if g.instance_count > 0)
+        if groups and len(groups) == len(items) and total == 0:
+            self.fail("instance_groups", "every group has instance_count 0: the job has no host",
+                      "give at least one group a positive instance_count")
+        if total > MAX_HOSTS:
+            self.fail("instance_groups", f"{total} hosts in all is more than this emulator runs ({MAX_HOSTS})",
+                      "every host is a container on this one machine")
+        return groups, True
+
+    def instance_type(self, name: str, path: str) -> None:
+        if lookup_instance_type(name) is None:
+            near = suggest_instance_types(name)
+            hint = f"did you mean {', '.join(near)}?" if near else "see `hetero-emu instance-types`"
+            self.fail(path, f"unknown instance type {name!r}", hint)
+
+    def code(self, raw: Mapping[str, Any]) -> tuple[str | None, Path | None]:
+        entry_point = self.string(raw, "entry_point", "entry_point")
+        src_text = self.string(raw, "source_dir", "source_dir")
+        if src_text is not None and ("://" in src_text and not src_text.startswith("file://")):
+            self.fail("source_dir", f"{preview(src_text)}: only local folders are supported", "give a local path")
+            return entry_point, None
+        source_dir = self.existing(
+            self.local_path(src_text, "source_dir", None, "source_dir") if src_text else None,
+            "source_dir",
+            "source_dir",
+        )
+        if source_dir is not None and kind_of(source_dir) != "dir":
+            self.fail("source_dir", f"{source_dir} is not a directory")
+            return entry_point, None
+        if source_dir is not None and self.no_special_files(source_dir, "source_dir", "source_dir") is None:
+            source_dir = None
+        if entry_point is None:
+            return None, source_dir
+        if Path(entry_point).is_absolute() or ".." in Path(entry_point).parts:
+            self.fail("entry_point", f"{preview(entry_point)} must be a relative path inside source_dir")
+            return None, source_dir
+        if src_text is None:
+            # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
+            # file is uploaded; it becomes the whole of /opt/ml/code.
+            try:
+                script = resolve_path(self.base_dir, entry_point)
+            except BadPath as err:
+                self.fail("entry_point", f"{preview(entry_point)} is {err}")
+                return None, None
+            if kind_of(script) != "file":
+                self.fail("entry_point", f"script not found: {script}",
+                          "set source_dir, or give a path relative to the spec file")
+                return None, None
+            # The name as given, not its link target's: the SDK tars the script under its basename
+            # (sagemaker/utils.py create_tar_file, arcname=os.path.basename) with links dereferenced.
+            return given_name(entry_point, script), script
+        if source_dir is not None and kind_of(source_dir / entry_point) != "file":
+            self.fail("entry_point", f"{preview(entry_point)} not found in source_dir {source_dir}")
+            return None, source_dir
+        return entry_point, source_dir
+
+    def inputs(
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, s3_root: Path | None
+    ) -> dict[str, TrainingInput]:
+        value = raw.get("inputs")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("inputs", f"must be a mapping of channel name to input, got {type_name(value)}")
+            return {}
+        if len(value) > MAX_CHANNELS:
+            self.fail("inputs", f"at most {MAX_CHANNELS} channels, got {len(value)}",
+                      "the service's limit for InputDataConfig")
+        channels: dict[str, TrainingInput] = {}
+        assigned: list[str] = []
+        unassigned: list[str] = []
+        for name, item in value.items():
+            path = f"inputs.{key_text(name)}"
+            if not isinstance(name, str) or not CHANNEL_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
+                self.fail(path, f"channel name {preview(name)} breaks SageMaker's pattern "
+                          f"{CHANNEL_NAME_PATTERN.pattern}")
+                continue
+            if isinstance(item, str):
+                item = {"s3_data": item}
+            if not isinstance(item, dict):
+                self.fail(path, f"must be a path/URI or a mapping of TrainingInput fields, got {type_name(item)}")
+                continue
+            item = _drop_nulls(item)
+            self.unknown_keys(item, CHANNEL_KEYS, path + ".")
+            data = self.string(item, "s3_data", path + ".s3_data")
+            if data is None and "s3_data" not in item:
+                self.fail(path + ".s3_data", "missing", "a local folder or file, file:// or s3:// URI")
+            dist = self.string(item, "distribution", path + ".distribution") or "FullyReplicated"
+            if dist not in S3_DISTRIBUTIONS:
+                self.fail(path + ".distribution", f"must be one of {', '.join(S3_DISTRIBUTIONS)}, got {dist!r}",
+                          did_you_mean(dist, S3_DISTRIBUTIONS))
+            mode = self.string(item, "input_mode", path + ".input_mode")
+            if mode is not None and mode not in INPUT_MODES:
+                self.fail(path + ".input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {mode!r}",
+                          did_you_mean(mode, INPUT_MODES))
+            elif mode == "Pipe":
+                self.fail(path + ".input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
+            data_type = self.string(item, "s3_data_type", path + ".s3_data_type") or "S3Prefix"
+            if data_type not in S3_DATA_TYPES:
+                self.fail(path + ".s3_data_type", f"{data_type!r} is not supported yet", "use S3Prefix")
+            wrapping = self.string(item, "record_wrapping", path + ".record_wrapping")
+            if wrapping not in (None, "None"):
+                self.fail(path + ".record_wrapping", f"{wrapping!r} is not supported yet", "omit it")
+            content_type = self.string(item, "content_type", path + ".content_type")
+            groups = self.string_list(item, "instance_groups", path + ".instance_groups")
+            if groups is not None:
+                if not heterogeneous:
+                    self.fail(path + ".instance_groups", "instance groups are only for a heterogeneous cluster",
+                              "use instance_groups at the top level, or drop this field")
+                for g in groups:
+                    if g not in group_names:
+                        self.fail(path + ".instance_groups", f"no instance group named {g!r}",
+                                  did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
+                if not groups:
+                    self.fail(path + ".instance_groups", "must name at least one group, or be omitted")
+                assigned.append(name)
+            else:
+                unassigned.append(name)
+            source = None
+            if data is not None:
+                source = self.existing(self.local_path(data, path + ".s3_data", s3_root, "data"),
+                                       path + ".s3_data", "channel data")
+            if source is None:
+                continue
+            listing = self.no_special_files(source, path + ".s3_data", "a channel")
+            if listing is None or data is None:
+                continue
+            single_file = kind_of(source) == "file"
+            # A single file keeps the name it was given (`train.csv -> ../cache/blob1` is the object
+            # `train.csv`, as `aws s3 cp` names it), not the name of what the link points to.
+            files = (given_name(data, source),) if single_file else listing.files
+            if dist == "ShardedByS3Key" and not files:
+                self.fail(path + ".s3_data", f"{source} holds no file to shard")
+            channels[name] = TrainingInput(
+                s3_data=data or "",
+                source=source,
+                distribution=dist,
+                input_mode=mode,
+                content_type=content_type,
+                instance_groups=groups or (),
+                s3_data_type=data_type,
+                files=files,
+                single_file=single_file,
+                links_out=listing.links_out,
+            )
+        if assigned and unassigned:
+            # The service rejects a job where only some channels name instance groups.
+            self.fail("inputs", f"channels {', '.join(assigned)} name instance groups but "
+                      f"{', '.join(unassigned)} do not", "assign instance_groups to every channel or to none")
+        return channels
+
+    def distribution(
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool
+    ) -> Distribution | None:
+        value = raw.get("distribution")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.fail("distribution", f"must be a mapping, got {type_name(value)}")
+            return None
+        allowed = (*DISTRIBUTION_STRATEGIES, "instance_groups")
+        self.unknown_keys(value, allowed, "distribution.")
+        strategies = [k for k in value if k in DISTRIBUTION_STRATEGIES]
+        # smdistributed model parallel runs on top of MPI: the SDK allows exactly that pair.
+        if set(strategies) == {"mpi", "smdistributed"}:
+            strategies = ["mpi"]
+        if len(strategies) != 1:
+            self.fail("distribution", f"give exactly one strategy, got {len(strategies)}",
+                      f"one of {', '.join(DISTRIBUTION_STRATEGIES)}")
+            return None
+        strategy = strategies[0]
+        options = value[strategy]
+        if not isinstance(options, dict):
+            self.fail(f"distribution.{strategy}", f"must be a mapping such as {{enabled: true}}, "
+                      f"got {type_name(options)}")
+            return None
+        if not self.strategy_options(value):
+            return None
+        groups = self.string_list(value, "instance_groups", "distribution.instance_groups")
+        if groups is not None:
+            for g in groups:
+                if g not in group_names:
+                    self.fail("distribution.instance_groups", f"no instance group named {g!r}",
+                              did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
+        if heterogeneous and len(group_names) > 1 and (groups is None or len(groups) != 1):
+            self.fail("distribution.instance_groups",
+                      "a heterogeneous cluster's distribution must name exactly one instance group",
+                      "e.g. instance_groups: [dnn_group]")
+        elif groups is not None and len(groups) > 1:
+            self.fail("distribution.instance_groups", "only one instance group can be named")
+        extra = {k: v for k, v in value.items() if k in DISTRIBUTION_STRATEGIES and k != strategy}
+        return Distribution(strategy, {**extra, strategy: options}, groups or ())
+
+    def strategy_options(self, distribution: Mapping[str, Any]) -> bool:
+        """Each strategy's options have the SDK's shapes: `enabled` a boolean, MPI's counts integers."""
+        ok = True
+        for strategy in DISTRIBUTION_STRATEGIES:
+            options = distribution.get(strategy)
+            if options is None:
+                continue
+            path = f"distribution.{strategy}"
+            if not isinstance(options, dict):
+                self.fail(path, f"must be a mapping, got {type_name(options)}")
+                ok = False
+                continue
+            blocks = options.items() if strategy == "smdistributed" else [("", options)]
+            for name, block in blocks:
+                where = f"{path}.{name}" if name else path
+                if not isinstance(block, dict):
+                    self.fail(where, f"must be a mapping such as {{enabled: true}}, got {type_name(block)}")
+                    ok = False
+                    continue
+                checks = (("enabled", bool), ("processes_per_host", int), ("custom_mpi_options", str))
+                for key, kind in checks:
+                    if key in block and (not isinstance(block[key], kind) or
+                                         (kind is int and isinstance(block[key], bool))):
+                        self.fail(f"{where}.{key}",
+                                  f"must be {with_article(type_name(kind()))}, got {preview(block[key])}")
+                        ok = False
+        return ok
+
+    def hyperparameters(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        value = raw.get("hyperparameters")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("hyperparameters", f"must be a mapping, got {type_name(value)}")
+            return {}
+        if len(value) > MAX_HYPERPARAMETERS:
+            self.fail("hyperparameters", f"at most {MAX_HYPERPARAMETERS} hyperparameters, got {len(value)}",
+                      "the service's limit for CreateTrainingJob HyperParameters")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                self.fail(f"hyperparameters.{preview(key)}", "names must be strings")
+                continue
+            path = f"hyperparameters.{preview(key) if len(key) > 64 else key}"
+            if key.startswith("sagemaker_"):
+                self.fail(path, "names starting with sagemaker_ are reserved",
+                          "the emulator sets them, as the SDK does")
+            elif len(key) > MAX_HYPERPARAMETER_NAME:
+                self.fail(path, f"name longer than {MAX_HYPERPARAMETER_NAME} characters",
+                          "the service's limit for CreateTrainingJob HyperParameters")
+            elif surprises := list(_ambiguous_in(item, path)):
+                for where, marker in surprises:
+                    self.fail(where, f"{marker.text} is read by YAML 1.1 as {marker.meaning}, not as written",
+                              f"quote it ('{marker.text}') to pass the text, or write "
+                              f"{json.dumps(marker.value)} if you mean that")
+            elif (problem := _json_problem(item)) is not None:
+                # The SDK json.dumps every value: a YAML date, set or binary has no JSON form.
+                self.fail(path, problem, "quote it to make it a string")
+            elif len(encoded := json.dumps(item)) > MAX_HYPERPARAMETER_VALUE:
+                self.fail(path, f"longer than {MAX_HYPERPARAMETER_VALUE} characters once JSON-encoded "
+                          f"({len(encoded)})", "the service's limit: pass big values as a channel")
+        return dict(value)
+
+    def environment(self, raw: Mapping[str, Any]) -> dict[str, str]:
+        value = raw.get("environment")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail("environment", f"must be a mapping, got {type_name(value)}")
+            return {}
+        if len(value) > MAX_ENVIRONMENT:
+            self.fail("environment", f"at most {MAX_ENVIRONMENT} environment variables, got {len(value)}",
+                      "the service's limit for CreateTrainingJob Environment")
+        env: dict[str, str] = {}
+        for key, item in value.items():
+            path = f"environment.{key_text(key)}"
+            if not isinstance(key, str) or not ENV_NAME_PATTERN.fullmatch(key):
+                self.fail(path, "not a valid environment variable name", "letters, digits and _, not starting "
+                          "with a digit")
+            elif not isinstance(item, str | int | float | date):
+                self.fail(path, f"must be a string, number or boolean, got {type_name(item)}")
+            elif isinstance(item, int) and item.bit_length() > 4 * MAX_ENVIRONMENT_VALUE:
+                self.fail(path, f"longer than {MAX_ENVIRONMENT_VALUE} characters", "the service's limit")
+            else:
+                text = str(item).lower() if isinstance(item, bool) else str(item)
+                if len(text) > MAX_ENVIRONMENT_VALUE:
+                    self.fail(path, f"longer than {MAX_ENVIRONMENT_VALUE} characters ({len(text)})",
+                              "the service's limit for CreateTrainingJob Environment")
+                elif "\0" in text:
+                    self.fail(path, "must not contain a NUL character", "no process environment can hold one")
+                else:
+                    env[key] = text
+        return env
+
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why json.dumps cannot encode the value as the SDK does, or None when it can.
+
+    YAML also yields dates, sets and bytes; a value built in Python may be recursive, huge or hold an
+    int that Python cannot print. The walk is iterative and stops after MAX_YAML_NODES values.
+    """
+    budget = MAX_YAML_NODES
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return f"more than {MAX_YAML_NODES} values (or a recursive value) cannot be JSON-encoded"
+        if depth > MAX_YAML_DEPTH:
+            return f"a value nested more than {MAX_YAML_DEPTH} levels deep cannot be JSON-encoded"
+        if item is None or isinstance(item, str | bool | float):
+            continue
+        if isinstance(item, int):
+            if item.bit_length() > 4 * MAX_HYPERPARAMETER_VALUE:
+                return "a number with that many digits cannot be JSON-encoded"
+            continue
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return f"a mapping with {with_article(type_name(k))} key cannot be JSON-encoded"
+                stack.append((v, depth + 1))
+        else:
+            return f"{with_article(type_name(item))} cannot be JSON-encoded"
+    return None
+
+
+def _ambiguous_in(value: Any, path: str) -> Iterator[tuple[str, Ambiguous]]:
+    """Every Ambiguous marker the loader left in a hyperparameter, with its field path. Only specs
+    read from YAML hold markers; the walk is bounded as the loader bounded the value."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, Ambiguous):
+            yield where, item
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            stack.extend((v, f"{where}.{key_text(k)}") for k, v in reversed(list(item.items())))
+
+
+_ENTRY_POINT_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-/")
+
+
+def entry_point_problem(name: str) -> str | None:
+    """Why the sagemaker-training toolkit refuses to run `name` as the entry point, or None.
+
+    The toolkit (v5.1.4, sagemaker_training/process.py `validate_entry_point`, called before it
+    installs or runs the script) allows a relative path of letters, digits and `. _ + - /` whose
+    first character is not `-`, `+` or `/`, with no empty, `.` or `..` segment, and fails the job
+    with ClientError otherwise. One difference: its regex ends in `$`, which also matches before a
+    final newline, so it lets `train.py\n` through; here a newline is refused like any other
+    character outside the set.
+    """
+    unsupported = sorted({c for c in name if c not in _ENTRY_POINT_CHARACTERS})
+    if unsupported:
+        return f"the character(s) {', '.join(repr(c) for c in unsupported)}"
+    if name[:1] in ("-", "+"):
+        return f"a leading {name[0]!r}" + (", which is read as a command-line option" if name[0] == "-" else "")
+    if name[:1] == "/":
+        return "a leading '/', which makes it an absolute path"
+    segments = name.split("/")
+    if "" in segments:
+        return "an empty path segment ('//' or a trailing '/')"
+    if any(segment in (".", "..") for segment in segments):
+        return "'.' or '..' path segments"
+    return None
+
+
+
+def _drop_nulls(raw: Mapping[Any, Any]) -> dict[Any, Any]:
+    """An explicit `key: null` means the same as leaving the key out (so "missing" is reported)."""
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+
+def _default_base_name(image: str) -> str:
+    """The SDK's base name when none is given: the image's repository name."""
+    name = image.rsplit("/", 1)[-1].split(":", 1)[0]
+    cleaned = re.sub(r"[^a-zA-Z0-9-]+", "-", name).strip("-")
+    return cleaned[:39] or "training-job"
