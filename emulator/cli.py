@@ -10,31 +10,28 @@ import json
 import signal
 import sys
 import traceback
-from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from emulator import compose, contract, secrets, staging
+from emulator import api, secrets
 from emulator.artifacts import JobResult
 from emulator.backend import Resource
+from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted, SpecError, UsageError
 from emulator.plan import (
     LABEL_GROUP,
     LABEL_HOST,
-    LABEL_JOB_DIR,
     MemoryLimit,
-    job_name_from,
-    make_plan,
     parse_memory,
     render,
 )
-from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import JobSpec, folder_problem, load_spec_file
+from emulator.runner import DEFAULT_GRACE
+from emulator.spec import JobSpec
 
 app = typer.Typer(
     name="hetero-emu",
@@ -66,6 +63,8 @@ class _State:
 
 SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False, metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="The container engine to use (registered engines: docker).",
+                                        envvar="HETERO_EMU_ENGINE")]
 HostOrderOpt = Annotated[
     HostOrder,
     typer.Option("--host-order", help="spec: algo-1..N in group order; shuffled: hosts assigned to groups "
@@ -92,12 +91,7 @@ def _root(
 
 
 def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
-    overrides: dict[str, Any] = {}
-    if job_name:
-        overrides["job_name"] = job_name
-    if output_path is not None:
-        overrides["output_path"] = str(output_path.resolve())
-    return load_spec_file(spec_path, overrides)
+    return api.load(spec_path, job_name=job_name, output_path=output_path)
 
 
 def _emit_json(data: Any) -> None:
@@ -113,18 +107,11 @@ def _memory(text: str) -> MemoryLimit:
 
 
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
-         quiet: bool, memory: MemoryLimit = "instance") -> JobResult:
+         quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
-    result = run_job(
-        spec,
-        reporter=reporter,
-        host_order=host_order.value,
-        seed=seed,
-        keep=keep,
-        grace=grace,
-        memory=memory,
-    )
+    result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
+                     keep=keep, grace=grace, memory=memory)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
@@ -180,6 +167,7 @@ def run(
     = False,
     memory: MemoryOpt = "instance",
     as_json: JsonOpt = False,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
@@ -188,7 +176,7 @@ def run(
     limit = _memory(memory)
     spec = _load(spec_path, job_name, output_path)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
-                  memory=limit)
+                  memory=limit, engine_name=engine_name)
     raise typer.Exit(result.exit_code)
 
 
@@ -245,36 +233,9 @@ def render_cmd(
     limit = _memory(memory)
     spec = _load(spec_path, job_name)
     out = out.resolve()
-    _check_render_target(spec, out)
-    if out.exists():
-        out.rmdir()  # empty: stage() creates it afresh
-    seed = choose_seed(host_order.value, seed)
-    plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order.value, seed,
-                     job_dir=out, memory=limit)
-    staging.stage(plan)
-    (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
-    (out / "compose.yaml").write_text(compose.compose_yaml(plan))
+    plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit)
     typer.echo(render(plan))
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
-
-
-def _check_render_target(spec: JobSpec, out: Path) -> None:
-    """-o must be a folder render can make, outside everything the job reads: render copies the code
-    and the checkpoints and links the channels' files under it, so -o inside source_dir would copy
-    itself forever (RecursionError) and inside a channel would write into the user's data."""
-    readers = [("source_dir", spec.source_dir), ("checkpoint_s3_uri", spec.checkpoint_s3_uri)]
-    readers += [(f"inputs.{name}", channel.source) for name, channel in spec.inputs.items()]
-    for field_name, read in readers:
-        if read is not None and out.is_relative_to(read):
-            raise UsageError(f"-o {out} is inside {field_name} ({read})",
-                             hint="render copies the code, checkpoints and channel files under -o: "
-                             "choose a folder outside the job's code and data")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"-o {out} exists and is not an empty folder", hint="render into a new folder")
-    # An existing (empty) -o is removed and made again, so its parent must be writable too.
-    problem = folder_problem(out.parent if out.exists() else out)
-    if problem is not None:
-        raise UsageError(f"-o: {problem[0]}", hint=problem[1] or "choose another folder")
 
 
 @image_app.command("build")
@@ -284,10 +245,7 @@ def image_build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the default training image offline (Debian rootfs + the real sagemaker-training toolkit)."""
-    from emulator.backend.docker import connect
-    from emulator.backend.image import build_default_image
-
-    report = build_default_image(connect(), rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
+    report = api.build_image(rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
     if as_json:
         _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
                     "size_bytes": report.size_bytes})
@@ -297,11 +255,9 @@ def image_build(
 
 
 @app.command()
-def ps(as_json: JsonOpt = False) -> None:
+def ps(as_json: JsonOpt = False, engine_name: EngineOpt = DEFAULT_ENGINE) -> None:
     """List the containers and networks of emulated jobs (found by their Docker labels)."""
-    from emulator.backend.docker import DockerBackend
-
-    found = DockerBackend().find()
+    found = api.ps(engine_name=engine_name)
     if as_json:
         _emit_json([{"kind": r.kind, "name": r.name, "job": r.job, "host": r.labels.get(LABEL_HOST),
                      "group": r.labels.get(LABEL_GROUP), "status": r.status, "driver": _driver_state(r)}
@@ -325,56 +281,39 @@ def _driver_state(resource: Resource) -> str:
 
 @app.command()
 def logs(
-    job: Annotated[str, typer.Argument(help="A job name (running or kept) or a job's output folder.")],
+    job: Annotated[str, typer.Argument(help="A job name (running, kept or ended) or a job's output folder.")],
     host: Annotated[str | None, typer.Option("--host", help="Only this host, e.g. algo-2.")] = None,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
-    """Print a job's host logs with `algo-N (group) |` prefixes: from the engine, else from its folder."""
-    from emulator.backend.docker import DockerBackend
-
-    folder = Path(job)
-    if not (folder / "logs").is_dir():
-        containers = [r for r in DockerBackend().find(job) if r.kind == "container"]
-        if not containers:
-            raise UsageError(f"no job {job!r} in the engine and no job folder at {folder}",
-                             hint="give the job's output folder (<output_path>/<job_name>)")
-        folder = Path(containers[0].labels.get(LABEL_JOB_DIR, ""))
-    log_dir = folder / "logs"
-    if not log_dir.is_dir():
-        raise UsageError(f"no logs folder at {log_dir}")
-    groups = _host_groups(folder)
-    files = sorted(log_dir.glob("algo-*.log"), key=lambda p: contract.host_sort_key(p.stem))
-    hosts = [(p.stem, groups.get(p.stem, "?")) for p in files if host in (None, p.stem)]
-    reporter = ConsoleReporter(hosts)
-    for name, group in hosts:
-        for line in (log_dir / f"{name}.log").read_text(errors="replace").splitlines():
-            reporter.log_line(name, group, line)
+    """Print a job's host logs with `algo-N (group) |` prefixes (its logs/ files, written as the hosts run)."""
+    found = api.logs(job, host=host, engine_name=engine_name)
+    reporter = ConsoleReporter([(h.host, h.group) for h in found])
+    for h in found:
+        for line in h.path.read_text(errors="replace").splitlines():
+            reporter.log_line(h.host, h.group, line)
 
 
-def _host_groups(folder: Path) -> dict[str, str]:
-    """Each host's group, from its resourceconfig.json; a host whose file says nothing usable is left
-    out (its logs show group "?").
-
-    The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
-    linked it (see `emulator.hostfiles`), so it is read without following links and with a bound, and
-    trusted only for a group name of the spec's shape, under the folder's own host name.
-    """
-    from emulator import hostfiles
-    from emulator.spec import GROUP_NAME_PATTERN
-
-    out = {}
-    for host_dir in folder.glob("hosts/algo-*"):
-        config = hostfiles.host_path(host_dir, "input/config/resourceconfig.json")
-        text = hostfiles.read_text_bounded(config, 1 << 20) if config is not None else ""
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):  # ValueError also for "" (missing, unreadable or a link)
-            continue
-        if not isinstance(data, dict) or data.get("current_host") != host_dir.name:
-            continue
-        group = data.get("current_group_name")
-        if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
-            out[host_dir.name] = group
-    return out
+@app.command()
+def describe(
+    job: Annotated[str, typer.Argument(help="A job name or a job's output folder.")],
+    as_json: JsonOpt = False,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
+) -> None:
+    """Describe a job as DescribeTrainingJob does (its job.json): status, failure reason, hosts, artifacts."""
+    doc = api.describe(job, engine_name=engine_name)
+    if as_json:
+        _emit_json(doc)
+        return
+    typer.echo(f"{doc.get('TrainingJobName')}: {doc.get('TrainingJobStatus')}"
+               + (f" ({doc['SecondaryStatus']})" if doc.get("SecondaryStatus") not in (None, doc.get(
+                   "TrainingJobStatus")) else ""))
+    if doc.get("FailureReason"):
+        typer.echo(f"FailureReason: {doc['FailureReason']}")
+    for h in doc.get("Hosts", []):
+        code = "-" if h.get("ExitCode") is None else h["ExitCode"]
+        typer.echo(f"  {h.get('Host')}  {h.get('InstanceGroupName')}  {h.get('InstanceType')}  exit {code}")
+    if doc.get("ModelArtifacts"):
+        typer.echo(f"model: {doc['ModelArtifacts'].get('S3ModelArtifacts')}")
 
 
 @app.command()
@@ -382,19 +321,11 @@ def stop(
     job: Annotated[str, typer.Argument(help="The job name.")],
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL.")]
     = DEFAULT_GRACE,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
     """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
-    from emulator.backend.docker import DockerBackend
-
-    backend = DockerBackend()
-    found = [r for r in backend.find(job) if r.kind == "container"]
-    if not found:
-        raise UsageError(f"no running job named {job!r}", hint="`hetero-emu ps` lists them")
-    job_dir = Path(found[0].labels.get(LABEL_JOB_DIR, ""))
-    if job_dir.is_dir():
-        request_stop(job_dir)  # first, so the driver reads the exits as a stop, not a failure
-    backend.stop_resources(found, grace)
-    typer.echo(f"stopped {len(found)} container(s) of {job}")
+    count = api.stop(job, grace=grace, engine_name=engine_name)
+    typer.echo(f"stopped {count} container(s) of {job}")
 
 
 @app.command()
@@ -403,17 +334,12 @@ def clean(
     = None,
     everything: Annotated[bool, typer.Option("--all", help="Also jobs whose driver is still running.")] = False,
     as_json: JsonOpt = False,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
     """Remove the containers and networks of emulated jobs (found by label) whose driver is gone:
     killed, crashed, or run with --keep. A job another `hetero-emu run` is running now is left alone
     unless named with --job or --all is given."""
-    from emulator.backend.docker import DockerBackend
-
-    backend = DockerBackend()
-    found = backend.find(job)
-    chosen = [r for r in found if job is not None or everything or r.orphaned]
-    skipped = sorted({r.job for r in found if r not in chosen})
-    backend.remove_resources(chosen)
+    chosen, skipped = api.clean(job, everything=everything, engine_name=engine_name)
     if as_json:
         _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in chosen],
                     "skipped_running_jobs": skipped})

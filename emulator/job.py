@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from emulator.runner import run_job
+from emulator import api
 from emulator.spec import InstanceGroup, JobSpec, TrainingInput, validate
 
 
@@ -35,8 +35,9 @@ class Job:
         return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)")
 
     def run(self, **run_options: Any) -> Any:
-        """Validate, plan and run on the local Docker engine; returns the `JobResult`."""
-        return run_job(self.spec(), **run_options)
+        """Validate, plan and run through `emulator.api.run` (options: engine_name, reporter, host_order,
+        seed, keep, grace, build_image, memory); returns the `JobResult`."""
+        return api.run(self.spec(), **run_options)
 
 
 def _to_raw(value: Any) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from emulator import artifacts, hostfiles, secrets, staging
+from emulator import artifacts, hostfiles, jobs, secrets, staging
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
@@ -97,12 +97,11 @@ def run_job(
 ) -> JobResult:
     """Plan and run one job; returns its JobResult (the caller maps status to an exit code)."""
     if backend is None:
-        from emulator.backend.docker import DockerBackend
+        from emulator.backend.registry import engine
 
-        docker_backend = DockerBackend()
-        backend = docker_backend
+        backend = engine()
         if image_builder is None:
-            image_builder = docker_backend.build_default_image
+            image_builder = getattr(backend, "build_default_image", None)
     seed = choose_seed(host_order, seed)
     reporter = reporter or ConsoleReporter()
     for attempt in range(NAME_ATTEMPTS):
@@ -172,9 +171,19 @@ class Run:
             # staging.stage removed its half-made job folder on the way out.
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
                               f"job folder {plan.job_dir} was removed") from None
-        # A watcher removes what this run creates if the driver is killed before its `finally`.
-        with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
-            return self.run_and_tear_down()
+        # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
+        jobs.record(plan.job_name, Path(plan.job_dir), "InProgress")
+        try:
+            # A watcher removes what this run creates if the driver is killed before its `finally`.
+            with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
+                result = self.run_and_tear_down()
+        except BaseException as err:
+            # job.json says Failed when the engine was lost; otherwise the run was cut short.
+            stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
+            jobs.record(plan.job_name, Path(plan.job_dir), "Stopped" if stopped else "Failed")
+            raise
+        jobs.record(plan.job_name, Path(plan.job_dir), result.status)
+        return result
 
     def run_and_tear_down(self) -> JobResult:
         plan, reporter = self.plan, self.reporter

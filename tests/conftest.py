@@ -26,6 +26,19 @@ def _engine() -> object | None:
         return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def job_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The record of jobs run (emulator.jobs) goes to a folder of the test session, not the user's
+    home; set in os.environ so that CLI subprocesses use it too."""
+    previous = os.environ.get("HETERO_EMU_STATE_DIR")
+    os.environ["HETERO_EMU_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if previous is None:
+        del os.environ["HETERO_EMU_STATE_DIR"]
+    else:
+        os.environ["HETERO_EMU_STATE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> object:
     client = _engine()

@@ -15,8 +15,8 @@ from typing import Any, cast
 import pytest
 
 from emulator import hostfiles
+from emulator.api import host_groups as _host_groups
 from emulator.artifacts import merge_tree
-from emulator.cli import _host_groups
 from emulator.plan import Plan
 from emulator.staging import sync_checkpoints
 

@@ -1,0 +1,198 @@
+"""The library API: what every front end (the `hetero-emu` CLI, the Python `Job`, the SDK session and
+the pytest plugin to come) does with a job, in one place. Front ends parse their input and print;
+this module loads and checks specs, picks the engine by name from `emulator.backend.registry`, and
+runs, renders, describes, stops, lists and cleans.
+
+Engine-facing calls take `engine=` (a registered name, "docker" by default). A job is named either by
+its job name (found by the engine's labels while its containers exist, else in the local record of
+`emulator.jobs`) or by its output folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from emulator import compose, contract, hostfiles, jobs, staging
+from emulator.artifacts import JobResult
+from emulator.backend import Resource
+from emulator.backend.registry import DEFAULT_ENGINE, engine
+from emulator.console import Reporter
+from emulator.errors import UsageError
+from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
+from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, load_spec_file
+
+
+def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
+    """Read and check a spec file; `job_name` and `output_path` override the file's (as the CLI options do).
+    Every problem is reported at once (SpecError, exit code 2)."""
+    overrides: dict[str, Any] = {}
+    if job_name:
+        overrides["job_name"] = job_name
+    if output_path is not None:
+        overrides["output_path"] = str(Path(output_path).resolve())
+    return load_spec_file(spec_path, overrides)
+
+
+def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> JobResult:
+    """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
+    returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
+    host_order ("spec" | "shuffled"), seed, keep, grace, build_image (build the engine's default image
+    when missing; default True), memory."""
+    backend = engine(engine_name)
+    builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
+    return run_job(spec, backend=backend, image_builder=builder, **options)
+
+
+def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
+           memory: MemoryLimit = "instance") -> Plan:
+    """Write `out/plan.json`, `out/compose.yaml` and `out/hosts/algo-N/` (each host's /opt/ml) without
+    an engine; returns the plan."""
+    out = out.resolve()
+    check_render_target(spec, out)
+    seed = choose_seed(host_order, seed)
+    plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
+                     memory=memory)
+    if out.exists():
+        out.rmdir()  # empty (checked above): stage() creates it afresh
+    staging.stage(plan)
+    (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
+    (out / "compose.yaml").write_text(compose.compose_yaml(plan))
+    return plan
+
+
+def check_render_target(spec: JobSpec, out: Path) -> None:
+    """-o must be a folder render can make, outside everything the job reads: render copies the code
+    and the checkpoints and links the channels' files under it, so -o inside source_dir would copy
+    itself forever (RecursionError) and inside a channel would write into the user's data."""
+    readers = [("source_dir", spec.source_dir), ("checkpoint_s3_uri", spec.checkpoint_s3_uri)]
+    readers += [(f"inputs.{name}", channel.source) for name, channel in spec.inputs.items()]
+    for field_name, read in readers:
+        if read is not None and out.is_relative_to(read):
+            raise UsageError(f"-o {out} is inside {field_name} ({read})",
+                             hint="render copies the code, checkpoints and channel files under -o: "
+                             "choose a folder outside the job's code and data")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"-o {out} exists and is not an empty folder", hint="render into a new folder")
+    # An existing (empty) -o is removed and made again, so its parent must be writable too.
+    problem = folder_problem(out.parent if out.exists() else out)
+    if problem is not None:
+        raise UsageError(f"-o: {problem[0]}", hint=problem[1] or "choose another folder")
+
+
+def job_folder(job: str, *, engine_name: str = DEFAULT_ENGINE, ask_engine: bool = True) -> Path:
+    """The output folder of a job given by folder or by name: the engine's labels while its containers
+    exist, else the local record of jobs run on this machine."""
+    folder = Path(job)
+    if (folder / "logs").is_dir():
+        return folder
+    record = jobs.find(job)
+    if record is not None and record.job_dir.is_dir():
+        return record.job_dir
+    if ask_engine:
+        containers = [r for r in engine(engine_name).find(job) if r.kind == "container"]
+        if containers and containers[0].labels.get(LABEL_JOB_DIR):
+            return Path(containers[0].labels[LABEL_JOB_DIR])
+    raise UsageError(f"no job {job!r}: not a job folder, not in the record of jobs run here, not in the engine",
+                     hint="give the job's output folder (<output_path>/<job_name>); `hetero-emu ps` lists "
+                     "running jobs")
+
+
+def describe(job: str, *, engine_name: str = DEFAULT_ENGINE) -> dict[str, Any]:
+    """DescribeTrainingJob's answer for a job (its job.json); a job still running has none yet, and gets
+    its record's name, status and folder."""
+    folder = job_folder(job, engine_name=engine_name)
+    description = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    if description:
+        doc: dict[str, Any] = json.loads(description)
+        return doc
+    record = jobs.find(folder.name)
+    return {"TrainingJobName": folder.name, "TrainingJobStatus": record.status if record else "InProgress",
+            "Emulator": {"JobDir": str(folder)}}
+
+
+@dataclass(frozen=True)
+class HostLog:
+    host: str
+    group: str  # "?" when the host's resourceconfig.json says nothing usable
+    path: Path
+
+
+def logs(job: str, *, host: str | None = None, engine_name: str = DEFAULT_ENGINE) -> list[HostLog]:
+    """Each host's log file of a job (running or ended), in host order; `host` picks one."""
+    folder = job_folder(job, engine_name=engine_name)
+    log_dir = folder / "logs"
+    if not log_dir.is_dir():
+        raise UsageError(f"no logs folder at {log_dir}")
+    groups = host_groups(folder)
+    files = sorted(log_dir.glob("algo-*.log"), key=lambda p: contract.host_sort_key(p.stem))
+    return [HostLog(p.stem, groups.get(p.stem, "?"), p) for p in files if host in (None, p.stem)]
+
+
+def host_groups(folder: Path) -> dict[str, str]:
+    """Each host's group, from its resourceconfig.json; a host whose file says nothing usable is left
+    out (its logs show group "?").
+
+    The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
+    linked it (see `emulator.hostfiles`), so it is read without following links and with a bound, and
+    trusted only for a group name of the spec's shape, under the folder's own host name.
+    """
+    out = {}
+    for host_dir in folder.glob("hosts/algo-*"):
+        config = hostfiles.host_path(host_dir, "input/config/resourceconfig.json")
+        text = hostfiles.read_text_bounded(config, 1 << 20) if config is not None else ""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):  # ValueError also for "" (missing, unreadable or a link)
+            continue
+        if not isinstance(data, dict) or data.get("current_host") != host_dir.name:
+            continue
+        group = data.get("current_group_name")
+        if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
+            out[host_dir.name] = group
+    return out
+
+
+def stop(job: str, *, grace: float = DEFAULT_GRACE, engine_name: str = DEFAULT_ENGINE) -> int:
+    """Stop a running job's hosts (SIGTERM, then SIGKILL after `grace`), as StopTrainingJob; its driver
+    then reports Stopped, collects and cleans up. Returns how many containers were stopped."""
+    backend = engine(engine_name)
+    found = [r for r in backend.find(job) if r.kind == "container"]
+    if not found:
+        raise UsageError(f"no running job named {job!r}", hint="`hetero-emu ps` lists them")
+    job_dir = Path(found[0].labels.get(LABEL_JOB_DIR, ""))
+    if job_dir.is_dir():
+        request_stop(job_dir)  # first, so the driver reads the exits as a stop, not a failure
+    backend.stop_resources(found, grace)
+    return len(found)
+
+
+def ps(*, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:
+    """The containers and networks of emulated jobs, found by their labels."""
+    return engine(engine_name).find()
+
+
+def clean(job: str | None = None, *, everything: bool = False,
+          engine_name: str = DEFAULT_ENGINE) -> tuple[list[Resource], list[str]]:
+    """Remove the containers and networks of jobs whose driver is gone (all of one job with `job`,
+    every job's with `everything`); returns what was removed and the running jobs left alone."""
+    backend = engine(engine_name)
+    found = backend.find(job)
+    chosen = [r for r in found if job is not None or everything or r.orphaned]
+    skipped = sorted({r.job for r in found if r not in chosen})
+    backend.remove_resources(chosen)
+    return chosen, skipped
+
+
+def build_image(*, rebuild: bool = False, progress: Callable[[str], None] = lambda message: None) -> Any:
+    """Build the default training image in the Docker engine (offline; skipped when up to date).
+    Returns the build report (image, built, seconds, size_bytes)."""
+    from emulator.backend.docker import connect
+    from emulator.backend.image import build_default_image
+
+    return build_default_image(connect(), rebuild=rebuild, progress=progress)

@@ -1,0 +1,91 @@
+"""The library API over an engine registry: a second engine plugs in by name without a front end
+changing; jobs are found by name after their containers are gone (the local record of jobs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_backend import FakeBackend, exits
+
+from emulator import api, jobs
+from emulator.backend import registry
+from emulator.console import RecordingReporter
+from emulator.errors import UsageError
+from emulator.spec import validate
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
+    fake = FakeBackend({"algo-1": exits(0, logs=["hello from algo-1\n"]), "algo-2": exits(0, logs=["two\n"])})
+    monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
+    return fake
+
+
+def two_hosts(tmp_path: Path, name: str = "api-job") -> object:
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "t.py").write_text("")
+    return validate({"job_name": name, "entry_point": "t.py", "source_dir": "code",
+                     "instance_groups": [{"instance_group_name": "g", "instance_type": "ml.c5.xlarge",
+                                          "instance_count": 2}],
+                     "output_path": "out"}, base_dir=tmp_path)
+
+
+def test_an_unknown_engine_is_a_usage_error_naming_the_known_ones() -> None:
+    with pytest.raises(UsageError) as info:
+        registry.engine("podman")
+    assert info.value.exit_code == 2
+    assert "unknown engine 'podman'" in info.value.message and "docker" in (info.value.hint or "")
+
+
+def test_a_registered_engine_runs_a_job_through_the_api(
+        tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
+    result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    assert result.status == "Completed"
+    assert {"create_container", "start", "remove"} <= set(fake_engine.call_names())
+
+
+def test_a_job_is_found_by_name_after_its_containers_are_gone(
+        tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
+    result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    assert fake_engine.containers == {}  # removed: the engine knows nothing of the job now
+    record = jobs.find("api-job")
+    assert record is not None and record.status == "Completed" and record.job_dir == result.job_dir
+    found = api.logs("api-job", engine_name="fake")
+    assert [(h.host, h.group) for h in found] == [("algo-1", "g"), ("algo-2", "g")]
+    assert found[0].path.read_text() == "hello from algo-1\n"
+    assert api.describe("api-job", engine_name="fake") == json.loads((result.job_dir / "job.json").read_text())
+    assert [r.job_name for r in jobs.all_jobs()] == ["api-job"]
+
+
+def test_a_job_that_fails_to_start_is_recorded_as_failed(
+        tmp_path: Path, state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend(fail_create={"algo-1": RuntimeError("engine said no")})
+    monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
+    with pytest.raises(RuntimeError):
+        api.run(two_hosts(tmp_path, "api-broken"), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    record = jobs.find("api-broken")
+    assert record is not None and record.status == "Failed"
+
+
+def test_an_unknown_job_name_says_where_it_looked(tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
+    with pytest.raises(UsageError) as info:
+        api.logs("no-such-job", engine_name="fake")
+    assert "not a job folder, not in the record of jobs run here, not in the engine" in info.value.message
+
+
+def test_an_unwritable_record_never_fails_a_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                fake_engine: FakeBackend) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(blocker / "state"))  # under a file: cannot be made
+    result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    assert result.status == "Completed"
+    assert jobs.find("api-job") is None
