@@ -1,5 +1,8 @@
 """The files SageMaker writes under /opt/ml/input/config, as pure functions of the plan's facts.
 
+The plan lays out the hosts (names, groups, order, channels) and then asks `host_files` once per
+host; nothing here calls back into the plan.
+
 Every key here is one the service writes and the `sagemaker-training` toolkit reads; see
 https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
 and sagemaker_training/environment.py (read_resource_config, read_hyperparameters,
@@ -15,6 +18,9 @@ from typing import Any
 from emulator.spec import Distribution, JobSpec, TrainingInput
 
 CODE_DIR = "/opt/ml/code"
+CONFIG_DIR = "input/config"  # relative to /opt/ml
+
+Cluster = Sequence[tuple[str, str, Sequence[str]]]  # (group name, instance type, hosts) in spec order
 
 
 def dumps(document: Any) -> str:
@@ -22,12 +28,20 @@ def dumps(document: Any) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
-def resource_config(
-    current_host: str,
-    current_group: str,
-    current_type: str,
-    groups: Sequence[tuple[str, str, Sequence[str]]],
-) -> dict[str, Any]:
+def host_files(spec: JobSpec, job_name: str, groups: Cluster, host: str, channels: Sequence[str]) -> dict[str, str]:
+    """Everything one host gets under /opt/ml/input/config: path relative to /opt/ml -> content.
+
+    `groups` is the whole cluster as laid out by the plan, `channels` the channels `host` receives.
+    """
+    group, instance_type = next((name, itype) for name, itype, hosts in groups if host in hosts)
+    return {
+        f"{CONFIG_DIR}/resourceconfig.json": dumps(resource_config(host, group, instance_type, groups)),
+        f"{CONFIG_DIR}/hyperparameters.json": dumps(hyperparameters(spec, job_name)),
+        f"{CONFIG_DIR}/inputdataconfig.json": dumps(input_data_config(spec, channels)),
+    }
+
+
+def resource_config(current_host: str, current_group: str, current_type: str, groups: Cluster) -> dict[str, Any]:
     """resourceconfig.json for one host.
 
     `current_group_name` is the service's key: the toolkit reads exactly that and silently falls back

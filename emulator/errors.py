@@ -1,4 +1,4 @@
-"""The one exception hierarchy. The CLI maps each class to an exit code (DESIGN §6)."""
+"""The one exception hierarchy. The CLI maps each class to an exit code (README: Command line)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def assign_hosts(spec: JobSpec, host_order: str = "spec", seed: int | None = Non
     """
     if host_order not in HOST_ORDERS:
         raise ValueError(f"host_order must be one of {HOST_ORDERS}, got {host_order!r}")
-    names = [f"algo-{i}" for i in range(1, spec.host_count + 1)]
+    names = host_names(spec.host_count)
     if host_order == "shuffled":
         random.Random(seed).shuffle(names)
     groups = []
@@ -150,6 +150,11 @@ def assign_hosts(spec: JobSpec, host_order: str = "spec", seed: int | None = Non
         start += group.instance_count
         groups.append(GroupPlan(group.instance_group_name, group.instance_type, hosts))
     return tuple(groups)
+
+
+def host_names(count: int) -> list[str]:
+    """algo-1..algo-N: the service's host names, numbered across groups, with no random suffix."""
+    return [f"algo-{i}" for i in range(1, count + 1)]
 
 
 def shard(files: tuple[str, ...], hosts: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -169,6 +174,44 @@ def network_name(job_name: str) -> str:
     return f"hetero-emu-{job_name}"
 
 
+@dataclass(frozen=True)
+class HostLayout:
+    """One host's place in the cluster, laid out before the contract is asked for its files."""
+
+    name: str
+    group: GroupPlan
+    channels: tuple[str, ...]
+    shards: Mapping[str, tuple[str, ...]]  # as HostPlan.shards
+
+
+def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLayout, ...]:
+    """Every host of `groups` in number order (algo-2 before algo-10), with its group, the channels
+    it receives and, for each staged channel, the files it gets."""
+    # Which hosts receive each channel, and each sharded channel's share per host.
+    channel_hosts: dict[str, tuple[str, ...]] = {}
+    for name, channel in spec.inputs.items():
+        wanted = channel.instance_groups or tuple(g.name for g in groups)
+        channel_hosts[name] = tuple(h for g in groups if g.name in wanted for h in g.hosts)
+    shares = {
+        name: shard(channel.files, channel_hosts[name])
+        for name, channel in spec.inputs.items()
+        if channel.distribution == "ShardedByS3Key"
+    }
+    group_of = {host: group for group in groups for host in group.hosts}
+    layout = []
+    for host in host_names(spec.host_count):
+        if host not in group_of:
+            continue
+        channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
+        host_shards = {
+            name: shares[name][host] if name in shares else spec.inputs[name].files
+            for name in channels
+            if name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
+        }
+        layout.append(HostLayout(host, group_of[host], channels, host_shards))
+    return tuple(layout)
+
+
 def make_plan(
     spec: JobSpec,
     job_name: str,
@@ -181,24 +224,15 @@ def make_plan(
 
     `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR. `memory` is each
     host's memory limit: its instance type's memory (default), "none", or a number of bytes.
+
+    The hosts are laid out first (names, groups, order, channels, shares); then the contract is asked
+    once per host for that host's /opt/ml files.
     """
     groups = assign_hosts(spec, host_order, seed)
-    group_tuples = [(g.name, g.instance_type, g.hosts) for g in groups]
+    layout = lay_out_hosts(spec, groups)
+    cluster = [(g.name, g.instance_type, g.hosts) for g in groups]
     job_dir = job_dir if job_dir is not None else spec.output_path / job_name
-    hyperparameters = contract.dumps(contract.hyperparameters(spec, job_name))
     job_labels = {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)}
-
-    # Which hosts receive each channel, and each sharded channel's share per host.
-    channel_hosts: dict[str, tuple[str, ...]] = {}
-    for name, channel in spec.inputs.items():
-        wanted = channel.instance_groups or tuple(g.name for g in groups)
-        channel_hosts[name] = tuple(h for g in groups if g.name in wanted for h in g.hosts)
-    shares = {
-        name: shard(channel.files, channel_hosts[name])
-        for name, channel in spec.inputs.items()
-        if channel.distribution == "ShardedByS3Key"
-    }
-
     environment = {
         **spec.environment,
         "TRAINING_JOB_NAME": job_name,
@@ -208,58 +242,44 @@ def make_plan(
     }
 
     hosts = []
-    for group in groups:
-        for host in sorted(group.hosts, key=contract.host_sort_key):
-            host_dir = job_dir / "hosts" / host
-            channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
-            # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
-            # cannot add a file or folder beside the channels either (README: "writing, renaming,
-            # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
-            # toolkit only reads there. The staged folder already holds an empty mount point per
-            # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
-            # by destination depth), so each channel is mounted onto the read-only parent.
-            mounts = [Mount(str(host_dir), OPT_ML, read_only=False),
-                      Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
-            if spec.checkpoint_local_path != CHECKPOINTS:
-                mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
-            host_shards: dict[str, tuple[str, ...]] = {}
-            for name in channels:
-                channel = spec.inputs[name]
-                target = f"{INPUT_DATA}/{name}"
-                if name in shares or channel.single_file or channel.links_out:
-                    host_shards[name] = shares[name][host] if name in shares else channel.files
-                    mounts.append(Mount(str(share_dir(str(job_dir), name, channel, host)), target, read_only=True))
-                else:
-                    mounts.append(Mount(str(channel.source), target, read_only=True))
-            files = {
-                "input/config/resourceconfig.json": contract.dumps(
-                    contract.resource_config(host, group.name, group.instance_type, group_tuples)
-                ),
-                "input/config/hyperparameters.json": hyperparameters,
-                "input/config/inputdataconfig.json": contract.dumps(contract.input_data_config(spec, channels)),
-            }
-            hosts.append(
-                HostPlan(
-                    name=host,
-                    group=group.name,
-                    instance_type=group.instance_type,
-                    container_name=container_name(job_name, host),
-                    host_dir=str(host_dir),
-                    channels=channels,
-                    shards=host_shards,
-                    mounts=tuple(mounts),
-                    environment=environment,
-                    labels={
-                        **job_labels,
-                        LABEL_HOST: host,
-                        LABEL_GROUP: group.name,
-                        LABEL_INSTANCE_TYPE: group.instance_type,
-                    },
-                    files=files,
-                    memory_bytes=memory_limit(memory, group.instance_type),
-                )
+    for slot in layout:
+        host, group = slot.name, slot.group
+        host_dir = job_dir / "hosts" / host
+        # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
+        # cannot add a file or folder beside the channels either (README: "writing, renaming,
+        # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
+        # toolkit only reads there. The staged folder already holds an empty mount point per
+        # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
+        # by destination depth), so each channel is mounted onto the read-only parent.
+        mounts = [Mount(str(host_dir), OPT_ML, read_only=False),
+                  Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
+        if spec.checkpoint_local_path != CHECKPOINTS:
+            mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
+        for name in slot.channels:
+            channel = spec.inputs[name]
+            source = share_dir(str(job_dir), name, channel, host) if name in slot.shards else channel.source
+            mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=True))
+        hosts.append(
+            HostPlan(
+                name=host,
+                group=group.name,
+                instance_type=group.instance_type,
+                container_name=container_name(job_name, host),
+                host_dir=str(host_dir),
+                channels=slot.channels,
+                shards=slot.shards,
+                mounts=tuple(mounts),
+                environment=environment,
+                labels={
+                    **job_labels,
+                    LABEL_HOST: host,
+                    LABEL_GROUP: group.name,
+                    LABEL_INSTANCE_TYPE: group.instance_type,
+                },
+                files=contract.host_files(spec, job_name, cluster, host, slot.channels),
+                memory_bytes=memory_limit(memory, group.instance_type),
             )
-    hosts.sort(key=lambda h: contract.host_sort_key(h.name))
+        )
 
     if spec.container_entry_point is not None:
         entrypoint: tuple[str, ...] | None = spec.container_entry_point

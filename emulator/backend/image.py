@@ -1,4 +1,4 @@
-"""Build the default training image offline (DESIGN §7).
+"""Build the default training image offline (images/README.md).
 
 No registry is reachable where the emulator runs, so nothing can be pulled, not even a base image.
 The default image is therefore made from parts this machine can reach:

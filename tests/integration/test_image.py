@@ -1,4 +1,4 @@
-"""The default training image, built offline against the real Docker engine (DESIGN §7).
+"""The default training image, built offline against the real Docker engine (images/README.md).
 
 The first `build_default_image` call may take a couple of minutes on a machine that has never built
 the image (mmdebstrap + pip wheel + docker build); later calls find the image up to date.

@@ -1,6 +1,6 @@
 """The plan: a pure function from a validated spec to hosts, groups, mounts, labels and files.
 
-Expected values are written by hand from DESIGN §2/§4 and the SageMaker SDK's naming rules.
+Expected values are written by hand from docs/contract.md and the SageMaker SDK's naming rules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The job lifecycle (DESIGN §5-§6) driven through `run_job` against the in-memory FakeBackend.
+"""The job lifecycle driven through `run_job` against the in-memory FakeBackend (the README's *How
+SageMaker concepts map*, *When things go wrong* and *Command line* say what it must do).
 
 Every spec is YAML text written into tmp_path next to a code folder and channel data, loaded with
 `load_spec_file`, exactly as `hetero-emu run` does. The default cluster is heterogeneous:

@@ -1,7 +1,7 @@
-"""Spec loading and validation: every rule of DESIGN §3 and emulator/spec/rules.py, one test each.
+"""Spec loading and validation: every rule of the README's *A job spec* and emulator/spec/rules.py, one test each.
 
 Each rejected spec must raise one SpecError whose `.problems` name the offending field by its dotted
-path. Expected values are written from DESIGN §3 and the SageMaker API reference, not from running
+path. Expected values are written from the README's *A job spec* and the SageMaker API reference, not from running
 the code.
 """
 
