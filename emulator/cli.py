@@ -1,7 +1,7 @@
-"""The `hetero-emu` command line: a thin typer app over spec -> plan -> backend.
+"""The `hetero-emu` command line: a thin typer app over `emulator.api`: it parses arguments and prints.
 
-Every EmulatorError is mapped to its exit code here and only here (DESIGN §6): 0 Completed, 1 Failed,
-2 invalid spec or usage, 3 environment problem, 130 stopped by the user.
+Every EmulatorError is mapped to its exit code here and only here (README: Command line): 0 Completed,
+1 Failed, 2 invalid spec or usage, 3 environment problem, 130 stopped by the user.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Run a plan on a backend with the service's lifecycle (DESIGN §5), not local mode's.
+"""Run a plan on a backend with the service's lifecycle, not local mode's (README: How SageMaker concepts
+map; When things go wrong).
 
 - The job completes when every host has exited 0; a host that exits 0 early stops nobody.
 - The first host to exit non-zero fails the job: the others get SIGTERM, then SIGKILL after a grace
