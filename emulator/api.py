@@ -25,18 +25,31 @@ from emulator.console import Reporter
 from emulator.errors import UsageError
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, load_spec_file
+from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, validate
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
-    """Read and check a spec file; `job_name` and `output_path` override the file's (as the CLI options do).
-    Every problem is reported at once (SpecError, exit code 2)."""
+    """Read and check a job file: a YAML spec, or a CreateTrainingJob request (JSON or YAML), told apart
+    by its content. `job_name` and `output_path` override the file's (as the CLI options do). Every
+    problem is reported at once (SpecError, exit code 2)."""
     overrides: dict[str, Any] = {}
     if job_name:
         overrides["job_name"] = job_name
     if output_path is not None:
         overrides["output_path"] = str(Path(output_path).resolve())
-    return load_spec_file(spec_path, overrides)
+    path = Path(spec_path)
+    raw = request.read_input(path)
+    if request.is_request(raw):
+        return request.load_request(raw, path, overrides)
+    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=path.resolve().parent,
+                    source=str(path))
+
+
+def as_request(spec: JobSpec, *, job_name: str | None = None) -> dict[str, Any]:
+    """The CreateTrainingJob request a spec corresponds to (`render --as-request`): the job name is the
+    spec's, else `job_name`, else one made from the base name as a run would."""
+    name = job_name or job_name_from(spec, datetime.now(timezone.utc))
+    return request.request_from_spec(spec, name)
 
 
 def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> JobResult:

@@ -31,7 +31,7 @@ from emulator.plan import (
     render,
 )
 from emulator.runner import DEFAULT_GRACE
-from emulator.spec import JobSpec
+from emulator.spec import JobSpec, request
 
 app = typer.Typer(
     name="hetero-emu",
@@ -61,7 +61,8 @@ class _State:
     reported = False
 
 
-SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML).", show_default=False, metavar="SPEC")]
+SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML), or a CreateTrainingJob request (JSON or YAML).",
+                                         show_default=False, metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="The container engine to use (registered engines: docker).",
                                         envvar="HETERO_EMU_ENGINE")]
@@ -219,11 +220,14 @@ def validate(spec_path: SpecArg, as_json: JsonOpt = False) -> None:
 @app.command("render")
 def render_cmd(
     spec_path: SpecArg,
-    out: Annotated[Path, typer.Option("--output", "-o", help="Folder to write (must be new or empty).")],
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="Folder to write (must be new or empty); "
+                                             "with --as-request, the request file to write (must be new).")] = None,
     host_order: HostOrderOpt = HostOrder.spec,
     seed: SeedOpt = None,
     job_name: JobNameOpt = None,
     memory: MemoryOpt = "instance",
+    as_request: Annotated[bool, typer.Option("--as-request", help="Write the CreateTrainingJob request (JSON) the "
+                                             "spec corresponds to instead: to stdout, or to -o FILE.")] = False,
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
@@ -232,6 +236,20 @@ def render_cmd(
     """
     limit = _memory(memory)
     spec = _load(spec_path, job_name)
+    if as_request:
+        text = request.dumps_request(api.as_request(spec, job_name=job_name))
+        if out is None:
+            sys.stdout.write(text)
+            return
+        if out.exists() or out.is_symlink():
+            raise UsageError(f"-o {out} exists", hint="write the request to a new file, or to stdout without -o")
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+        return
+    if out is None:
+        raise UsageError("Missing option '--output' / '-o' DIR",
+                         hint="the folder to write the plan and the hosts' files into; or --as-request to print "
+                         "the request")
     out = out.resolve()
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit)
     typer.echo(render(plan))

@@ -129,7 +129,10 @@ def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
             else spec.instance_groups[0].instance_type
         )
         values.update(distribution_hyperparameters(spec.distribution, dist_type))
-    return {key: json.dumps(value) for key, value in values.items()}
+    # A request's HyperParameters are the API's strings already: written as given, not encoded twice.
+    given = {key: value if spec.hyperparameters_encoded else json.dumps(value) for key, value in values.items()
+             if key in spec.hyperparameters}
+    return {**given, **{key: json.dumps(value) for key, value in values.items() if key not in given}}
 
 
 def channel_config(channel: TrainingInput, job_input_mode: str) -> dict[str, str]:

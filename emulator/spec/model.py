@@ -172,6 +172,9 @@ class JobSpec:
     instance_groups: tuple[InstanceGroup, ...]
     heterogeneous: bool
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # True when `hyperparameters` holds strings as the CreateTrainingJob API has them (a request's
+    # HyperParameters): hyperparameters.json gets them as given, not JSON-encoded a second time.
+    hyperparameters_encoded: bool = False
     # Not in repr: a traceback or a debug print of the spec must not show secret values.
     environment: Mapping[str, str] = field(default_factory=dict, repr=False)
     inputs: Mapping[str, TrainingInput] = field(default_factory=dict)

@@ -64,9 +64,12 @@ from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
 
 
 class Validator(FieldReader):
-    def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written) -> None:
+    def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written,
+                 hyperparameters_encoded: bool = False) -> None:
         super().__init__(field_name)
         self.base_dir = base_dir
+        # Hyperparameter values are the API's strings already (a request), not values to JSON-encode.
+        self.hyperparameters_encoded = hyperparameters_encoded
 
     def command_list(self, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
         """container_entry_point / container_arguments: 1-100 strings of at most 256 characters each
@@ -266,6 +269,7 @@ class Validator(FieldReader):
             instance_groups=tuple(groups),
             heterogeneous=heterogeneous,
             hyperparameters=hyperparameters,
+            hyperparameters_encoded=self.hyperparameters_encoded,
             environment=environment,
             inputs=inputs,
             input_mode=job_mode,
@@ -372,7 +376,11 @@ class Validator(FieldReader):
         return groups, True
 
     def instance_type(self, name: str, path: str) -> None:
-        if lookup_instance_type(name) is None:
+        if name in ("local", "local_gpu"):
+            self.fail(path, f"{name!r} is the SageMaker SDK's local mode, not an instance type",
+                      "write the instance type the job runs on in the cloud, e.g. ml.m5.xlarge: hetero-emu "
+                      "already runs every host on this machine, with that type's CPUs and memory")
+        elif lookup_instance_type(name) is None:
             near = suggest_instance_types(name)
             hint = f"did you mean {', '.join(near)}?" if near else "see `hetero-emu instance-types`"
             self.fail(path, f"unknown instance type {name!r}", hint)
@@ -395,7 +403,8 @@ class Validator(FieldReader):
             source_dir = None
         if entry_point is None:
             return None, source_dir
-        if Path(entry_point).is_absolute() or ".." in Path(entry_point).parts:
+        # Without source_dir the SDK takes entry_point as any local path (absolute, or with '..').
+        if src_text is not None and (Path(entry_point).is_absolute() or ".." in Path(entry_point).parts):
             self.fail("entry_point", f"{preview(entry_point)} must be a relative path inside source_dir")
             return None, source_dir
         if src_text is None:
@@ -612,7 +621,8 @@ class Validator(FieldReader):
             elif (problem := _json_problem(item)) is not None:
                 # The SDK json.dumps every value: a YAML date, set or binary has no JSON form.
                 self.fail(path, problem, "quote it to make it a string")
-            elif len(encoded := json.dumps(item)) > MAX_HYPERPARAMETER_VALUE:
+            elif len(encoded := item if self.hyperparameters_encoded else json.dumps(item)) > \
+                    MAX_HYPERPARAMETER_VALUE:
                 self.fail(path, f"longer than {MAX_HYPERPARAMETER_VALUE} characters once JSON-encoded "
                           f"({len(encoded)})", "the service's limit: pass big values as a channel")
         return dict(value)
