@@ -25,10 +25,19 @@ from emulator.console import Reporter
 from emulator.errors import UsageError
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, validate
+from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
 
 
-def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
+def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
+         s3_root: Path | str | None = None) -> JobSpec:
+    """Read and check a job file (`_load_file`). `s3_root` is the folder s3://bucket/key URIs map to
+    (<s3_root>/bucket/key), above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and the default
+    (`emulator.spec.s3`)."""
+    with s3.given_root(s3_root):
+        return _load_file(spec_path, job_name=job_name, output_path=output_path)
+
+
+def _load_file(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
     """Read and check a job file: a YAML spec, or a CreateTrainingJob request (JSON or YAML), told apart
     by its content. `job_name` and `output_path` override the file's (as the CLI options do). Every
     problem is reported at once (SpecError, exit code 2)."""

@@ -79,6 +79,11 @@ MemoryOpt = Annotated[
                  "memory, as on the service, so a script that would run out of memory there is OOM-killed here too; "
                  "a size such as 512m or 2g; or 'none'."),
 ]
+S3RootOpt = Annotated[
+    Path | None, typer.Option("--s3-root", help="The folder s3://bucket/key maps to (<s3-root>/bucket/key); "
+                              "above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and ~/.local/share/hetero-emu/s3.",
+                              show_default=False)
+]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output-path", help="Where <job_name>/ goes (overrides the spec's output_path).")
 ]
@@ -91,8 +96,9 @@ def _root(
     _State.debug = debug
 
 
-def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
-    return api.load(spec_path, job_name=job_name, output_path=output_path)
+def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None,
+          s3_root: Path | None = None) -> JobSpec:
+    return api.load(spec_path, job_name=job_name, output_path=output_path, s3_root=s3_root)
 
 
 def _emit_json(data: Any) -> None:
@@ -169,13 +175,14 @@ def run(
     memory: MemoryOpt = "instance",
     as_json: JsonOpt = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
+    s3_root: S3RootOpt = None,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
     limit = _memory(memory)
-    spec = _load(spec_path, job_name, output_path)
+    spec = _load(spec_path, job_name, output_path, s3_root)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
                   memory=limit, engine_name=engine_name)
     raise typer.Exit(result.exit_code)
@@ -198,10 +205,10 @@ def demo(
 
 
 @app.command()
-def validate(spec_path: SpecArg, as_json: JsonOpt = False) -> None:
+def validate(spec_path: SpecArg, as_json: JsonOpt = False, s3_root: S3RootOpt = None) -> None:
     """Check a spec against SageMaker's rules without touching Docker; report every problem at once."""
     try:
-        spec = _load(spec_path)
+        spec = _load(spec_path, s3_root=s3_root)
     except SpecError as err:
         if as_json:
             _emit_json({"valid": False, "problems": [
@@ -228,6 +235,7 @@ def render_cmd(
     memory: MemoryOpt = "instance",
     as_request: Annotated[bool, typer.Option("--as-request", help="Write the CreateTrainingJob request (JSON) the "
                                              "spec corresponds to instead: to stdout, or to -o FILE.")] = False,
+    s3_root: S3RootOpt = None,
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
@@ -235,7 +243,7 @@ def render_cmd(
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
     limit = _memory(memory)
-    spec = _load(spec_path, job_name)
+    spec = _load(spec_path, job_name, s3_root=s3_root)
     if as_request:
         text = request.dumps_request(api.as_request(spec, job_name=job_name))
         if out is None:

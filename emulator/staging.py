@@ -18,6 +18,7 @@ from pathlib import Path
 from emulator import hostfiles
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import Plan, share_dir
+from emulator.spec import s3
 
 # Folders the service creates under /opt/ml before the algorithm starts.
 # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html
@@ -61,7 +62,10 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
             (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
-        copy_code(spec.source_dir, root / "code", spec.entry_point)
+        if spec.source_archive and spec.source_dir is not None:
+            s3.unpack(spec.source_dir, root / "code")  # sourcedir.tar.gz, as the toolkit unpacks it
+        else:
+            copy_code(spec.source_dir, root / "code", spec.entry_point)
         for relative, content in host.files.items():
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)

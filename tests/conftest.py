@@ -39,6 +39,21 @@ def job_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["HETERO_EMU_STATE_DIR"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def default_s3_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default S3 root ($XDG_DATA_HOME/hetero-emu/s3) is a folder of the test session, not the
+    user's, and no HETERO_EMU_S3_ROOT of the user's shell overrides the specs' local_s3_root."""
+    saved = {key: os.environ.get(key) for key in ("XDG_DATA_HOME", "HETERO_EMU_S3_ROOT")}
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    os.environ.pop("HETERO_EMU_S3_ROOT", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> object:
     client = _engine()

@@ -193,6 +193,9 @@ class JobSpec:
     container_log_level: int = DEFAULT_LOG_LEVEL
     region: str = DEFAULT_REGION
     spec_dir: Path = Path(".")
+    # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
+    # unpacked into each host's /opt/ml/code, as the training toolkit unpacks it.
+    source_archive: bool = False
 
     @property
     def host_count(self) -> int:

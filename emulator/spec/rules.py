@@ -20,6 +20,7 @@ from typing import Any
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.spec import s3
 from emulator.spec.fields import FieldReader, as_written
 from emulator.spec.model import (
     BASE_JOB_NAME_PATTERN,
@@ -70,6 +71,10 @@ class Validator(FieldReader):
         self.base_dir = base_dir
         # Hyperparameter values are the API's strings already (a request), not values to JSON-encode.
         self.hyperparameters_encoded = hyperparameters_encoded
+        # Where s3:// URIs live (`s3.choose_root`), set by `job`; S3 URIs by the paths they map to.
+        self.s3_root = s3.choose_root(None)
+        self.s3_uris: dict[Path, str] = {}
+        self.source_archive = False  # source_dir is a sourcedir.tar.gz (set by `code`)
 
     def command_list(self, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
         """container_entry_point / container_arguments: 1-100 strings of at most 256 characters each
@@ -102,21 +107,34 @@ class Validator(FieldReader):
             self.fail(path, f"{preview(text)} is {err}", f"give the {what} as a plain path or URI")
             return None
 
+    def root(self, spec_text: str | None) -> Path | None:
+        """The S3 root (`s3.choose_root`): --s3-root, $HETERO_EMU_S3_ROOT, local_s3_root, the default;
+        None when the one chosen is unusable (reported). A root the user named must exist."""
+        self.s3_root = s3.choose_root(None)
+        if self.s3_root.origin == "the default root" and spec_text:
+            spec_root = self.existing(self.local_path(spec_text, "local_s3_root", None, "local S3 root"),
+                                      "local_s3_root", "local S3 root")
+            if spec_root is not None:
+                self.s3_root = s3.Root(spec_root, "local_s3_root", True)
+            return spec_root
+        if self.s3_root.named and kind_of(self.s3_root.path) == "missing":
+            self.fail(self.s3_root.origin, f"S3 root not found: {self.s3_root.path}",
+                      "a folder whose subfolders are buckets")
+            return None
+        return self.s3_root.path
+
     def _local_path(self, text: str, path: str, s3_root: Path | None) -> Path | None:
-        if text.startswith("s3://"):
-            if s3_root is None:
-                self.fail(
-                    path,
-                    f"{text} is an S3 URI but no local S3 root is set",
-                    "set local_s3_root (a folder whose subfolders are buckets) or use a local path",
-                )
+        if text[:3].lower() == "s3:" and s3_root is None:
+            if path == "local_s3_root":
+                self.fail(path, f"{preview(text)} is an S3 URI", "local_s3_root is the local folder S3 URIs map to")
+            return None  # the root is unusable: reported already
+        if text[:3].lower() == "s3:" and s3_root is not None:
+            try:
+                resolved = s3.local_path(self.s3_root, text)
+            except s3.BadS3Uri as err:
+                self.fail(path, str(err), err.hint)
                 return None
-            bucket, key = parse_uri(text)
-            resolved = resolve_path(s3_root, os.path.join(bucket, key.lstrip("/")) if bucket else ".")
-            if not bucket or "/" in bucket or not resolved.is_relative_to(resolve_path(s3_root, ".")):
-                self.fail(path, f"{text} does not name a bucket and key under local_s3_root {s3_root}",
-                          "s3://bucket/key, without '..'")
-                return None
+            self.s3_uris[resolved] = text
             return resolved
         if text.startswith("file://"):
             return resolve_path(self.base_dir, parse_uri(text)[1] or ".")
@@ -129,6 +147,12 @@ class Validator(FieldReader):
         if resolved is None:
             return None
         kind = kind_of(resolved)
+        if kind == "missing" and resolved in self.s3_uris:
+            self.fail(path, f"{what} not found: no prefix {self.s3_uris[resolved]} under the "
+                      f"{self.s3_root.describe()} (looked for {resolved})",
+                      f"put the objects at {resolved}, or choose the root with --s3-root, {s3.ENV_S3_ROOT} or "
+                      "local_s3_root")
+            return None
         if kind == "missing":
             self.fail(path, f"{what} not found: {resolved}", "check the path; relative paths start at the spec file")
             return None
@@ -196,13 +220,13 @@ class Validator(FieldReader):
         group_names = [g.instance_group_name for g in groups]
 
         s3_root_text = self.string(raw, "local_s3_root", "local_s3_root")
-        s3_root = self.existing(
-            self.local_path(s3_root_text, "local_s3_root", None, "local S3 root") if s3_root_text else None,
-            "local_s3_root",
-            "local S3 root",
-        )
+        s3_root = self.root(s3_root_text)
+        if s3_root is not None and self.s3_root.named and kind_of(s3_root) != "dir":
+            self.fail(self.s3_root.origin, f"the {self.s3_root.describe()} is not a folder",
+                      "a folder whose subfolders are buckets")
+            s3_root = None
 
-        entry_point, source_dir = self.code(raw)
+        entry_point, source_dir = self.code(raw, s3_root)
         entry = self.command_list(raw, "container_entry_point")
         args = self.command_list(raw, "container_arguments")
         if entry_point is None and entry is None and "entry_point" not in raw:
@@ -285,6 +309,7 @@ class Validator(FieldReader):
             container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
             region=region,
             spec_dir=self.base_dir,
+            source_archive=self.source_archive,
         )
 
     def no_overlap(
@@ -385,19 +410,32 @@ class Validator(FieldReader):
             hint = f"did you mean {', '.join(near)}?" if near else "see `hetero-emu instance-types`"
             self.fail(path, f"unknown instance type {name!r}", hint)
 
-    def code(self, raw: Mapping[str, Any]) -> tuple[str | None, Path | None]:
+    def code(self, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[str | None, Path | None]:
         entry_point = self.string(raw, "entry_point", "entry_point")
         src_text = self.string(raw, "source_dir", "source_dir")
-        if src_text is not None and ("://" in src_text and not src_text.startswith("file://")):
-            self.fail("source_dir", f"{preview(src_text)}: only local folders are supported", "give a local path")
+        if src_text is not None and ("://" in src_text and not src_text.startswith(("file://", "s3://"))):
+            self.fail("source_dir", f"{preview(src_text)}: only local folders and s3:// archives are supported",
+                      "give a local path, or s3://bucket/key/sourcedir.tar.gz under the S3 root")
             return entry_point, None
         source_dir = self.existing(
-            self.local_path(src_text, "source_dir", None, "source_dir") if src_text else None,
+            self.local_path(src_text, "source_dir", s3_root, "source_dir") if src_text else None,
             "source_dir",
             "source_dir",
         )
+        if source_dir is not None and kind_of(source_dir) == "file" and s3.is_archive(source_dir):
+            # sourcedir.tar.gz, as the SDK uploads source_dir: unpacked into each host's /opt/ml/code.
+            if entry_point is not None and (Path(entry_point).is_absolute() or ".." in Path(entry_point).parts):
+                self.fail("entry_point", f"{preview(entry_point)} must be a relative path inside source_dir")
+                return None, source_dir
+            if (problem := s3.archive_problem(source_dir, entry_point)) is not None:
+                self.fail("source_dir", f"{src_text}: {problem}",
+                          "pack the code as the SDK does: tar -czf sourcedir.tar.gz -C src .")
+                return entry_point, None
+            self.source_archive = True
+            return entry_point, source_dir
         if source_dir is not None and kind_of(source_dir) != "dir":
-            self.fail("source_dir", f"{source_dir} is not a directory")
+            self.fail("source_dir", f"{source_dir} is not a directory",
+                      "a folder, or a sourcedir.tar.gz (a gzip-compressed tar file) the toolkit unpacks")
             return entry_point, None
         if source_dir is not None and self.no_special_files(source_dir, "source_dir", "source_dir") is None:
             source_dir = None

@@ -129,7 +129,7 @@ def test_problems_name_the_request_fields(project: Path) -> None:
     )
     found = problems(project, doc)
     expected = ["ResourceConfig.InstanceGroups[1].InstanceCount: must be an integer",
-                "InputDataConfig[0].DataSource.S3DataSource.S3Uri: s3://bucket/train is an S3 URI but no local S3",
+                "InputDataConfig[0].DataSource.S3DataSource.S3Uri: channel data not found: no prefix s3://bucket/train",
                 "InputDataConfig[0].DataSource.S3DataSource.S3DataType: 'ManifestFile' is not supported yet",
                 "StoppingCondition.MaxRuntimeInSeconds: must be between 1",
                 "Environment.BAD-NAME: not a valid environment variable name"]

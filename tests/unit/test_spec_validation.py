@@ -472,9 +472,12 @@ def test_sharding_an_empty_folder_is_rejected(
     expect_problem(valid_raw, "inputs.training.s3_data", "no file to shard")
 
 
-def test_s3_uri_without_local_s3_root_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+def test_s3_uri_without_local_s3_root_looks_under_the_default_root(
+    valid_raw: Raw, expect_problem: Callable[..., Any]
+) -> None:
     valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/prefix/train"
-    expect_problem(valid_raw, "inputs.training.s3_data", "no local S3 root", hint="local_s3_root")
+    expect_problem(valid_raw, "inputs.training.s3_data", "no prefix s3://my-bucket/prefix/train under the S3 root",
+                   hint="local_s3_root")
 
 
 def test_unsupported_uri_scheme_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
@@ -630,8 +633,8 @@ def test_source_dir_that_is_a_file_is_rejected(valid_raw: Raw, expect_problem: C
 
 
 def test_remote_source_dir_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
-    valid_raw["source_dir"] = "s3://my-bucket/code.tar.gz"
-    expect_problem(valid_raw, "source_dir", "only local folders")
+    valid_raw["source_dir"] = "https://example.com/code.tar.gz"
+    expect_problem(valid_raw, "source_dir", "only local folders and s3:// archives")
 
 
 def test_missing_entry_point_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:

@@ -1,0 +1,264 @@
+"""S3 on a local root (emulator.spec.s3): which root (--s3-root, $HETERO_EMU_S3_ROOT, local_s3_root, the
+default), how s3://bucket/key maps under it, what is refused, and sourcedir.tar.gz as the code."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from emulator import api, contract
+from emulator.errors import SpecError
+from emulator.plan import make_plan
+from emulator.spec import JobSpec, s3
+
+Raw = dict[str, Any]
+
+
+def write_archive(path: Path, files: dict[str, str], *, links: dict[str, str] | None = None) -> Path:
+    """A sourcedir.tar.gz as the SDK packs it (sagemaker/utils.py create_tar_file: members named
+    relative to source_dir, gzip)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+    return path
+
+
+def load_file(project: Path, raw: Raw, **options: Any) -> JobSpec:
+    path = project / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return api.load(path, **options)
+
+
+def problems(project: Path, raw: Raw, **options: Any) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_file(project, raw, **options)
+    return [str(p) for p in info.value.problems]
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> dict[str, Path]:
+    """Four roots, each with bucket bkt/train/<origin>.csv, so a loaded spec tells which root it used."""
+    out = {}
+    for origin in ("option", "env", "spec", "default"):
+        base = tmp_path / "data-home" / "hetero-emu" / "s3" if origin == "default" else tmp_path / origin
+        (base / "bkt" / "train").mkdir(parents=True)
+        (base / "bkt" / "train" / f"{origin}.csv").write_text("x\n")
+        out[origin] = base
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Which root
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "spec", "expected"),
+    [
+        (True, True, True, "option"),
+        (False, True, True, "env"),
+        (False, False, True, "spec"),
+        (False, False, False, "default"),
+        (True, False, False, "option"),
+        (False, True, False, "env"),
+    ],
+)
+def test_the_root_comes_from_option_then_environment_then_spec_then_default(
+    option: bool, env: bool, spec: bool, expected: str, roots: dict[str, Path], project: Path,
+    valid_raw: Raw, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
+    if env:
+        monkeypatch.setenv(s3.ENV_S3_ROOT, str(roots["env"]))
+    if spec:
+        valid_raw["local_s3_root"] = str(roots["spec"])
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://bkt/train"
+    loaded = load_file(project, valid_raw, s3_root=roots["option"] if option else None)
+    assert loaded.inputs["training"].source == roots[expected].resolve() / "bkt" / "train"
+    assert loaded.inputs["training"].files == (f"{expected}.csv",)
+
+
+def test_the_default_root_is_under_the_users_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert s3.default_root() == Path.home() / ".local" / "share" / "hetero-emu" / "s3"
+    assert s3.choose_root(None).origin == "the default root"
+
+
+def test_a_spec_root_relative_to_the_spec_file(project: Path, valid_raw: Raw) -> None:
+    valid_raw["local_s3_root"] = "s3"
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/prefix/train"
+    spec = load_file(project, valid_raw)
+    assert spec.inputs["training"].source == (project / "s3" / "my-bucket" / "prefix" / "train").resolve()
+
+
+@pytest.mark.parametrize("origin", ["--s3-root", "HETERO_EMU_S3_ROOT"])
+def test_a_named_root_that_does_not_exist_names_where_it_came_from(
+    origin: str, project: Path, valid_raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = project / "no-such-root"
+    options: dict[str, Any] = {}
+    if origin == "--s3-root":
+        options["s3_root"] = missing
+    else:
+        monkeypatch.setenv(s3.ENV_S3_ROOT, str(missing))
+    found = problems(project, valid_raw, **options)
+    assert found == [f"{origin}: S3 root not found: {missing} (a folder whose subfolders are buckets)"]
+
+
+# --------------------------------------------------------------------------------------------------
+# URIs
+
+
+@pytest.mark.parametrize(
+    ("uri", "relative"),
+    [
+        ("s3://my-bucket/prefix/train", "my-bucket/prefix/train"),
+        ("s3://my-bucket/prefix/train/", "my-bucket/prefix/train"),
+        ("s3://my.bucket-1/a//b", "my.bucket-1/a/b"),
+        ("s3://my-bucket", "my-bucket"),
+    ],
+)
+def test_an_s3_uri_maps_to_bucket_and_key_under_the_root(uri: str, relative: str, tmp_path: Path) -> None:
+    root = s3.Root(tmp_path, "--s3-root", True)
+    assert s3.local_path(root, uri) == tmp_path.resolve() / relative
+
+
+@pytest.mark.parametrize(
+    ("uri", "fragment"),
+    [
+        ("s3://b/../../etc", "is not a well-formed S3 URI"),  # bucket "b": too short
+        ("s3://my-bucket/../../etc", "leaves its bucket"),
+        ("s3://my-bucket/a/./b", "leaves its bucket"),
+        ("s3://My_Bucket/key", "is not a bucket name"),
+        ("s3:/my-bucket/key", "is not a well-formed S3 URI"),
+        ("s3://", "is not a bucket name"),
+        ("s3://..my/key", "is not a bucket name"),
+    ],
+)
+def test_malformed_or_escaping_uris_are_refused(uri: str, fragment: str, tmp_path: Path) -> None:
+    with pytest.raises(s3.BadS3Uri) as info:
+        s3.local_path(s3.Root(tmp_path, "--s3-root", True), uri)
+    assert fragment in str(info.value)
+    assert "s3://bucket/key" in info.value.hint
+
+
+def test_a_bucket_linked_out_of_the_root_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root" / "my-bucket").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(s3.BadS3Uri, match="leads outside the S3 root"):
+        s3.local_path(s3.Root(tmp_path / "root", "--s3-root", True), "s3://my-bucket/key")
+
+
+def test_every_bad_uri_is_one_problem_naming_its_field(project: Path, valid_raw: Raw) -> None:
+    valid_raw["local_s3_root"] = "s3"
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/nowhere"
+    valid_raw["output_path"] = "s3://my-bucket/../../out"
+    valid_raw["checkpoint_s3_uri"] = "s3://X/ckpt"
+    found = problems(project, valid_raw)
+    root = (project / "s3").resolve()
+    assert found == [
+        f"inputs.training.s3_data: channel data not found: no prefix s3://my-bucket/nowhere under the S3 root "
+        f"{root} (local_s3_root) (looked for {root}/my-bucket/nowhere) (put the objects at {root}/my-bucket/nowhere, "
+        "or choose the root with --s3-root, HETERO_EMU_S3_ROOT or local_s3_root)",
+        f"output_path: 's3://my-bucket/../../out' leaves its bucket: a key with '.' or '..' parts has no place "
+        f"under the S3 root ({s3.URI_HINT})",
+        f"checkpoint_s3_uri: 's3://X/ckpt' is not a well-formed S3 URI: 'X' is not a bucket name ({s3.URI_HINT})",
+    ]
+
+
+def test_an_s3_output_path_puts_the_job_at_the_services_key(project: Path, valid_raw: Raw) -> None:
+    """<prefix>/<job>/output/model.tar.gz: the job folder is <root>/bucket/prefix/<job>."""
+    valid_raw["local_s3_root"] = "s3"
+    valid_raw["output_path"] = "s3://my-bucket/jobs"
+    spec = load_file(project, valid_raw)
+    assert spec.output_path == (project / "s3" / "my-bucket" / "jobs").resolve()
+    plan = make_plan(spec, "hetero-test", "spec", 0)
+    assert Path(plan.job_dir) == spec.output_path / "hetero-test"
+
+
+# --------------------------------------------------------------------------------------------------
+# sourcedir.tar.gz
+
+
+def test_an_s3_sourcedir_archive_is_the_code(project: Path, valid_raw: Raw, tmp_path: Path) -> None:
+    write_archive(project / "s3" / "my-bucket" / "src" / "sourcedir.tar.gz",
+                  {"train.py": "print('from the archive')\n", "lib/util.py": "X = 1\n"}, links={"link.py": "train.py"})
+    valid_raw.update(local_s3_root="s3", source_dir="s3://my-bucket/src/sourcedir.tar.gz")
+    spec = load_file(project, valid_raw)
+    assert spec.source_archive
+    assert spec.source_dir == (project / "s3" / "my-bucket" / "src" / "sourcedir.tar.gz").resolve()
+    # The toolkit finds the code already in /opt/ml/code and does not download it
+    # (sagemaker_training/files.py download_and_extract skips a non-empty folder).
+    assert contract.hyperparameters(spec, "job")["sagemaker_submit_directory"] == '"/opt/ml/code"'
+    out = tmp_path / "render"
+    api.render(spec, out)
+    for host in ("algo-1", "algo-2", "algo-3"):
+        code = out / "hosts" / host / "code"
+        assert (code / "train.py").read_text() == "print('from the archive')\n"
+        assert (code / "lib" / "util.py").read_text() == "X = 1\n"
+        assert (code / "link.py").is_symlink()
+
+
+def test_a_request_submit_directory_in_s3_is_unpacked(project: Path, tmp_path: Path) -> None:
+    write_archive(project / "s3" / "my-bucket" / "job" / "source" / "sourcedir.tar.gz", {"train.py": "pass\n"})
+    doc = {
+        "TrainingJobName": "from-request",
+        "AlgorithmSpecification": {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "File"},
+        "HyperParameters": {"sagemaker_program": '"train.py"',
+                            "sagemaker_submit_directory": '"s3://my-bucket/job/source/sourcedir.tar.gz"'},
+        "ResourceConfig": {"InstanceType": "ml.c5.xlarge", "InstanceCount": 2},
+        "OutputDataConfig": {"S3OutputPath": "s3://my-bucket/out"},
+    }
+    path = project / "request.json"
+    path.write_text(json.dumps(doc))
+    spec = api.load(path, s3_root=project / "s3")
+    assert spec.source_archive and spec.entry_point == "train.py"
+    assert spec.output_path == (project / "s3" / "my-bucket" / "out").resolve()
+
+
+@pytest.mark.parametrize(
+    ("files", "links", "entry", "fragment"),
+    [
+        ({"other.py": ""}, {}, "train.py", "it has no 'train.py'"),
+        ({"train.py": "", "../evil.py": ""}, {}, "train.py", "would not stay a plain file"),
+        ({"train.py": ""}, {"out": "/etc/passwd"}, "train.py", "would not stay a plain file"),
+    ],
+)
+def test_an_archive_the_toolkit_could_not_use_is_refused(
+    files: dict[str, str], links: dict[str, str], entry: str, fragment: str, project: Path, valid_raw: Raw
+) -> None:
+    write_archive(project / "s3" / "my-bucket" / "sourcedir.tar.gz", files, links=links)
+    valid_raw.update(local_s3_root="s3", source_dir="s3://my-bucket/sourcedir.tar.gz", entry_point=entry)
+    found = problems(project, valid_raw)
+    assert len(found) == 1 and found[0].startswith("source_dir: s3://my-bucket/sourcedir.tar.gz: "), found
+    assert fragment in found[0]
+
+
+def test_a_missing_archive_is_a_missing_prefix(project: Path, valid_raw: Raw) -> None:
+    valid_raw.update(local_s3_root="s3", source_dir="s3://my-bucket/nope/sourcedir.tar.gz")
+    assert any("no prefix s3://my-bucket/nope/sourcedir.tar.gz under the S3 root" in p
+               for p in problems(project, valid_raw))
+
+
+def test_unpack_keeps_members_inside(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "sourcedir.tar.gz", {"a/b.py": "b\n"})
+    staging_target = tmp_path / "code"
+    s3.unpack(archive, staging_target)
+    assert sorted(p.relative_to(staging_target).as_posix() for p in staging_target.rglob("*")) == ["a", "a/b.py"]
+
+
