@@ -305,6 +305,10 @@ class Run:
             if timeout >= STREAM_END_TIMEOUT:
                 self.reporter.warn(f"the output stream of {self.host_label(name)} did not end {timeout:g} s after "
                                    f"the host exited: logs/{self.host_of[name].name}.log may miss its last output")
+        # A log file that could not be written (a full disk): the stream was closed, the job went on.
+        for name, error in getattr(self.backend, "stream_errors", {}).items():
+            if name in self.host_of:
+                self.reporter.warn(f"logs/{self.host_of[name].name}.log is incomplete: writing it failed ({error})")
 
     def running(self) -> list[str]:
         """The hosts not seen exiting yet."""

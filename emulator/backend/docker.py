@@ -342,13 +342,19 @@ class DockerBackend:
         raw: socket.socket = getattr(attached, "_sock", attached)
         raw.settimeout(None)
 
+        def deliver(chunk: bytes, stream: int) -> None:
+            try:
+                sink(name, chunk, stream)
+            except Exception as err:
+                raise _SinkFailed(err) from err
+
         def pump() -> None:
             try:
-                _demultiplex(raw, lambda chunk, stream: sink(name, chunk, stream))
+                _demultiplex(raw, deliver)
+            except _SinkFailed as failed:  # the log file could not be written (a full disk): say so
+                self.stream_errors[name] = f"{type(failed.error).__name__}: {failed.error}"
             except OSError:
                 pass  # the stream was closed under us (wait_logs gave up on it, or the engine went away)
-            except Exception as err:  # the sink failed (e.g. the disk is full): say so, stop reading
-                self.stream_errors[name] = f"{type(err).__name__}: {err}"
             finally:
                 _close_quietly(raw)
                 # The file object docker-py returned must live as long as the reader (it owns the socket).
@@ -566,6 +572,14 @@ class DockerBackend:
         if problems:
             raise EmulatorError("could not remove everything: " + "; ".join(problems),
                                 hint="run `hetero-emu clean` once the engine is healthy")
+
+
+class _SinkFailed(Exception):
+    """The sink of an attached stream raised: the reader stops (and closes the stream) and reports it."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _demultiplex(sock: socket.socket, deliver: Callable[[bytes, int], None]) -> None:

@@ -1230,3 +1230,12 @@ def test_an_interrupt_while_packing_says_what_was_not_written_and_tears_down(
     assert "interrupted while collecting the artifacts (the hosts had finished: Completed): no job.json" \
         in info.value.message
     assert torn_down(fake)
+
+
+def test_a_log_file_that_could_not_be_written_is_reported(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend()
+    fake.stream_errors = {C["algo-2"]: "OSError: [Errno 28] No space left on device"}  # type: ignore[attr-defined]
+    result, reporter = run(spec_of(), fake)
+    assert result.status == "Completed"  # the job's outcome does not depend on its log file
+    assert "logs/algo-2.log is incomplete: writing it failed (OSError: [Errno 28] No space left on device)" \
+        in reporter.warnings
