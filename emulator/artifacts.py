@@ -446,7 +446,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "ResourceConfig": contract.describe_resource_config(spec),
         "InputDataConfig": contract.describe_input_data_config(spec),
         # The service echoes CompressionType (GZIP unless the request said NONE).
-        "OutputDataConfig": {"S3OutputPath": str(spec.output_path),
+        "OutputDataConfig": {"S3OutputPath": spec.output_s3_uri or str(spec.output_path),
                              "CompressionType": "NONE" if spec.disable_output_compression else "GZIP"},
         "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
         "EnableNetworkIsolation": spec.enable_network_isolation,
@@ -479,9 +479,14 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         # With CompressionType NONE this is the folder (an S3 prefix on the service): the SDK's
         # Estimator.model_data reads it so, appending the "/" hosting needs when it is missing, and
         # returns {"S3DataSource": {"S3Uri": ..., "S3DataType": "S3Prefix", "CompressionType": "None"}}.
-        doc["ModelArtifacts"] = {"S3ModelArtifacts": str(result.model_artifact)}
+        # An s3:// output path: the key the service writes, <S3OutputPath>/<job>/output/model.tar.gz
+        # (the file lies there under the local S3 root).
+        where = (f"{spec.output_s3_uri}/{plan.job_name}/output/{result.model_artifact.name}" if spec.output_s3_uri
+                 else str(result.model_artifact))
+        doc["ModelArtifacts"] = {"S3ModelArtifacts": where}
     if spec.checkpoint_s3_uri is not None:
-        doc["CheckpointConfig"] = {"S3Uri": str(spec.checkpoint_s3_uri), "LocalPath": spec.checkpoint_local_path}
+        doc["CheckpointConfig"] = {"S3Uri": spec.checkpoint_uri or str(spec.checkpoint_s3_uri),
+                                   "LocalPath": spec.checkpoint_local_path}
     return doc
 
 

@@ -182,6 +182,10 @@ class JobSpec:
     distribution: Distribution | None = None
     output_path: Path = Path("output")
     checkpoint_s3_uri: Path | None = None
+    # The s3:// URIs as given, when output_path / checkpoint_s3_uri were S3 URIs (mapped to folders
+    # under the local S3 root above): job.json names them as DescribeTrainingJob does.
+    output_s3_uri: str | None = None
+    checkpoint_uri: str | None = None
     checkpoint_local_path: str = "/opt/ml/checkpoints"
     max_run: int = DEFAULT_MAX_RUN
     enable_network_isolation: bool = False

@@ -300,6 +300,8 @@ class Validator(FieldReader):
             distribution=distribution,
             output_path=output_path,
             checkpoint_s3_uri=checkpoint,
+            output_s3_uri=out_text.rstrip("/") if out_text.startswith("s3://") else None,
+            checkpoint_uri=ckpt_text if ckpt_text and ckpt_text.startswith("s3://") else None,
             checkpoint_local_path=ckpt_local,
             max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
             enable_network_isolation=bool(isolation),

@@ -191,6 +191,30 @@ def test_an_s3_output_path_puts_the_job_at_the_services_key(project: Path, valid
     assert Path(plan.job_dir) == spec.output_path / "hetero-test"
 
 
+
+def test_job_json_names_the_s3_uris_as_describe_training_job_does(
+        project: Path, valid_raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_backend import FakeBackend, exits
+
+    from emulator import runner
+    from emulator.console import RecordingReporter
+
+    monkeypatch.setattr(runner, "POLL_SECONDS", 0.01)
+    valid_raw["local_s3_root"] = "s3"
+    valid_raw["output_path"] = "s3://my-bucket/jobs/"
+    valid_raw["checkpoint_s3_uri"] = "s3://my-bucket/ckpt"
+    spec = load_file(project, valid_raw)
+    hosts = {f"algo-{i}": exits(0) for i in range(1, spec.host_count + 1)}
+    result = runner.run_job(spec, backend=FakeBackend(hosts), reporter=RecordingReporter())
+    doc = json.loads((result.job_dir / "job.json").read_text())
+    job = result.job_name
+    assert doc["OutputDataConfig"]["S3OutputPath"] == "s3://my-bucket/jobs"
+    assert doc["ModelArtifacts"] == {"S3ModelArtifacts": f"s3://my-bucket/jobs/{job}/output/model.tar.gz"}
+    # ... and the object is there, under the root at that key.
+    assert (project / "s3" / "my-bucket" / "jobs" / job / "output" / "model.tar.gz").resolve().is_file()
+    assert doc["CheckpointConfig"]["S3Uri"] == "s3://my-bucket/ckpt"
+
+
 # --------------------------------------------------------------------------------------------------
 # sourcedir.tar.gz
 
