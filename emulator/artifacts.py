@@ -183,20 +183,20 @@ class _Owners:
         self.groups: dict[int, str] = {}
 
     def user(self, uid: int) -> str:
-        if uid not in self.users:
-            try:
-                self.users[uid] = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                self.users[uid] = ""
-        return self.users[uid]
+        return _name_of(self.users, uid, lambda: pwd.getpwuid(uid).pw_name)
 
     def group(self, gid: int) -> str:
-        if gid not in self.groups:
-            try:
-                self.groups[gid] = grp.getgrgid(gid).gr_name
-            except KeyError:
-                self.groups[gid] = ""
-        return self.groups[gid]
+        return _name_of(self.groups, gid, lambda: grp.getgrgid(gid).gr_name)
+
+
+def _name_of(cache: dict[int, str], ident: int, look_up: Callable[[], str]) -> str:
+    """The name of a user or group id, looked up once; "" for an id with no name (as tarfile writes)."""
+    if ident not in cache:
+        try:
+            cache[ident] = look_up()
+        except KeyError:
+            cache[ident] = ""
+    return cache[ident]
 
 
 def _tar_header(name: str, st: os.stat_result, owners: _Owners) -> bytes:

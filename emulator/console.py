@@ -64,7 +64,6 @@ class ConsoleReporter:
         # state is a line of its own, so fewer are shown.
         self.live = bool(getattr(self.out, "isatty", lambda: False)()) if live is None else live
         self.progress_interval = 0.1 if self.live else 2.0
-        self.shows_logs = not quiet
         # Live progress bars, one line per host, drawn below the log lines (as pip, cargo or
         # `docker compose pull` draw theirs); `_drawn` lines of the terminal hold them right now.
         self._bars: dict[str, str] = {}

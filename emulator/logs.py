@@ -72,14 +72,13 @@ class LogCollector:
         self._pending: dict[tuple[str, int], bytes] = {}
         self._recent: dict[str, bytes] = {h.name: b"" for h in plan.hosts}
         self._cut_recent: set[str] = set()
-        self.received: dict[str, int] = {h.name: 0 for h in plan.hosts}
         log_dir = Path(plan.job_dir) / "logs"
         self.paths = {h.name: log_dir / f"{h.name}.log" for h in plan.hosts}
         self._files = {name: open(path, "ab") for name, path in self.paths.items()}  # noqa: SIM115
         self._lock = threading.Lock()
         self._closed = False
         self._console: _ConsoleFeed | None = None
-        if getattr(reporter, "shows_logs", True):
+        if not getattr(reporter, "quiet", False):
             self._console = _ConsoleFeed(reporter, self._masker, plan.hosts, self.paths)
 
     def __call__(self, name: str, chunk: bytes, stream: int = STDOUT) -> None:
@@ -88,7 +87,6 @@ class LogCollector:
         with self._lock:
             if self._closed:
                 return  # a stream that outlived the wait for it: its file is closed
-            self.received[host.name] += len(chunk)
             key = (host.name, stream)
             data = self._pending.pop(key, b"") + chunk
             cut = self._cut(data)

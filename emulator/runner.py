@@ -278,10 +278,12 @@ class Run:
         running = self.running()
         who = ", ".join(self.host_label(n) for n in running)
         try:
-            if not self.started or not running:
-                self.reporter.warn("interrupted before the hosts started: removing "
-                                   f"{len(self.created)} created container(s)" if not self.started
-                                   else "interrupted: every host had already exited")
+            if not self.started:
+                self.reporter.warn(f"interrupted before the hosts started: removing {len(self.created)} created "
+                                   "container(s)")
+                return None
+            if not running:
+                self.reporter.warn("interrupted: every host had already exited")
                 return None
             self.reporter.warn(f"interrupted: stopping {who} (SIGTERM, SIGKILL after {self.options.grace:g} s; "
                                "Ctrl-C again kills them now)")

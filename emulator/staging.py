@@ -86,7 +86,7 @@ def copy_code(source: Path | None, target: Path, entry_point: str | None = None)
     and may install requirements.txt), which must neither fail on a read-only mount nor touch the
     user's files. Symlinks are followed, files and folders, as the SDK packs the folder:
     sagemaker/utils.py create_tar_file opens the tarball with `dereference=True` (called by
-    fw_utils.tar_and_upload_dir), so `common.py -> ../../shared/common.py` arrives as a regular file
+    fw_utils.tar_and_upload_dir), so `common.py -> ../../vendored/common.py` arrives as a regular file
     with the target's contents. The spec refused links that dangle or loop (`spec.paths.scan`).
     A lone script (`source` a file) is copied under the entry point's name, not its link target's.
     """

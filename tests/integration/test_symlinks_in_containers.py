@@ -32,8 +32,8 @@ import json, os, sys
 from pathlib import Path
 
 try:  # reported, so the channels' checks do not depend on this one
-    import common                  # common.py -> ../../shared/common.py
-    from lib import util           # lib -> ../../shared/lib
+    import common                  # common.py -> ../../vendored/common.py
+    from lib import util           # lib -> ../../vendored/lib
     imported = [common.VALUE, util.f()]
 except ImportError as err:
     imported = repr(err)
@@ -63,15 +63,15 @@ sys.exit(0 if isinstance(imported, list) else 1)
 
 def _project(root: Path) -> Path:
     project = root / "project"
-    for folder in ("cache", "shared/lib", "src/job", "data/plain", "data/sharded/more", "data/out"):
+    for folder in ("cache", "vendored/lib", "src/job", "data/plain", "data/sharded/more", "data/out"):
         (project / folder).mkdir(parents=True)
     (project / "cache" / "blob1").write_text("blob one\n")
     (project / "cache" / "blob2").write_text("blob two\n")
-    (project / "shared" / "common.py").write_text("VALUE = 42\n")
-    (project / "shared" / "lib" / "util.py").write_text("def f():\n    return 7\n")
+    (project / "vendored" / "common.py").write_text("VALUE = 42\n")
+    (project / "vendored" / "lib" / "util.py").write_text("def f():\n    return 7\n")
     (project / "src" / "job" / "train.py").write_text(TRAIN)
-    (project / "src" / "job" / "common.py").symlink_to("../../shared/common.py")
-    (project / "src" / "job" / "lib").symlink_to("../../shared/lib")
+    (project / "src" / "job" / "common.py").symlink_to("../../vendored/common.py")
+    (project / "src" / "job" / "lib").symlink_to("../../vendored/lib")
     (project / "data" / "train.csv").symlink_to("../cache/blob1")
     (project / "data" / "plain" / "a.csv").write_text("a\n")
     (project / "data" / "plain" / "same.csv").symlink_to("a.csv")
@@ -82,7 +82,7 @@ def _project(root: Path) -> Path:
     (project / "data" / "out" / "own.csv").write_text("own\n")
     (project / "data" / "out" / "inner.csv").symlink_to("own.csv")
     (project / "data" / "out" / "blob.csv").symlink_to("../../cache/blob2")
-    (project / "data" / "out" / "shelf").symlink_to(project / "shared" / "lib")  # absolute, a folder
+    (project / "data" / "out" / "shelf").symlink_to(project / "vendored" / "lib")  # absolute, a folder
     return project
 
 

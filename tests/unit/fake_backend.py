@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -318,21 +318,16 @@ class FakeBackend:
             # A Ctrl-C while the grace period runs: nothing has exited yet.
             self.interrupt_on_stop = False
             raise KeyboardInterrupt
-        with self._lock:
-            now = time.monotonic()
-            running = []
-            for name in names:
-                c = self.containers.get(name)
-                if c is None:
-                    continue
-                self._settle(c, now)
-                if c.running and c.started_at is not None:
-                    running.append(name)
-                    self._finish(c, SIGKILL_EXIT if c.script.ignore_sigterm else SIGTERM_EXIT, stopped=True)
-            self.stop_calls.append(StopCall(tuple(names), grace, tuple(running)))
+        running = self._end_running(names, lambda c: SIGKILL_EXIT if c.script.ignore_sigterm else SIGTERM_EXIT)
+        self.stop_calls.append(StopCall(tuple(names), grace, tuple(running)))
 
     def kill(self, names: Sequence[str]) -> None:
         self._record("kill", tuple(names))
+        self.killed += self._end_running(names, lambda c: SIGKILL_EXIT)
+
+    def _end_running(self, names: Sequence[str], exit_code: Callable[[FakeContainer], int]) -> list[str]:
+        """End those of `names` that run now with exit_code(container); returns their names."""
+        ended = []
         with self._lock:
             now = time.monotonic()
             for name in names:
@@ -341,8 +336,9 @@ class FakeBackend:
                     continue
                 self._settle(c, now)
                 if c.running and c.started_at is not None:
-                    self.killed.append(name)
-                    self._finish(c, SIGKILL_EXIT, stopped=True)
+                    ended.append(name)
+                    self._finish(c, exit_code(c), stopped=True)
+        return ended
 
     def remove(self, plan: Plan) -> None:
         self._record("remove", plan.job_name)

@@ -84,7 +84,7 @@ def test_code_symlinks_arrive_as_their_targets_as_the_sdks_tarball_has_them(tmp_
         assert not copied.is_symlink(), copied
     assert (target / "common.py").read_text() == "VALUE = 42\n"
     assert (target / "lib" / "util.py").read_text() == "def f(): return 1\n"
-    assert os.stat(target / "common.py").st_ino != os.stat(project / "shared" / "common.py").st_ino
+    assert os.stat(target / "common.py").st_ino != os.stat(project / "vendored" / "common.py").st_ino
 
 
 def test_a_lone_entry_script_that_is_a_link_keeps_its_name(tmp_path: Path) -> None:
@@ -163,15 +163,15 @@ def _tree(root: Path) -> Path:
     """A project with a DVC / Hugging Face style cache, a shared module and a shared folder, linked
     into a job's code and data folders with relative links."""
     project = root / "project"
-    for folder in ("cache", "shared/lib", "src/job", "data/plain", "data/sharded/more", "data/out"):
+    for folder in ("cache", "vendored/lib", "src/job", "data/plain", "data/sharded/more", "data/out"):
         (project / folder).mkdir(parents=True)
     (project / "cache" / "blob1").write_text("blob one\n")
     (project / "cache" / "blob2").write_text("blob two\n")
-    (project / "shared" / "common.py").write_text("VALUE = 42\n")
-    (project / "shared" / "lib" / "util.py").write_text("def f(): return 1\n")
+    (project / "vendored" / "common.py").write_text("VALUE = 42\n")
+    (project / "vendored" / "lib" / "util.py").write_text("def f(): return 1\n")
     (project / "src" / "job" / "train.py").write_text("import common\n")
-    (project / "src" / "job" / "common.py").symlink_to("../../shared/common.py")
-    (project / "src" / "job" / "lib").symlink_to("../../shared/lib")
+    (project / "src" / "job" / "common.py").symlink_to("../../vendored/common.py")
+    (project / "src" / "job" / "lib").symlink_to("../../vendored/lib")
     (project / "data" / "train.csv").symlink_to("../cache/blob1")
     (project / "data" / "plain" / "a.csv").write_text("a\n")
     (project / "data" / "plain" / "same.csv").symlink_to("a.csv")  # resolves the same in a bind mount
@@ -184,7 +184,7 @@ def _tree(root: Path) -> Path:
     (project / "data" / "out" / "own.csv").write_text("own\n")
     (project / "data" / "out" / "inner.csv").symlink_to("own.csv")
     (project / "data" / "out" / "blob.csv").symlink_to("../../cache/blob2")
-    (project / "data" / "out" / "shelf").symlink_to(project / "shared" / "lib")  # absolute, to a folder
+    (project / "data" / "out" / "shelf").symlink_to(project / "vendored" / "lib")  # absolute, to a folder
     return project
 
 
@@ -253,7 +253,7 @@ def test_folder_whose_links_leave_it_gets_one_share_of_hard_links_to_the_targets
                             "shelf/util.py": "def f(): return 1\n"}
     assert not any(p.is_symlink() for p in view.rglob("*")), "links inside the folder are resolved too"
     for name, original in (("blob.csv", "cache/blob2"), ("inner.csv", "data/out/own.csv"),
-                           ("shelf/util.py", "shared/lib/util.py")):
+                           ("shelf/util.py", "vendored/lib/util.py")):
         assert os.stat(view / name).st_ino == os.stat(project / original).st_ino, "a hard link, no copy"
 
 
