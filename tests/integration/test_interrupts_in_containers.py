@@ -67,8 +67,9 @@ class Driver:
             time.sleep(0.05)
 
     def host_said_ready(self) -> bool:
-        log = self.job_dir / "logs" / "algo-1.log"
-        return log.is_file() and b"ready\n" in log.read_bytes()
+        """Every host's script is running with its SIGTERM handler in place (both print "ready")."""
+        logs = [self.job_dir / "logs" / f"algo-{i}.log" for i in (1, 2)]
+        return all(log.is_file() and b"ready\n" in log.read_bytes() for log in logs)
 
     def finish(self, timeout: float = 120) -> int:
         code = self.proc.wait(timeout=timeout)
