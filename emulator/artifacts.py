@@ -76,6 +76,9 @@ class JobResult:
     began: datetime | None = None  # the run began (staging); None: same as start
     packed: datetime | None = None  # the artifacts were written; None: same as end
     artifact_seconds: float = 0.0  # packing (or copying) the artifacts
+    # DescribeTrainingJob's CreationTime (the job was asked for) and SecondaryStatusTransitions.
+    created: datetime | None = None
+    transitions: tuple[dict[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -450,6 +453,9 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
                              "CompressionType": "NONE" if spec.disable_output_compression else "GZIP"},
         "StoppingCondition": {"MaxRuntimeInSeconds": spec.max_run},
         "EnableNetworkIsolation": spec.enable_network_isolation,
+        "CreationTime": (result.created or result.began or result.start).isoformat(),
+        "LastModifiedTime": (result.packed or result.end).isoformat(),
+        "SecondaryStatusTransitions": list(result.transitions),
         "TrainingStartTime": result.start.isoformat(),
         "TrainingEndTime": result.training_end.isoformat(),
         "TrainingTimeInSeconds": int(round(result.billable_seconds)),

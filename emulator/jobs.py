@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,13 @@ class JobRecord:
     job_dir: Path
     status: str  # InProgress | Completed | Failed | Stopped
     modified: str  # ISO 8601, UTC
+    doc: dict[str, Any] = field(default_factory=dict, compare=False)  # the whole record, as stored
+
+    @property
+    def transitions(self) -> list[dict[str, Any]]:
+        """SecondaryStatusTransitions so far (DescribeTrainingJob's shape, times as ISO 8601 text)."""
+        value = self.doc.get("SecondaryStatusTransitions")
+        return list(value) if isinstance(value, list) else []
 
 
 def state_dir() -> Path:
@@ -41,11 +49,21 @@ def _path(job_name: str) -> Path:
     return state_dir() / "jobs" / f"{job_name}.json"
 
 
-def record(job_name: str, job_dir: Path, status: str) -> bool:
-    """Write (or update) the job's record; False if it could not be written."""
+def now_text() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def record(job_name: str, job_dir: Path, status: str, **fields: Any) -> bool:
+    """Write (or update) the job's record; False if it could not be written. `fields` are stored with
+    it (DescribeTrainingJob's names: SecondaryStatus, SecondaryStatusTransitions, CreationTime, ...);
+    fields an earlier write of the same job (same folder) stored are kept."""
     path = _path(job_name)
-    doc = {"TrainingJobName": job_name, "JobDir": str(job_dir), "TrainingJobStatus": status,
-           "LastModifiedTime": datetime.now(timezone.utc).isoformat()}
+    earlier = _read(path)
+    kept = earlier.doc if earlier is not None and earlier.job_dir == Path(job_dir) else {}
+    stamp = now_text()
+    doc = {**kept, **fields, "TrainingJobName": job_name, "JobDir": str(job_dir), "TrainingJobStatus": status,
+           "LastModifiedTime": stamp}
+    doc.setdefault("CreationTime", stamp)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written whole and renamed: a reader never sees half a record.
@@ -73,6 +91,6 @@ def _read(path: Path) -> JobRecord | None:
     try:
         doc = json.loads(path.read_text())
         return JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), str(doc["TrainingJobStatus"]),
-                         str(doc.get("LastModifiedTime", "")))
+                         str(doc.get("LastModifiedTime", "")), doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None

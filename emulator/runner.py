@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from emulator import artifacts, hostfiles, jobs, secrets, staging
 from emulator.artifacts import HostResult, JobResult
@@ -45,6 +46,9 @@ POLL_SECONDS = 0.2
 # for on a laptop. Configurable with --grace.
 DEFAULT_GRACE = 10.0
 NAME_ATTEMPTS = 20
+# The StatusMessage of the service's last SecondaryStatusTransitions entry for each end.
+FINAL_MESSAGES = {"Completed": "Training job completed", "Failed": "Training job failed",
+                  "Stopped": "Training job stopped", "MaxRuntimeExceeded": "Training job stopped"}
 # Once every host has exited, its output stream still delivers what the engine buffered (at most a
 # few MB); one that has not ended by then never will. An engine that stopped answering gets less.
 STREAM_END_TIMEOUT = 30.0
@@ -152,6 +156,8 @@ class Run:
         self.created_network = False
         self.started = False
         self.began: datetime | None = None  # staging began: the start of the total time
+        self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
+        self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -173,7 +179,9 @@ class Run:
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
                               f"job folder {plan.job_dir} was removed") from None
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
-        jobs.record(plan.job_name, Path(plan.job_dir), "InProgress")
+        self.creation = self.creation_time()
+        self.transition("Starting", "Preparing the instances for training", at=self.creation)
+        self.transition("Downloading", "Downloading input data", at=self.began)
         try:
             # A watcher removes what this run creates if the driver is killed before its `finally`.
             with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
@@ -181,10 +189,43 @@ class Run:
         except BaseException as err:
             # job.json says Failed when the engine was lost; otherwise the run was cut short.
             stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
-            jobs.record(plan.job_name, Path(plan.job_dir), "Stopped" if stopped else "Failed")
+            final = "Stopped" if stopped else "Failed"
+            if not self.transitions or self.transitions[-1]["Status"] != final:
+                self.transition(final, FINAL_MESSAGES[final], record=False)
+            self.record(final)
             raise
-        jobs.record(plan.job_name, Path(plan.job_dir), result.status)
+        self.record(result.status)
         return result
+
+    def creation_time(self) -> datetime:
+        """The SDK session records the job (CreationTime, DriverPid) before it starts this driver; a
+        run of the CLI is created when its staging begins."""
+        earlier = jobs.find(self.plan.job_name)
+        if earlier is not None and earlier.doc.get("DriverPid") == os.getpid() and earlier.status == "InProgress":
+            try:
+                return datetime.fromisoformat(str(earlier.doc["CreationTime"]))
+            except (KeyError, ValueError):
+                pass
+        return self.began or self.now()
+
+    def transition(self, secondary: str, message: str, at: datetime | None = None, record: bool = True) -> None:
+        """A SecondaryStatusTransitions entry (the service's statuses and messages), stored in the job
+        record at once so `describe_training_job` shows it while the job runs."""
+        stamp = (at or self.now()).isoformat()
+        if self.transitions:
+            self.transitions[-1]["EndTime"] = stamp
+        entry = {"Status": secondary, "StartTime": stamp, "StatusMessage": message}
+        if secondary in FINAL_MESSAGES:
+            entry["EndTime"] = stamp
+        self.transitions.append(entry)
+        if record:
+            self.record("InProgress")
+
+    def record(self, status: str) -> None:
+        jobs.record(self.plan.job_name, Path(self.plan.job_dir), status,
+                    SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
+                    SecondaryStatusTransitions=self.transitions,
+                    CreationTime=(self.creation or self.began or self.now()).isoformat())
 
     def run_and_tear_down(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -208,6 +249,7 @@ class Run:
                 self.backend.start(self.names)
                 t0 = time.monotonic()
                 start = self.now()  # TrainingStartTime: the hosts run
+                self.transition("Training", "Training image download completed. Training in progress.", at=start)
                 status, secondary, reason = self.supervise(t0)
             except KeyboardInterrupt:
                 status, secondary, reason = "Stopped", "Stopped", None
@@ -231,6 +273,7 @@ class Run:
                 if lost is None:
                     self.fix_ownership()
                 reporter.step("collecting artifacts")
+                self.transition("Uploading", "Uploading generated training model")
                 packing = time.monotonic()
                 model, output = artifacts.collect(plan, reporter)
                 packed, packing = self.now(), time.monotonic() - packing
@@ -250,8 +293,12 @@ class Run:
                 failed = self.host_of[self.first_failed].name if self.first_failed else None
                 reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
 
+            # The last transition is stored with the final status only after job.json is written (in
+            # execute): a reader that sees the final status always finds the whole description.
+            self.transition(secondary, FINAL_MESSAGES.get(secondary, secondary), at=packed, record=False)
             result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
-                               end, secondary, plan.seed, self.began, packed, packing)
+                               end, secondary, plan.seed, self.began, packed, packing, self.creation,
+                               tuple(self.transitions))
             artifacts.write_description(plan, result)
             if lost is not None:
                 raise lost

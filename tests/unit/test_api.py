@@ -73,6 +73,32 @@ def test_a_job_that_fails_to_start_is_recorded_as_failed(
         api.run(two_hosts(tmp_path, "api-broken"), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
     record = jobs.find("api-broken")
     assert record is not None and record.status == "Failed"
+    assert [t["Status"] for t in record.transitions] == ["Starting", "Downloading", "Failed"]
+
+
+def test_job_json_and_the_record_carry_the_services_secondary_status_transitions(
+        tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
+    result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    described = api.describe("api-job", engine_name="fake")
+    steps = described["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in steps] == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
+    assert steps[2]["StatusMessage"] == "Training image download completed. Training in progress."
+    # Each entry ends when the next begins, as the service reports them.
+    assert all(a["EndTime"] == b["StartTime"] for a, b in zip(steps, steps[1:]))
+    assert described["CreationTime"] <= described["TrainingStartTime"] <= described["LastModifiedTime"]
+    record = jobs.find("api-job")
+    assert record is not None and record.transitions == steps and record.doc["SecondaryStatus"] == "Completed"
+    assert result.transitions[-1]["Status"] == "Completed"
+
+
+def test_a_failing_host_ends_the_transitions_with_failed(tmp_path: Path, state: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBackend({"algo-1": exits(0), "algo-2": exits(3, logs=["boom\n"])})
+    monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
+    api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
+    steps = api.describe("api-job", engine_name="fake")["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in steps][-2:] == ["Uploading", "Failed"]
+    assert steps[-1]["StatusMessage"] == "Training job failed"
 
 
 def test_an_unknown_job_name_says_where_it_looked(tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
