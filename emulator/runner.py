@@ -60,6 +60,7 @@ class RunOptions:
     keep: bool = False
     grace: float = DEFAULT_GRACE
     build_image: bool = True
+    created: datetime | None = None  # CreationTime, when the job was asked for before the run began
 
 
 def choose_seed(host_order: str, seed: int | None) -> int | None:
@@ -99,8 +100,11 @@ def run_job(
     memory: MemoryLimit = "instance",
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], None] | None = None,
+    created: datetime | None = None,
 ) -> JobResult:
-    """Plan and run one job; returns its JobResult (the caller maps status to an exit code)."""
+    """Plan and run one job; returns its JobResult (the caller maps status to an exit code). `created`
+    is the job's CreationTime when it was asked for before this run began (the SDK session's
+    CreateTrainingJob); by default the run's start."""
     if backend is None:
         from emulator.backend.registry import engine
 
@@ -113,7 +117,8 @@ def run_job(
         plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
-            return Run(plan, backend, reporter, RunOptions(keep, grace, build_image), now, image_builder).execute()
+            options = RunOptions(keep, grace, build_image, created)
+            return Run(plan, backend, reporter, options, now, image_builder).execute()
         except JobFolderTaken:
             # Two runs of one spec started in the same millisecond drew the same generated name
             # (the SDK's timestamp has millisecond resolution): the later one takes the next name.
@@ -179,7 +184,7 @@ class Run:
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
                               f"job folder {plan.job_dir} was removed") from None
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
-        self.creation = self.creation_time()
+        self.creation = self.options.created or self.began
         self.transition("Starting", "Preparing the instances for training", at=self.creation)
         self.transition("Downloading", "Downloading input data", at=self.began)
         try:
@@ -196,17 +201,6 @@ class Run:
             raise
         self.record(result.status)
         return result
-
-    def creation_time(self) -> datetime:
-        """The SDK session records the job (CreationTime, DriverPid) before it starts this driver; a
-        run of the CLI is created when its staging begins."""
-        earlier = jobs.find(self.plan.job_name)
-        if earlier is not None and earlier.doc.get("DriverPid") == os.getpid() and earlier.status == "InProgress":
-            try:
-                return datetime.fromisoformat(str(earlier.doc["CreationTime"]))
-            except (KeyError, ValueError):
-                pass
-        return self.began or self.now()
 
     def transition(self, secondary: str, message: str, at: datetime | None = None, record: bool = True) -> None:
         """A SecondaryStatusTransitions entry (the service's statuses and messages), stored in the job

@@ -84,7 +84,7 @@ def test_job_json_and_the_record_carry_the_services_secondary_status_transitions
     assert [t["Status"] for t in steps] == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
     assert steps[2]["StatusMessage"] == "Training image download completed. Training in progress."
     # Each entry ends when the next begins, as the service reports them.
-    assert all(a["EndTime"] == b["StartTime"] for a, b in zip(steps, steps[1:]))
+    assert all(a["EndTime"] == b["StartTime"] for a, b in zip(steps, steps[1:], strict=False))
     assert described["CreationTime"] <= described["TrainingStartTime"] <= described["LastModifiedTime"]
     record = jobs.find("api-job")
     assert record is not None and record.transitions == steps and record.doc["SecondaryStatus"] == "Completed"

@@ -1,0 +1,59 @@
+"""The process that runs one job asked for with CreateTrainingJob (`python -m emulator.aws.driver
+TICKET`).
+
+On the service a training job runs on its own, whatever becomes of the program that asked for it:
+`fit(wait=False)` returns, the notebook may close, and `describe_training_job`, `stop_training_job`
+or `TrainingJob.wait()` find the job later by name. So the job's driver is a process of its own, in
+its own session (a Ctrl-C in the user's terminal does not reach it), running the library's `api.run`
+as `hetero-emu run` does; StopTrainingJob sends it SIGTERM, which stops the job as Ctrl-C stops
+`hetero-emu run` (the hosts get SIGTERM and the grace period; the job ends Stopped).
+
+The ticket (JSON, written by `emulator.aws.training`) holds the request and how to read it: the folder
+relative paths resolve against (the caller's working folder), the S3 root, the engine and the job's
+CreationTime.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from emulator import api
+from emulator.console import ConsoleReporter
+from emulator.errors import EmulatorError
+from emulator.spec import request, s3
+
+
+def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: Path, engine_name: str,
+                 created: datetime) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root),
+                                "Engine": engine_name, "CreationTime": created.isoformat()}, sort_keys=True))
+
+
+def main(argv: list[str]) -> int:
+    # SIGTERM (StopTrainingJob) stops the job as Ctrl-C does: the runner's teardown runs in `finally`.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    ticket = json.loads(Path(argv[0]).read_text())
+    try:
+        with s3.given_root(ticket["S3Root"]):
+            spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob")
+        result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
+                         created=datetime.fromisoformat(ticket["CreationTime"]))
+    except EmulatorError as err:
+        # The last line of this driver's log is the job's FailureReason when it never ran.
+        sys.stdout.flush()
+        sys.stderr.write(f"error: {err.message}" + (f" ({err.hint})" if err.hint else "") + "\n")
+        return err.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("stopped (StopTrainingJob)\n")
+        return 130
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,107 @@
+"""Serve AWS API calls locally, inside botocore, for every client of one boto3 session.
+
+botocore emits `before-call.<service>.<Operation>` after it has validated and serialized a call and
+before it sends it; a handler that returns `(http_response, parsed_response)` replaces the HTTP
+round trip, and botocore goes on exactly as after a real answer: a status >= 300 raises the
+client's own modelled exception (`client.exceptions.NoSuchKey`, a `ClientError`) from the parsed
+`Error`. (botocore/client.py `BaseClient._make_api_call`.) So the SageMaker SDK, boto3 resources
+and the user's own boto3 code keep their own parameter validation, retries and exceptions, and only
+the answer comes from here.
+
+The handler gets the serialized request; the operation's parameters as the caller gave them are
+copied into the call's `context` at `before-parameter-build`, which botocore emits for the same call
+with the same context dict.
+
+A call no service here answers gets a `NotEmulated` error at once: nothing is ever sent to AWS.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+
+PARAMS_KEY = "hetero_emu_params"
+
+# An operation's answer: the parsed response (the shape boto3 returns), or an ApiError.
+Operation = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class ApiError(Exception):
+    """An error answer, raised by an operation: botocore turns it into the client's exception."""
+
+    code: str
+    message: str
+    status: int = 400
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class Service:
+    """The operations one AWS service answers locally, by botocore operation name."""
+
+    name = ""  # botocore's service name: "sagemaker", "s3", "sts", "logs"
+
+    def operations(self) -> Mapping[str, Operation]:
+        raise NotImplementedError
+
+
+def install(boto_session: Any, services: list[Service]) -> None:
+    """Answer every API call of the clients `boto_session` makes from now on with `services`.
+
+    Clients copy the session's event handlers when they are created, so this must run before the
+    first client is made (the SageMaker `Session` makes its clients in its constructor)."""
+    by_service = {s.name: s.operations() for s in services}
+    events = boto_session.events
+    events.register("before-parameter-build", _keep_params)
+    events.register("before-call", lambda **kw: _answer(by_service, **kw))
+
+
+def _keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    context[PARAMS_KEY] = dict(params)
+
+
+def _answer(by_service: Mapping[str, Mapping[str, Operation]], model: Any, context: dict[str, Any],
+            **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    service = model.service_model.service_name
+    operation = by_service.get(service, {}).get(model.name)
+    try:
+        if operation is None:
+            raise ApiError("NotEmulated", f"hetero-emu does not emulate {service}:{model.name}; only "
+                           f"{_known(by_service)} are answered locally (nothing is sent to AWS)")
+        parsed = as_output(operation(dict(context.get(PARAMS_KEY) or {})), model.output_shape)
+        status = 200
+    except ApiError as err:
+        parsed = {"Error": {"Code": err.code, "Message": err.message}}
+        status = err.status
+    parsed.setdefault("ResponseMetadata", {"HTTPStatusCode": status, "HTTPHeaders": {}, "RetryAttempts": 0})
+    return AWSResponse(f"https://{service}.hetero-emu.local/", status, {}, None), parsed
+
+
+def _known(by_service: Mapping[str, Mapping[str, Operation]]) -> str:
+    return ", ".join(f"{s}:{op}" for s, ops in sorted(by_service.items()) for op in sorted(ops))
+
+
+def as_output(value: Any, shape: Any) -> Any:
+    """An answer in the types botocore's parser would give: ISO 8601 text (how job.json stores times)
+    becomes a timezone-aware datetime where the API model says timestamp; members the model does not
+    name are kept (the emulator's own additions to DescribeTrainingJob, such as per-host details)."""
+    if shape is None or value is None:
+        return value
+    kind = shape.type_name
+    if kind == "structure" and isinstance(value, dict):
+        members = shape.members
+        return {k: as_output(v, members.get(k)) for k, v in value.items()}
+    if kind == "list" and isinstance(value, list):
+        return [as_output(v, shape.member) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: as_output(v, shape.value) for k, v in value.items()}
+    if kind == "timestamp" and isinstance(value, str):
+        stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+    return value

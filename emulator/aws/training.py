@@ -1,0 +1,235 @@
+"""The SageMaker API's training-job operations, answered by the emulator: CreateTrainingJob,
+DescribeTrainingJob, StopTrainingJob and ListTrainingJobs, in the API's shapes and with its errors.
+
+CreateTrainingJob checks the request at once, with every problem in the request's own words (a
+`ValidationException`, as the service answers a bad request), then starts the job's driver process
+(`emulator.aws.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
+name in the local record of jobs (`emulator.jobs`), so a job started by `hetero-emu run` is described
+and listed too.
+
+A described job is the request echoed (as DescribeTrainingJob echoes it) with the record's status,
+SecondaryStatusTransitions and times while it runs, and its job.json once it has ended. The image is
+described as the request named it (an ECR name stays an ECR name); the local image that ran it is
+under `Emulator.Image`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from emulator import api, contract, jobs
+from emulator.aws import driver
+from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
+from emulator.aws.stub import ApiError, Operation, Service
+from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.errors import SpecError, UsageError
+from emulator.spec import request, s3
+
+FINAL = ("Completed", "Failed", "Stopped")
+# Request keys DescribeTrainingJob does not echo.
+NOT_DESCRIBED = ("Tags",)
+NOT_FOUND = "Requested resource not found."  # the service's message for an unknown job name
+
+
+class SageMakerTraining(Service):
+    """Training jobs on the local engine. `base_dir` is where relative local paths in a request
+    resolve (the caller's working folder); `images` maps ECR names to local images."""
+
+    name = "sagemaker"
+
+    def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
+                 engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None) -> None:
+        self.s3_root = s3_root
+        self.region = region
+        self.images = dict(images)
+        self.engine_name = engine_name
+        self.base_dir = base_dir or Path.cwd()
+        self.drivers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def operations(self) -> Mapping[str, Operation]:
+        return {"CreateTrainingJob": self.create, "DescribeTrainingJob": self.describe,
+                "StopTrainingJob": self.stop, "ListTrainingJobs": self.list}
+
+    # ----------------------------------------------------------------------------------------------
+
+    def create(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = str(params.get("TrainingJobName"))
+        arn = contract.training_job_arn(name, self.region)
+        earlier = jobs.find(name)
+        if earlier is not None and earlier.job_dir.exists():
+            raise ApiError("ResourceInUse", "Training job names must be unique within an AWS account and region, "
+                           f"and a training job with this name already exists ({arn})")
+        raw = json.loads(json.dumps(params, default=str))
+        algorithm = raw.get("AlgorithmSpecification")
+        if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
+            algorithm["TrainingImage"] = local_image(algorithm["TrainingImage"], self.images)
+        try:
+            with s3.given_root(self.s3_root):
+                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob")
+        except SpecError as err:
+            raise ApiError("ValidationException", err.message) from None
+        job_dir = spec.output_path / name
+        if job_dir.exists():
+            raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
+                           "already (an earlier job's output is never overwritten): choose another job name")
+        created = datetime.now(timezone.utc)
+        folder = jobs.state_dir() / "drivers"
+        ticket = folder / f"{name}.json"
+        driver.write_ticket(ticket, raw, self.base_dir, self.s3_root, self.engine_name, created)
+        transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
+                        "StatusMessage": "Launching requested ML instances"}]
+        jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),
+                    CreationTime=created.isoformat(), SecondaryStatus="Starting",
+                    SecondaryStatusTransitions=transitions, LocalImage=raw["AlgorithmSpecification"]["TrainingImage"])
+        with open(folder / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        self.drivers[name] = proc
+        jobs.record(name, job_dir, "InProgress", DriverPid=proc.pid)
+        return {"TrainingJobArn": arn}
+
+    def describe(self, params: dict[str, Any]) -> dict[str, Any]:
+        return self.description(self.found(str(params.get("TrainingJobName"))))
+
+    def stop(self, params: dict[str, Any]) -> dict[str, Any]:
+        record = self.found(str(params.get("TrainingJobName")))
+        if record.status in FINAL:
+            raise ApiError("ValidationException", f"The request was rejected because the training job is in status "
+                           f"{record.status}.")
+        pid = record.doc.get("DriverPid")
+        if isinstance(pid, int) and self.driver_alive(record.job_name, pid):
+            os.kill(pid, signal.SIGTERM)
+            return {}
+        try:
+            api.stop(record.job_name, engine_name=self.engine_name)
+        except UsageError as err:
+            raise ApiError("ValidationException", err.message) from None
+        return {}
+
+    def list(self, params: dict[str, Any]) -> dict[str, Any]:
+        found = [self.checked(r) for r in jobs.all_jobs()]
+        if params.get("NameContains"):
+            found = [r for r in found if str(params["NameContains"]).lower() in r.job_name.lower()]
+        if params.get("StatusEquals"):
+            found = [r for r in found if r.status == params["StatusEquals"]]
+        summaries = [self.summary(r) for r in found]
+        for key, after in (("CreationTimeAfter", True), ("CreationTimeBefore", False),
+                           ("LastModifiedTimeAfter", True), ("LastModifiedTimeBefore", False)):
+            if isinstance(params.get(key), datetime):
+                field = key.replace("After", "").replace("Before", "")
+                bound = params[key]
+                summaries = [s for s in summaries if (s[field] > bound) == after]
+        sort_key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(str(params.get("SortBy")),
+                                                                               "CreationTime")
+        summaries.sort(key=lambda s: s[sort_key], reverse=params.get("SortOrder") == "Descending")
+        start = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxResults") or 10)
+        page = summaries[start:start + size]
+        out: dict[str, Any] = {"TrainingJobSummaries": [{k: v.isoformat() if isinstance(v, datetime) else v
+                                                         for k, v in s.items()} for s in page]}
+        if start + size < len(summaries):
+            out["NextToken"] = str(start + size)
+        return out
+
+    # ----------------------------------------------------------------------------------------------
+
+    def found(self, name: str) -> jobs.JobRecord:
+        record = jobs.find(name)
+        if record is None:
+            raise ApiError("ValidationException", NOT_FOUND)
+        return self.checked(record)
+
+    def checked(self, record: jobs.JobRecord) -> jobs.JobRecord:
+        """The record, Failed if its driver ended without saying how the job ended (it could not start
+        it: no engine, no image, a folder it could not write), with its driver's last words."""
+        pid = record.doc.get("DriverPid")
+        if record.status != "InProgress" or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
+            return record
+        again = jobs.find(record.job_name)  # it may have ended between the two reads
+        if again is None or again.status != "InProgress":
+            return again or record
+        log = jobs.state_dir() / "drivers" / f"{record.job_name}.log"
+        reason = f"the emulator could not run the job: {last_line(log)}"
+        stamp = datetime.now(timezone.utc).isoformat()
+        transitions = again.transitions
+        if transitions:
+            transitions[-1]["EndTime"] = stamp
+        transitions.append({"Status": "Failed", "StartTime": stamp, "EndTime": stamp, "StatusMessage": reason})
+        jobs.record(record.job_name, record.job_dir, "Failed", FailureReason=reason, SecondaryStatus="Failed",
+                    SecondaryStatusTransitions=transitions)
+        return jobs.find(record.job_name) or record
+
+    def driver_alive(self, name: str, pid: int) -> bool:
+        proc = self.drivers.get(name)
+        if proc is not None and proc.pid == pid:
+            return proc.poll() is None  # our child: poll() also reaps it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def description(self, record: jobs.JobRecord) -> dict[str, Any]:
+        doc: dict[str, Any] = dict(record.doc.get("Request") or {})
+        doc.update({"TrainingJobName": record.job_name,
+                    "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
+        if record.status in FINAL:
+            # A job stopped or failed before staging has no folder: the record describes it.
+            with contextlib.suppress(UsageError):
+                doc.update(api.describe(str(record.job_dir), engine_name=self.engine_name))
+        if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
+            for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
+                        "LastModifiedTime", "FailureReason"):
+                stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
+                if stored is not None:
+                    doc[key] = stored
+        requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
+        if requested:
+            # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
+            doc.setdefault("AlgorithmSpecification", {})["TrainingImage"] = requested
+            doc.setdefault("Emulator", {})["Image"] = record.doc.get("LocalImage", requested)
+        return doc
+
+    def summary(self, record: jobs.JobRecord) -> dict[str, Any]:
+        described = self.description(record)
+        out = {"TrainingJobName": record.job_name,
+               "TrainingJobArn": contract.training_job_arn(record.job_name, self.region),
+               "TrainingJobStatus": record.status,
+               "SecondaryStatus": described.get("SecondaryStatus", record.status),
+               "CreationTime": _time(described.get("CreationTime") or record.modified),
+               "LastModifiedTime": _time(described.get("LastModifiedTime") or record.modified)}
+        if described.get("TrainingEndTime"):
+            out["TrainingEndTime"] = _time(described["TrainingEndTime"])
+        return out
+
+
+def _time(text: Any) -> datetime:
+    stamp = datetime.fromisoformat(str(text))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+
+
+def params_for_description(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What DescribeTrainingJob echoes of the request."""
+    doc: dict[str, Any] = json.loads(json.dumps({k: v for k, v in params.items() if k not in NOT_DESCRIBED},
+                                                 default=str))
+    return doc
+
+
+def last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "its driver's log is missing"
+    return lines[-1][:900] if lines else "its driver ended without a word"

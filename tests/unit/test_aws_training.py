@@ -1,0 +1,142 @@
+"""The SageMaker training-job API answered locally, through a real botocore client (its parameter
+checks and modelled exceptions), without an engine: bad requests, unknown names, listing, the ECR
+image table, and a job whose driver cannot run it (an engine that does not exist) ending Failed with
+the driver's words."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError, ParamValidationError
+
+from emulator import jobs
+from emulator.aws import stub
+from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
+from emulator.aws.training import SageMakerTraining
+from emulator.defaults import DEFAULT_IMAGE
+
+ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310"
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+def client(project: Path, engine: str = "docker") -> Any:
+    (project / "s3").mkdir(exist_ok=True)
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="y", region_name="eu-west-1")
+    stub.install(session, [SageMakerTraining(project / "s3", region="eu-west-1", engine_name=engine,
+                                             base_dir=project)])
+    return session.client("sagemaker")
+
+
+def request(name: str = "sdk-job", **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {"TrainingImage": ECR, "TrainingInputMode": "File"},
+        "HyperParameters": {"sagemaker_program": '"train.py"', "sagemaker_submit_directory": '"code"'},
+        "ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": "g", "InstanceType": "ml.c5.xlarge",
+                                               "InstanceCount": 2}], "VolumeSizeInGB": 30},
+        "OutputDataConfig": {"S3OutputPath": "out"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "RoleArn": "arn:aws:iam::111122223333:role/x",
+    }
+    base.update(extra)
+    return base
+
+
+def test_a_bad_request_is_a_validation_exception_naming_the_field(project: Path) -> None:
+    sm = client(project)
+    bad = request(ResourceConfig={"InstanceGroups": [{"InstanceGroupName": "g", "InstanceType": "ml.nope.x",
+                                                      "InstanceCount": 1}], "VolumeSizeInGB": 30})
+    with pytest.raises(ClientError) as info:
+        sm.create_training_job(**bad)
+    error = info.value.response["Error"]
+    assert error["Code"] == "ValidationException"
+    assert "ResourceConfig.InstanceGroups[0].InstanceType" in error["Message"]
+    assert jobs.find("sdk-job") is None  # nothing was started
+
+
+def test_botocore_still_checks_the_parameters_itself(project: Path) -> None:
+    with pytest.raises(ParamValidationError):
+        client(project).create_training_job(TrainingJobName="x")
+
+
+def test_an_unknown_job_is_the_services_not_found_answer(project: Path) -> None:
+    sm = client(project)
+    with pytest.raises(ClientError) as info:
+        sm.describe_training_job(TrainingJobName="no-such-job")
+    assert info.value.response["Error"] == {"Code": "ValidationException", "Message": "Requested resource not found."}
+    with pytest.raises(ClientError):
+        sm.stop_training_job(TrainingJobName="no-such-job")
+
+
+def test_a_job_its_driver_cannot_run_ends_failed_with_the_drivers_words(project: Path) -> None:
+    sm = client(project, engine="no-such-engine")
+    arn = sm.create_training_job(**request())["TrainingJobArn"]
+    assert arn == "arn:aws:sagemaker:eu-west-1:000000000000:training-job/sdk-job"
+    first = sm.describe_training_job(TrainingJobName="sdk-job")
+    assert first["TrainingJobStatus"] in ("InProgress", "Failed")
+    assert first["AlgorithmSpecification"]["TrainingImage"] == ECR  # described as the request named it
+    deadline = time.monotonic() + 60
+    while (described := sm.describe_training_job(TrainingJobName="sdk-job"))["TrainingJobStatus"] == "InProgress":
+        assert time.monotonic() < deadline, "the driver never ended"
+        time.sleep(0.1)
+    assert described["TrainingJobStatus"] == "Failed"
+    assert "unknown engine 'no-such-engine'" in described["FailureReason"]
+    assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == ["Starting", "Failed"]
+    assert described["CreationTime"].tzinfo is not None  # a datetime, as botocore's parser gives
+    with pytest.raises(ClientError) as stop_info:
+        sm.stop_training_job(TrainingJobName="sdk-job")
+    assert "in status Failed" in stop_info.value.response["Error"]["Message"]
+
+
+def test_a_job_name_in_use_is_refused(project: Path) -> None:
+    (project / "out" / "taken").mkdir(parents=True)
+    jobs.record("taken", project / "out" / "taken", "Completed")
+    with pytest.raises(ClientError) as info:
+        client(project).create_training_job(**request("taken"))
+    assert info.value.response["Error"]["Code"] == "ResourceInUse"
+    assert "already exists" in info.value.response["Error"]["Message"]
+
+
+def test_list_training_jobs_filters_sorts_and_pages(project: Path) -> None:
+    for i, status in enumerate(["Completed", "Failed", "Completed"]):
+        jobs.record(f"listed-{i}", project / "out" / f"listed-{i}", status,
+                    CreationTime=f"2026-01-0{i + 1}T00:00:00+00:00")
+    sm = client(project)
+    page = sm.list_training_jobs(MaxResults=2, SortBy="CreationTime", SortOrder="Descending")
+    assert [s["TrainingJobName"] for s in page["TrainingJobSummaries"]] == ["listed-2", "listed-1"]
+    rest = sm.list_training_jobs(MaxResults=2, SortBy="CreationTime", SortOrder="Descending",
+                                 NextToken=page["NextToken"])
+    assert [s["TrainingJobName"] for s in rest["TrainingJobSummaries"]] == ["listed-0"] and "NextToken" not in rest
+    done = sm.list_training_jobs(StatusEquals="Completed", NameContains="LISTED")["TrainingJobSummaries"]
+    assert sorted(s["TrainingJobName"] for s in done) == ["listed-0", "listed-2"]
+    paginated = [s["TrainingJobName"] for p in sm.get_paginator("list_training_jobs").paginate(
+        PaginationConfig={"PageSize": 1}) for s in p["TrainingJobSummaries"]]
+    assert sorted(paginated) == ["listed-0", "listed-1", "listed-2"]
+
+
+@pytest.mark.parametrize(("name", "table", "expected"), [
+    (ECR, DEFAULT_IMAGE_MAP, DEFAULT_IMAGE),
+    (ECR, {"pytorch-training": "mine:torch", "*": "other"}, "mine:torch"),
+    (ECR, {"pytorch-training:2.1.0-gpu-py310": "exact:tag", "pytorch-training": "repo"}, "exact:tag"),
+    (ECR, {ECR: "whole", "pytorch-training:2.1.0-gpu-py310": "tag"}, "whole"),
+    ("123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/tensorflow-training:2.13", {"*": "any"}, "any"),
+    ("my-local/image:1", {"*": "any"}, "my-local/image:1"),  # not an ECR name: used as it is
+])
+def test_ecr_names_map_to_local_images(name: str, table: dict[str, str], expected: str) -> None:
+    assert local_image(name, table) == expected
