@@ -28,11 +28,12 @@ from emulator.errors import EmulatorError
 from emulator.spec import request, s3
 
 
-def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: Path, engine_name: str,
+def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple[Path, str], engine_name: str,
                  created: datetime) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root),
-                                "Engine": engine_name, "CreationTime": created.isoformat()}, sort_keys=True))
+    path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root[0]),
+                                "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat()},
+                               sort_keys=True))
 
 
 def main(argv: list[str]) -> int:
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     ticket = json.loads(Path(argv[0]).read_text())
     try:
-        with s3.given_root(ticket["S3Root"]):
+        with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob")
         result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
                          created=datetime.fromisoformat(ticket["CreationTime"]))

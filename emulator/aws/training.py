@@ -47,8 +47,10 @@ class SageMakerTraining(Service):
     name = "sagemaker"
 
     def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
-                 engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None) -> None:
+                 engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None,
+                 s3_origin: str = "the session's s3_root") -> None:
         self.s3_root = s3_root
+        self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
         self.engine_name = engine_name
@@ -73,7 +75,7 @@ class SageMakerTraining(Service):
         if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
             algorithm["TrainingImage"] = local_image(algorithm["TrainingImage"], self.images)
         try:
-            with s3.given_root(self.s3_root):
+            with s3.given_root(self.s3_root, self.s3_origin):
                 spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob")
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
@@ -84,7 +86,7 @@ class SageMakerTraining(Service):
         created = datetime.now(timezone.utc)
         folder = jobs.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
-        driver.write_ticket(ticket, raw, self.base_dir, self.s3_root, self.engine_name, created)
+        driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created)
         transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),

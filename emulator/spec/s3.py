@@ -35,13 +35,14 @@ BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 URI_HINT = "s3://bucket/key: the bucket 3-63 lowercase letters, digits, '.' and '-', the key without '.' or '..' parts"
 
 # The root given to this load by a front end (--s3-root), above the environment and the spec.
-_given_root: ContextVar[Path | None] = ContextVar("given_s3_root", default=None)
+_given_root: ContextVar[tuple[Path, str] | None] = ContextVar("given_s3_root", default=None)
 
 
 @contextmanager
-def given_root(root: Path | str | None) -> Iterator[None]:
-    """Within the block, specs are loaded with `root` as their S3 root (the --s3-root option)."""
-    token = _given_root.set(Path(root).expanduser().absolute() if root is not None else None)
+def given_root(root: Path | str | None, origin: str = "--s3-root") -> Iterator[None]:
+    """Within the block, specs are loaded with `root` as their S3 root (the --s3-root option, or
+    what `origin` names: problems with the root name it)."""
+    token = _given_root.set((Path(root).expanduser().absolute(), origin) if root is not None else None)
     try:
         yield
     finally:
@@ -67,7 +68,7 @@ def choose_root(spec_root: Path | None) -> Root:
     """The S3 root in order: --s3-root, $HETERO_EMU_S3_ROOT, the spec's local_s3_root, the default."""
     given = _given_root.get()
     if given is not None:
-        return Root(given, "--s3-root", True)
+        return Root(given[0], given[1], True)
     env = os.environ.get(ENV_S3_ROOT)
     if env:
         return Root(Path(env).expanduser().absolute(), ENV_S3_ROOT, True)
