@@ -19,18 +19,43 @@ from emulator import hostfiles
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import Plan, share_dir
 from emulator.spec import s3
+from emulator.spec.rules import SDK_UPLOADS
 
 # Folders the service creates under /opt/ml before the algorithm starts.
 # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html
 HOST_FOLDERS = ("model", "output/data", "checkpoints", "input/data", "code")
 
 
+# What a run makes in its job folder; all of it is removed again when staging fails.
+RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json")
+
+
+def folder_taken(job_dir: Path, s3_output: bool) -> bool:
+    """Whether a job folder belongs to an earlier job. Under an s3:// output path the folder is the
+    job's own key prefix, into which the SDK uploads the code before the job (`SDK_UPLOADS`): a
+    folder holding only that is the job's, not a taken one."""
+    if not os.path.lexists(job_dir):
+        return False
+    if not s3_output or job_dir.is_symlink() or not job_dir.is_dir():
+        return True
+    return not set(os.listdir(job_dir)) <= set(SDK_UPLOADS)
+
+
 def stage(plan: Plan) -> None:
-    """Create the job folder (never reusing an existing one) and every host's /opt/ml tree."""
+    """Create the job folder (never reusing an earlier job's) and every host's /opt/ml tree."""
     job_dir = Path(plan.job_dir)
+    s3_output = plan.spec.output_s3_uri is not None
+    made_folder = True
     try:
         job_dir.parent.mkdir(parents=True, exist_ok=True)
-        job_dir.mkdir()
+        try:
+            job_dir.mkdir()
+        except FileExistsError:
+            if folder_taken(job_dir, s3_output):
+                raise
+            # The SDK's upload is there: the run claims the folder with its logs/ folder, made once.
+            made_folder = False
+            (job_dir / "logs").mkdir()
     except FileExistsError:
         raise JobFolderTaken(
             f"the job's output folder already exists: {job_dir}",
@@ -42,9 +67,13 @@ def stage(plan: Plan) -> None:
     try:
         _lay_out(plan, job_dir)
     except BaseException as err:
-        # The folder is this run's own (just created, never reused): a half-made one would only make
-        # the next run with this job name fail with "already exists".
-        shutil.rmtree(job_dir, ignore_errors=True)
+        # What this run made (never reused): a half-made folder would only make the next run with
+        # this job name fail with "already exists". The SDK's upload beside it stays.
+        if made_folder:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        else:
+            for entry in RUN_ENTRIES:
+                shutil.rmtree(job_dir / entry, ignore_errors=True)
         if isinstance(err, OSError):
             raise UsageError(f"cannot stage the job under {job_dir}: {err}",
                              hint="every file of source_dir, the channels and the checkpoints must be readable, "
@@ -53,7 +82,7 @@ def stage(plan: Plan) -> None:
 
 
 def _lay_out(plan: Plan, job_dir: Path) -> None:
-    (job_dir / "logs").mkdir()
+    (job_dir / "logs").mkdir(exist_ok=True)
     (job_dir / "output").mkdir()
     spec = plan.spec
     for host in plan.hosts:

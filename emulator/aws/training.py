@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import api, contract, jobs
+from emulator import api, contract, jobs, staging
 from emulator.aws import driver
 from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
 from emulator.aws.stub import ApiError, Operation, Service
@@ -67,7 +67,7 @@ class SageMakerTraining(Service):
         name = str(params.get("TrainingJobName"))
         arn = contract.training_job_arn(name, self.region)
         earlier = jobs.find(name)
-        if earlier is not None and earlier.job_dir.exists():
+        if earlier is not None and (earlier.job_dir / "logs").exists():
             raise ApiError("ResourceInUse", "Training job names must be unique within an AWS account and region, "
                            f"and a training job with this name already exists ({arn})")
         raw = json.loads(json.dumps(params, default=str))
@@ -80,7 +80,7 @@ class SageMakerTraining(Service):
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
         job_dir = spec.output_path / name
-        if job_dir.exists():
+        if staging.folder_taken(job_dir, spec.output_s3_uri is not None):
             raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
                            "already (an earlier job's output is never overwritten): choose another job name")
         created = datetime.now(timezone.utc)

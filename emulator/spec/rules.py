@@ -63,6 +63,11 @@ from emulator.spec.paths import BadPath, Listing, folder_problem, given_name, ki
 from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
 
+# What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
+# (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
+# channels (`input/code`, `input/sm_drivers`). The job's own files go beside them.
+SDK_UPLOADS = ("source", "input")
+
 
 class Validator(FieldReader):
     def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written,
@@ -270,7 +275,9 @@ class Validator(FieldReader):
         ):
             self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
                       "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
-        self.no_overlap(output_path, checkpoint, source_dir, inputs)
+        out_is_s3 = bool(out_text and out_text.startswith("s3://"))
+        job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
+        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3)
 
         max_run = self.integer(raw, "max_run", "max_run")
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
@@ -315,16 +322,31 @@ class Validator(FieldReader):
         )
 
     def no_overlap(
-        self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput]
+        self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput],
+        job_prefix: Path | None = None, s3_output: bool = False,
     ) -> None:
         """What the job writes (output_path, checkpoints) must not lie inside what it reads, nor contain
-        it: the user's code and data are never written, and must not see the job's own output."""
+        it: the user's code and data are never written, and must not see the job's own output.
+
+        An s3:// output path is a key prefix the service writes only under `<prefix>/<job>/`: data
+        and code elsewhere under it are not the job's (the SDK's default output path is the default
+        bucket itself, where `upload_data` also puts the data), nor is what the SDK uploads into the
+        job's own prefix before the job (`emulator.staging.SDK_UPLOADS`: source/sourcedir.tar.gz). A
+        generated job name is a new prefix, which nothing read can lie inside."""
         readers = [("source_dir", code)] + [(f"inputs.{n}.s3_data", c.source) for n, c in inputs.items()]
         for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint)):
             if written is None:
                 continue
             for reader_name, read in readers:
-                if read is not None and (written.is_relative_to(read) or read.is_relative_to(written)):
+                if read is None:
+                    continue
+                if field_name == "output_path" and s3_output:
+                    clash = written.is_relative_to(read) or (
+                        job_prefix is not None and read.is_relative_to(job_prefix)
+                        and not any(read.is_relative_to(job_prefix / up) for up in SDK_UPLOADS))
+                else:
+                    clash = written.is_relative_to(read) or read.is_relative_to(written)
+                if clash:
                     self.fail(field_name, f"{written} overlaps {self.field_name(reader_name)} ({read})",
                               "the job would write into data or code it reads: use a separate folder")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_validation_catches import ENTRY_POINTS
 
 from emulator.console import RecordingReporter
 from emulator.runner import run_job
 from emulator.spec import entry_point_problem, load_spec_file
-from tests.unit.test_validation_catches import ENTRY_POINTS
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

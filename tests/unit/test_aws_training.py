@@ -105,7 +105,7 @@ def test_a_job_its_driver_cannot_run_ends_failed_with_the_drivers_words(project:
 
 
 def test_a_job_name_in_use_is_refused(project: Path) -> None:
-    (project / "out" / "taken").mkdir(parents=True)
+    (project / "out" / "taken" / "logs").mkdir(parents=True)
     jobs.record("taken", project / "out" / "taken", "Completed")
     with pytest.raises(ClientError) as info:
         client(project).create_training_job(**request("taken"))

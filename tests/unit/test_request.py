@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from test_invalid_corpus import CORPUS, run_cli
 
 from emulator import api, contract
 from emulator.errors import SpecError
 from emulator.plan import make_plan
 from emulator.spec.request import RequestNames, request_from_spec
-from tests.unit.test_invalid_corpus import CORPUS, run_cli
 
 
 @pytest.fixture

@@ -255,6 +255,69 @@ def test_a_request_submit_directory_in_s3_is_unpacked(project: Path, tmp_path: P
     assert spec.output_path == (project / "s3" / "my-bucket" / "out").resolve()
 
 
+def sdk_request(project: Path, job: str, **channels: str) -> Path:
+    """A request laid out as SDK v2 sends it by default: output to the bucket itself, the code in
+    <bucket>/<job>/source/sourcedir.tar.gz."""
+    write_archive(project / "s3" / "my-bucket" / job / "source" / "sourcedir.tar.gz", {"train.py": "pass\n"})
+    doc = {
+        "TrainingJobName": job,
+        "AlgorithmSpecification": {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "File"},
+        "HyperParameters": {"sagemaker_program": '"train.py"',
+                            "sagemaker_submit_directory": f'"s3://my-bucket/{job}/source/sourcedir.tar.gz"'},
+        "ResourceConfig": {"InstanceType": "ml.c5.xlarge", "InstanceCount": 2},
+        "OutputDataConfig": {"S3OutputPath": "s3://my-bucket/"},
+        "InputDataConfig": [{"ChannelName": name, "DataSource": {"S3DataSource": {
+            "S3Uri": uri, "S3DataType": "S3Prefix"}}} for name, uri in channels.items()],
+    }
+    path = project / "request.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_sdks_layout_under_an_s3_output_prefix_is_accepted(project: Path) -> None:
+    """The default output path is the bucket, where upload_data also puts the data, and the code lies
+    in the job's own prefix: only <bucket>/<job>/ is the job's, and its source/ is the SDK's."""
+    (project / "s3" / "my-bucket" / "data" / "train").mkdir(parents=True)
+    (project / "s3" / "my-bucket" / "data" / "train" / "a.csv").write_text("1\n")
+    spec = api.load(sdk_request(project, "sdk-job", train="s3://my-bucket/data/train"), s3_root=project / "s3")
+    assert spec.source_archive
+
+
+def test_data_inside_the_jobs_own_prefix_overlaps_its_output(project: Path) -> None:
+    (project / "s3" / "my-bucket" / "sdk-job" / "mine").mkdir(parents=True)
+    (project / "s3" / "my-bucket" / "sdk-job" / "mine" / "a.csv").write_text("1\n")
+    with pytest.raises(SpecError) as info:
+        api.load(sdk_request(project, "sdk-job", train="s3://my-bucket/sdk-job/mine"), s3_root=project / "s3")
+    assert [p.path for p in info.value.problems] == ["OutputDataConfig.S3OutputPath"]
+    assert "overlaps InputDataConfig" in str(info.value.problems[0])
+
+
+def test_a_run_shares_its_prefix_with_the_sdks_upload_and_a_failed_staging_leaves_it(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from emulator import staging
+    from emulator.errors import JobFolderTaken
+
+    spec = api.load(sdk_request(project, "sdk-job"), s3_root=project / "s3")
+    job_dir = project / "s3" / "my-bucket" / "sdk-job"
+    assert not staging.folder_taken(job_dir, s3_output=True)
+    assert staging.folder_taken(job_dir, s3_output=False)  # a local output folder is never shared
+
+    def broken(plan: object, folder: Path) -> None:
+        (folder / "hosts").mkdir()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(staging, "_lay_out", broken)
+    with pytest.raises(Exception, match="disk full"):
+        staging.stage(make_plan(spec, "sdk-job", "spec", 0))
+    assert sorted(p.name for p in job_dir.iterdir()) == ["source"]  # the run's own entries went, the code stayed
+    monkeypatch.undo()
+    staging.stage(make_plan(spec, "sdk-job", "spec", 0))
+    assert {"source", "logs", "hosts", "output"} <= {p.name for p in job_dir.iterdir()}
+    assert staging.folder_taken(job_dir, s3_output=True)  # now an earlier job's
+    with pytest.raises(JobFolderTaken):
+        staging.stage(make_plan(spec, "sdk-job", "spec", 0))
+
+
 @pytest.mark.parametrize(
     ("files", "links", "entry", "fragment"),
     [

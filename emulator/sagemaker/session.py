@@ -1,0 +1,163 @@
+"""`EmulatorSession`: the SageMaker Python SDK v2's `sagemaker.Session`, served by the emulator.
+
+Pass it as `sagemaker_session=` and the user's estimator code runs unchanged: `PyTorch(...)`,
+`TensorFlow(...)` or `Estimator(...)` with `instance_groups`, `TrainingInput(..., instance_groups=...)`,
+`estimator.fit(...)`. It needs no AWS account, credentials or network. Its boto3 session has
+placeholder credentials and every call its clients make is answered locally (`emulator.aws.stub`):
+SageMaker's training-job operations run the job on the local engine (`emulator.aws.training`); S3
+reads and writes the local S3 root (`emulator.aws.s3`); STS names a placeholder account. So the SDK
+keeps doing everything it does on the service (its argument checks, the code upload, the request it
+builds, the exception a failed job raises) and only the answers are local.
+
+Two methods are the emulator's own, because the SDK's pace them for a remote service: it asks for
+the job's status every 5 s (`wait_for_job`) and every 30 s while it prints logs (`logs_for_job`,
+which reads CloudWatch). Here both ask every `poll_seconds`, and the logs are the hosts' own log
+files, printed with `algo-N (group) |` prefixes as `hetero-emu run` prints them. Their ends are the
+SDK's: the same status lines, and the SDK's own `UnexpectedStatusException` with the FailureReason
+when the job did not complete.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import boto3
+import sagemaker
+from sagemaker.config import load_sagemaker_config
+from sagemaker.session import _check_job_status
+from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
+
+from emulator.aws import stub
+from emulator.aws.images import DEFAULT_IMAGE_MAP
+from emulator.aws.s3 import S3
+from emulator.aws.sts import STS
+from emulator.aws.training import FINAL, SageMakerTraining
+from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.console import ConsoleReporter
+from emulator.errors import UsageError
+from emulator.spec import s3
+from emulator.tail import LogTail
+
+DEFAULT_REGION = "us-west-2"
+# The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
+# service, whatever the poll interval.
+DOT_SECONDS = 5.0
+
+
+class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is untyped
+    """A `sagemaker.Session` whose training jobs run on this machine's Docker engine.
+
+    `s3_root`: the folder s3://bucket/key maps to (<s3_root>/bucket/key); default $HETERO_EMU_S3_ROOT,
+    else ~/.local/share/hetero-emu/s3. `images`: ECR image names -> local images, over the default
+    table that runs every ECR image as the project's training image (`emulator.aws.images`). `region`:
+    the region the SDK resolves images and names buckets for (default $AWS_REGION,
+    $AWS_DEFAULT_REGION, else us-west-2). Other keyword arguments go to `sagemaker.Session`
+    (`default_bucket`, `default_bucket_prefix`, ...).
+    """
+
+    def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
+                 region: str | None = None, engine: str = DEFAULT_ENGINE, poll_seconds: float = 0.2,
+                 **session_args: Any) -> None:
+        with s3.given_root(s3_root, "EmulatorSession(s3_root=...)"):
+            root = s3.choose_root(None)
+        if not root.named:
+            root.path.mkdir(parents=True, exist_ok=True)
+        elif not root.path.is_dir():
+            raise UsageError(f"{root.origin}: S3 root not found: {root.path}",
+                             hint="a folder whose subfolders are buckets: create it, or leave s3_root out for the "
+                             "default root")
+        self.s3_root = root.path
+        self.poll_seconds = poll_seconds
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+        self.training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
+                                          engine_name=engine, s3_origin=root.origin)
+        boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
+                                     region_name=region)
+        stub.install(boto_session, [self.training, S3(root.path), STS()])
+        super().__init__(boto_session=boto_session, sagemaker_config=_config(), **session_args)
+
+    def wait_for_job(self, job: str, poll: int = 5) -> dict[str, Any]:
+        """Wait for a training job to end, as `sagemaker.Session.wait_for_job` does (its status lines,
+        a dot now and then, its exception if the job did not complete)."""
+        return self._watch(job, logs=False, wait=True, timeout=None)
+
+    def logs_for_job(self, job_name: str, wait: bool = False, poll: int = 10, log_type: Any = "All",
+                     timeout: int | None = None) -> dict[str, Any]:
+        """Print a training job's host logs (following them until the job ends when `wait`), with the
+        job's status lines, as `sagemaker.Session.logs_for_job` does."""
+        return self._watch(job_name, logs=log_type not in ("None", False, None), wait=wait, timeout=timeout)
+
+    def _watch(self, job: str, *, logs: bool, wait: bool, timeout: float | None) -> dict[str, Any]:
+        describe = self.sagemaker_client.describe_training_job
+        description: dict[str, Any] = describe(TrainingJobName=job)
+        shown = description
+        _say(secondary_training_status_message(description, None))
+        record_dir = Path(self.training.found(job).job_dir)
+        tail = LogTail(record_dir / "logs", _GroupOf(record_dir))
+        printer = ConsoleReporter(colour=None)
+        end = time.monotonic() + timeout if timeout else None
+        last_dot = time.monotonic()
+        while True:
+            ended = description["TrainingJobStatus"] in FINAL
+            if logs:
+                self._print(printer, tail.poll(final=ended or not wait))
+            if ended or not wait:
+                break
+            if end is not None and time.monotonic() > end:
+                _say(f"Timeout Exceeded. {timeout} seconds elapsed.")
+                break
+            time.sleep(self.poll_seconds)
+            description = describe(TrainingJobName=job)
+            if secondary_training_status_changed(description, shown):
+                _say(secondary_training_status_message(description, shown))
+                shown = description
+            elif not logs and time.monotonic() - last_dot >= DOT_SECONDS:
+                print(".", end="", flush=True)
+                last_dot = time.monotonic()
+        if wait and description["TrainingJobStatus"] in FINAL:
+            _check_job_status(job, description, "TrainingJobStatus")
+        return description
+
+    @staticmethod
+    def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]]) -> None:
+        hosts = sorted({(host, group) for host, group, _ in lines})
+        if hosts:
+            printer.set_hosts(hosts)
+        for host, group, line in lines:
+            printer.log_line(host, group, line)
+
+
+class _GroupOf:
+    """Each host's group from its resourceconfig.json, read once it is there."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.groups: dict[str, str] = {}
+
+    def __call__(self, host: str) -> str:
+        if host not in self.groups:
+            from emulator import api
+
+            self.groups.update(api.host_groups(self.job_dir))
+        return self.groups.get(host, "?")
+
+
+def _say(text: str) -> None:
+    if text:
+        print(("\n" if not text.startswith("\n") else "") + text, flush=True)
+        sys.stdout.flush()
+
+
+def _config() -> dict[str, Any]:
+    """The user's SageMaker SDK defaults (config.yaml files), with the SDK's telemetry off: it would
+    send a request to AWS after every fit."""
+    config: dict[str, Any] = load_sagemaker_config() or {}
+    config.setdefault("SchemaVersion", "1.0")
+    modules = config.setdefault("SageMaker", {}).setdefault("PythonSDK", {}).setdefault("Modules", {})
+    modules["TelemetryOptOut"] = True
+    return config

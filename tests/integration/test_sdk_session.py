@@ -1,0 +1,222 @@
+"""The user's own SageMaker Python SDK v2 code, unchanged but for `sagemaker_session=EmulatorSession(...)`,
+on the real engine: the guide's two cluster shapes through `estimator.fit`, with what the REAL
+sagemaker-training toolkit tells each host asserted as the YAML tests assert it; a failing script
+raising the SDK's own exception; `fit(wait=False)` then `wait()` or `stop()`; plain boto3 calls.
+
+The SDK (pinned in the test extras) builds the request, uploads `source_dir` as sourcedir.tar.gz
+and resolves the framework's ECR image itself; the emulator only answers its API calls.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sagemaker.estimator import Estimator
+from sagemaker.exceptions import UnexpectedStatusException
+from sagemaker.inputs import TrainingInput
+from sagemaker.instance_group import InstanceGroup
+from sagemaker.pytorch import PyTorch
+from sagemaker.tensorflow import TensorFlow
+from test_seed_clusters import PROBE, log_tagged
+
+from emulator.defaults import DEFAULT_IMAGE
+from emulator.sagemaker import EmulatorSession
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+
+G1, G2 = "instance_group_1", "instance_group_2"
+C5, P3DN = "ml.c5.18xlarge", "ml.p3dn.24xlarge"
+ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
+DATA = "your-training-data-storage"
+
+# The probe, then what the job's channels hold and a model file per host.
+SCRIPT = PROBE + '''
+import sys
+data = "/opt/ml/input/data"
+names = sorted(os.listdir(data)) if os.path.isdir(data) else []
+channels = {c: sorted(os.listdir(os.path.join(data, c))) for c in names}
+print("CHANNELS_JSON " + json.dumps(channels, sort_keys=True), flush=True)
+os.makedirs("/opt/ml/model", exist_ok=True)
+with open(f"/opt/ml/model/{env.current_host}.txt", "w") as f:
+    f.write(env.current_instance_group)
+if os.environ.get("FAIL_ON") == env.current_host:
+    sys.exit(f"{env.current_host} gives up")
+if os.environ.get("SLEEP"):
+    import time
+    time.sleep(float(os.environ["SLEEP"]))
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SCRIPT)
+    for folder, name in (("folder1", "a.csv"), ("folder2", "b.csv")):
+        (tmp_path / "s3" / DATA / folder).mkdir(parents=True)
+        (tmp_path / "s3" / DATA / folder / name).write_text("1,2\n")
+    return tmp_path
+
+
+@pytest.fixture
+def session(project: Path) -> EmulatorSession:
+    return EmulatorSession(s3_root=project / "s3")
+
+
+def guide_inputs() -> dict[str, TrainingInput]:
+    """The guide's two channels, each on one instance group."""
+    return {
+        "training": TrainingInput(s3_data_type="S3Prefix", s3_data=f"s3://{DATA}/folder1",
+                                  distribution="FullyReplicated", input_mode="File", instance_groups=[G1]),
+        "dummy-input-channel": TrainingInput(s3_data_type="S3Prefix", s3_data=f"s3://{DATA}/folder2",
+                                             distribution="FullyReplicated", input_mode="File",
+                                             instance_groups=[G2]),
+    }
+
+
+def job_dir(session: EmulatorSession, name: str) -> Path:
+    return Path(session.training.found(name).job_dir)
+
+
+def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
+        project: Path, session: EmulatorSession, capsys: pytest.CaptureFixture[str]) -> None:
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(project / "code"), framework_version="2.1.0", py_version="py310",
+        role=ROLE, sagemaker_session=session,
+        instance_groups=[InstanceGroup(G1, C5, 1), InstanceGroup(G2, P3DN, 2)],
+        hyperparameters={"epochs": 2},
+    )
+    estimator.fit(inputs=guide_inputs(), job_name="guide-pytorch")
+
+    folder = job_dir(session, "guide-pytorch")
+    expected = {"algo-1": (G1, C5, ["algo-1"]), "algo-2": (G2, P3DN, ["algo-2", "algo-3"]),
+                "algo-3": (G2, P3DN, ["algo-2", "algo-3"])}
+    for host, (group, itype, group_hosts) in expected.items():
+        info = log_tagged(folder, host, "PROBE_JSON")
+        assert info["is_hetero"] is True, host
+        assert info["current_host"] == info["hostname"] == host
+        assert info["current_instance_group"] == group, host
+        assert info["current_instance_type"] == itype, host
+        assert info["current_instance_group_hosts"] == group_hosts, host
+        assert info["instance_groups"] == [G1, G2], host
+        assert info["hosts"] == ["algo-1", "algo-2", "algo-3"], host
+        # The SDK's hyperparameters reach the script typed, its own sagemaker_* ones are the toolkit's.
+        assert info["hyperparameters"] == {"epochs": 2}, host
+        assert info["os_env"]["TRAINING_JOB_NAME"] == "guide-pytorch"
+        channels = log_tagged(folder, host, "CHANNELS_JSON")
+        assert channels == ({"training": ["a.csv"]} if group == G1 else {"dummy-input-channel": ["b.csv"]}), host
+
+    # Where the service puts the model: <output_path>/<job>/output/model.tar.gz, under the S3 root.
+    bucket = session.default_bucket()
+    assert estimator.model_data == f"s3://{bucket}/guide-pytorch/output/model.tar.gz"
+    with tarfile.open(project / "s3" / bucket / "guide-pytorch" / "output" / "model.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["algo-1.txt", "algo-2.txt", "algo-3.txt"]
+    # The code went the SDK's way: sourcedir.tar.gz uploaded to the default bucket.
+    assert (project / "s3" / bucket / "guide-pytorch" / "source" / "sourcedir.tar.gz").is_file()
+
+    described = session.describe_training_job("guide-pytorch")
+    assert described["TrainingJobStatus"] == "Completed"
+    assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == [
+        "Starting", "Downloading", "Training", "Uploading", "Completed"]
+    # The framework's ECR image as the SDK resolved it; the local image that ran it beside it.
+    assert described["AlgorithmSpecification"]["TrainingImage"].endswith("/pytorch-training:2.1.0-gpu-py310")
+    assert described["Emulator"]["Image"] == DEFAULT_IMAGE
+    assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
+        ("algo-1", G1, 0), ("algo-2", G2, 0), ("algo-3", G2, 0)]
+
+    # logs=True (fit's default): each host's lines with its name and group, and the status lines.
+    out = capsys.readouterr().out
+    assert "algo-1 (instance_group_1) | PROBE_JSON" in out
+    assert "algo-3 (instance_group_2) | CHANNELS_JSON" in out
+    assert "Training - Training image download completed. Training in progress." in out
+    assert "Completed - Training job completed" in out
+
+
+def test_the_guides_tensorflow_estimator_with_mpi_on_one_group(
+        project: Path, session: EmulatorSession) -> None:
+    # The image has no MPI yet: the probe runs in place of the toolkit's launcher, which is asked
+    # what it was told. The distribution is the guide's, verbatim.
+    g1, g2 = InstanceGroup(G1, C5, 1), InstanceGroup(G2, P3DN, 2)
+    estimator = TensorFlow(
+        entry_point="train.py", source_dir=str(project / "code"), framework_version="2.13", py_version="py310",
+        role=ROLE, sagemaker_session=session, instance_groups=[g1, g2],
+        distribution={"mpi": {"enabled": True, "processes_per_host": 8}, "instance_groups": [g2]},
+        container_entry_point=["python3", "/opt/ml/code/train.py"],
+    )
+    estimator.fit(inputs=guide_inputs(), job_name="guide-tf-mpi", logs=False)
+
+    folder = job_dir(session, "guide-tf-mpi")
+    for host, group in (("algo-1", G1), ("algo-2", G2), ("algo-3", G2)):
+        info = log_tagged(folder, host, "PROBE_JSON")
+        assert info["current_instance_group"] == group, host
+        assert info["distribution_instance_groups"] == [G2], host
+        assert info["distribution_hosts"] == ["algo-2", "algo-3"], host
+        assert info["master_hostname"] == "algo-2", host
+        framework = info["additional_framework_parameters"]
+        assert framework["sagemaker_mpi_enabled"] is True, host
+        assert framework["sagemaker_mpi_num_of_processes_per_host"] == 8, host
+        assert json.loads(info["env"]["SM_DISTRIBUTION_INSTANCE_GROUPS"]) == [G2], host
+    assert estimator.model_data.endswith("/guide-tf-mpi/output/model.tar.gz")
+
+
+def test_a_failing_script_raises_the_sdks_unexpected_status_exception(
+        project: Path, session: EmulatorSession) -> None:
+    estimator = PyTorch(
+        entry_point="train.py", source_dir=str(project / "code"), framework_version="2.1.0", py_version="py310",
+        role=ROLE, sagemaker_session=session,
+        instance_groups=[InstanceGroup(G1, C5, 1), InstanceGroup(G2, P3DN, 1)], environment={"FAIL_ON": "algo-2"},
+    )
+    with pytest.raises(UnexpectedStatusException) as info:
+        estimator.fit(inputs=guide_inputs(), job_name="guide-fails", logs=False)
+    assert info.value.actual_status == "Failed"
+    message = str(info.value)
+    assert "Error for Training job guide-fails: Failed. Reason:" in message
+    # The toolkit's own words from /opt/ml/output/failure, with the host that failed first.
+    assert "AlgorithmError: algo-2 (instance_group_2) exited with code 1: ExecuteUserScriptError" in message
+    described = session.describe_training_job("guide-fails")
+    assert described["TrainingJobStatus"] == "Failed"
+    assert described["FailureReason"] in message
+    assert [h["ExitCode"] != 0 for h in described["Hosts"]] == [False, True]
+
+
+def test_fit_without_waiting_then_stop_ends_the_job_stopped(project: Path, session: EmulatorSession) -> None:
+    estimator = Estimator(
+        image_uri=DEFAULT_IMAGE, entry_point="train.py", source_dir=str(project / "code"), role=ROLE,
+        sagemaker_session=session, base_job_name="guide-stop",
+        instance_groups=[InstanceGroup(G1, C5, 1), InstanceGroup(G2, P3DN, 1)], environment={"SLEEP": "300"},
+    )
+    estimator.fit(inputs=guide_inputs(), wait=False)
+    job = estimator.latest_training_job
+    assert job is not None and job.name.startswith("guide-stop-")
+    deadline = time.monotonic() + 120
+    while session.describe_training_job(job.name)["SecondaryStatus"] != "Training":
+        assert time.monotonic() < deadline, "the job never started training"
+        time.sleep(0.2)
+    job.stop()
+    job.wait(logs="None")  # Stopped is no failure: the SDK only warns
+    described = session.describe_training_job(job.name)
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["SecondaryStatusTransitions"][-1]["Status"] == "Stopped"
+
+
+def test_fit_without_waiting_then_wait_and_plain_boto3_calls(project: Path, session: EmulatorSession) -> None:
+    estimator = Estimator(
+        image_uri=DEFAULT_IMAGE, entry_point="train.py", source_dir=str(project / "code"), role=ROLE,
+        sagemaker_session=session, base_job_name="guide-later", instance_count=2, instance_type="ml.m5.xlarge",
+        output_path=f"s3://{DATA}/models",
+    )
+    estimator.fit(wait=False)
+    name = estimator.latest_training_job.name
+    sm: Any = session.boto_session.client("sagemaker")
+    listed = sm.list_training_jobs(NameContains="guide-later")["TrainingJobSummaries"]
+    assert [s["TrainingJobName"] for s in listed] == [name]
+    estimator.latest_training_job.wait(logs="None")
+    assert sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Completed"
+    assert estimator.model_data == f"s3://{DATA}/models/{name}/output/model.tar.gz"
+    s3: Any = session.boto_session.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=DATA, Prefix=f"models/{name}/output/")["Contents"]]
+    assert f"models/{name}/output/model.tar.gz" in keys
