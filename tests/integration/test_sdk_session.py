@@ -220,3 +220,33 @@ def test_fit_without_waiting_then_wait_and_plain_boto3_calls(project: Path, sess
     s3: Any = session.boto_session.client("s3")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=DATA, Prefix=f"models/{name}/output/")["Contents"]]
     assert f"models/{name}/output/model.tar.gz" in keys
+
+
+def test_a_plain_boto3_create_training_job_request_runs(project: Path, session: EmulatorSession) -> None:
+    """boto3 code, as the API reference writes it, through the session's boto3 session: the code
+    archive uploaded with the SDK's own helper, the request written by hand."""
+    archive = project / "sourcedir.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(project / "code" / "train.py", arcname="train.py")
+    code_uri = session.upload_data(str(archive), bucket=DATA, key_prefix="code")
+    sm: Any = session.boto_session.client("sagemaker")
+    sm.create_training_job(
+        TrainingJobName="boto3-job", RoleArn=ROLE,
+        AlgorithmSpecification={"TrainingImage": DEFAULT_IMAGE, "TrainingInputMode": "File"},
+        HyperParameters={"sagemaker_program": '"train.py"', "sagemaker_submit_directory": json.dumps(code_uri)},
+        ResourceConfig={"InstanceGroups": [
+            {"InstanceGroupName": G1, "InstanceType": C5, "InstanceCount": 1},
+            {"InstanceGroupName": G2, "InstanceType": P3DN, "InstanceCount": 1}], "VolumeSizeInGB": 30},
+        InputDataConfig=[{"ChannelName": "training", "DataSource": {"S3DataSource": {
+            "S3Uri": f"s3://{DATA}/folder1", "S3DataType": "S3Prefix", "InstanceGroupNames": [G2]}}}],
+        OutputDataConfig={"S3OutputPath": f"s3://{DATA}/boto3-out"},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+    sm.get_waiter("training_job_completed_or_stopped").wait(
+        TrainingJobName="boto3-job", WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    described = sm.describe_training_job(TrainingJobName="boto3-job")
+    assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
+    folder = job_dir(session, "boto3-job")
+    assert log_tagged(folder, "algo-2", "CHANNELS_JSON") == {"training": ["a.csv"]}
+    assert log_tagged(folder, "algo-1", "CHANNELS_JSON") == {}
+    assert described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{DATA}/boto3-out/boto3-job/output/model.tar.gz"
