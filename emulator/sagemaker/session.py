@@ -78,7 +78,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
                                           engine_name=engine, s3_origin=root.origin)
         boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                      region_name=region)
-        stub.install(boto_session, [self.training, S3(root.path), STS()])
+        stub.install(boto_session, [self.training, S3(root.path, region=region), STS()])
         super().__init__(boto_session=boto_session, sagemaker_config=_config(), **session_args)
 
     def wait_for_job(self, job: str, poll: int = 5) -> dict[str, Any]:

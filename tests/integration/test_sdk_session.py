@@ -22,7 +22,7 @@ from sagemaker.inputs import TrainingInput
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 from sagemaker.tensorflow import TensorFlow
-from test_seed_clusters import PROBE, log_tagged
+from test_seed_clusters import PROBE, assert_mpi_on_instance_group_2, log_tagged
 
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.sagemaker import EmulatorSession
@@ -153,13 +153,7 @@ def test_the_guides_tensorflow_estimator_with_mpi_on_one_group(
     for host, group in (("algo-1", G1), ("algo-2", G2), ("algo-3", G2)):
         info = log_tagged(folder, host, "PROBE_JSON")
         assert info["current_instance_group"] == group, host
-        assert info["distribution_instance_groups"] == [G2], host
-        assert info["distribution_hosts"] == ["algo-2", "algo-3"], host
-        assert info["master_hostname"] == "algo-2", host
-        framework = info["additional_framework_parameters"]
-        assert framework["sagemaker_mpi_enabled"] is True, host
-        assert framework["sagemaker_mpi_num_of_processes_per_host"] == 8, host
-        assert json.loads(info["env"]["SM_DISTRIBUTION_INSTANCE_GROUPS"]) == [G2], host
+        assert_mpi_on_instance_group_2(info, host)
     assert estimator.model_data.endswith("/guide-tf-mpi/output/model.tar.gz")
 
 

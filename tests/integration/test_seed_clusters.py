@@ -80,6 +80,19 @@ def log_tagged(job_dir: Path, host: str, tag: str) -> dict[str, Any]:
     return json.loads(lines[0][len(tag) + 1 :])  # type: ignore[no-any-return]
 
 
+def assert_mpi_on_instance_group_2(info: dict[str, Any], host: str) -> None:
+    """What the toolkit tells every host, whichever group it is in, of the guide's cluster B: MPI with
+    8 processes per host on instance_group_2 (algo-2, algo-3)."""
+    assert info["distribution_instance_groups"] == [G2], host
+    assert info["distribution_hosts"] == ["algo-2", "algo-3"], host
+    assert info["master_hostname"] == "algo-2", host
+    framework = info["additional_framework_parameters"]
+    assert framework["sagemaker_mpi_enabled"] is True, host
+    assert framework["sagemaker_mpi_num_of_processes_per_host"] == 8, host
+    assert framework["sagemaker_distribution_instance_groups"] == [G2], host
+    assert json.loads(info["env"]["SM_DISTRIBUTION_INSTANCE_GROUPS"]) == [G2], host
+
+
 def probe_spec(tmp_path: Path, **fields: Any) -> JobSpec:
     code = tmp_path / "code"
     code.mkdir()
@@ -224,14 +237,7 @@ def test_cluster_b_mpi_on_one_group(tmp_path: Path) -> None:
         assert info["current_instance_group"] == group, host
         assert info["current_instance_type"] == itype, host
         assert info["current_instance_group_hosts"] == group_hosts, host
-        # The same answer on every host, whichever group it is in.
-        assert info["distribution_instance_groups"] == [G2], host
-        assert info["distribution_hosts"] == ["algo-2", "algo-3"], host
-        assert info["master_hostname"] == "algo-2", host
-        framework = info["additional_framework_parameters"]
-        assert framework["sagemaker_mpi_enabled"] is True, host
-        assert framework["sagemaker_mpi_num_of_processes_per_host"] == 8, host
-        assert framework["sagemaker_distribution_instance_groups"] == [G2], host
+        assert_mpi_on_instance_group_2(info, host)
         assert info["hyperparameters"] == {"epochs": 3}, host
         env = info["env"]
         assert json.loads(env["SM_DISTRIBUTION_INSTANCE_GROUPS"]) == [G2], host
