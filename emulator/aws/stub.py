@@ -72,8 +72,8 @@ def _answer(by_service: Mapping[str, Mapping[str, Operation]], model: Any, conte
     operation = by_service.get(service, {}).get(model.name)
     try:
         if operation is None:
-            raise ApiError("NotEmulated", f"hetero-emu does not emulate {service}:{model.name}; only "
-                           f"{_known(by_service)} are answered locally (nothing is sent to AWS)")
+            raise ApiError("NotEmulated", f"hetero-emu does not emulate {service}:{model.name} (nothing is sent "
+                           f"to AWS); answered here: {_known(by_service)}")
         parsed = as_output(operation(dict(context.get(PARAMS_KEY) or {})), model.output_shape)
         status = 200
     except ApiError as err:
@@ -84,7 +84,9 @@ def _answer(by_service: Mapping[str, Mapping[str, Operation]], model: Any, conte
 
 
 def _known(by_service: Mapping[str, Mapping[str, Operation]]) -> str:
-    return ", ".join(f"{s}:{op}" for s, ops in sorted(by_service.items()) for op in sorted(ops))
+    """`sagemaker` CreateTrainingJob, ...: S3's two dozen operations in full would drown the message."""
+    return "; ".join(f"{s} " + (", ".join(sorted(ops)) if len(ops) <= 6 else f"{len(ops)} operations")
+                     for s, ops in sorted(by_service.items()))
 
 
 def as_output(value: Any, shape: Any) -> Any:
