@@ -94,3 +94,23 @@ def _read(path: Path) -> JobRecord | None:
                          str(doc.get("LastModifiedTime", "")), doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def end(job_name: str, status: str, reason: str | None = None) -> JobRecord | None:
+    """Record that a job ended (`Failed` or `Stopped`) before its run could say so itself: its driver
+    could not start it, was stopped before the hosts were, or died. A job whose record already says
+    how it ended is left as it is. Returns the record as it stands."""
+    earlier = find(job_name)
+    if earlier is None or earlier.status != "InProgress":
+        return earlier
+    stamp = now_text()
+    transitions = earlier.transitions
+    if transitions:
+        transitions[-1]["EndTime"] = stamp
+    message = reason or {"Stopped": "Training job stopped"}.get(status, "Training job failed")
+    transitions.append({"Status": status, "StartTime": stamp, "EndTime": stamp, "StatusMessage": message})
+    fields: dict[str, Any] = {"SecondaryStatus": status, "SecondaryStatusTransitions": transitions}
+    if reason:
+        fields["FailureReason"] = reason
+    record(job_name, earlier.job_dir, status, **fields)
+    return find(job_name)

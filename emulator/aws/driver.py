@@ -22,9 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from emulator import api
+from emulator import api, jobs
 from emulator.console import ConsoleReporter
-from emulator.errors import EmulatorError
+from emulator.errors import EmulatorError, Interrupted
 from emulator.spec import request, s3
 
 
@@ -40,19 +40,22 @@ def main(argv: list[str]) -> int:
     # SIGTERM (StopTrainingJob) stops the job as Ctrl-C does: the runner's teardown runs in `finally`.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     ticket = json.loads(Path(argv[0]).read_text())
+    name = str(ticket["Request"].get("TrainingJobName"))
     try:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob")
         result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
                          created=datetime.fromisoformat(ticket["CreationTime"]))
-    except EmulatorError as err:
-        # The last line of this driver's log is the job's FailureReason when it never ran.
-        sys.stdout.flush()
-        sys.stderr.write(f"error: {err.message}" + (f" ({err.hint})" if err.hint else "") + "\n")
-        return err.exit_code
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
+        # Stopped before the hosts ran (building the image, staging): the run could not record it.
         sys.stderr.write("stopped (StopTrainingJob)\n")
+        jobs.end(name, "Stopped")
         return 130
+    except EmulatorError as err:
+        text = err.message + (f" ({err.hint})" if err.hint else "")
+        sys.stderr.write(f"error: {text}\n")
+        jobs.end(name, "Failed", f"the emulator could not run the job: {text}")
+        return err.exit_code
     return result.exit_code
 
 

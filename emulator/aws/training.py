@@ -157,19 +157,9 @@ class SageMakerTraining(Service):
         pid = record.doc.get("DriverPid")
         if record.status != "InProgress" or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
             return record
-        again = jobs.find(record.job_name)  # it may have ended between the two reads
-        if again is None or again.status != "InProgress":
-            return again or record
+        # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
         log = jobs.state_dir() / "drivers" / f"{record.job_name}.log"
-        reason = f"the emulator could not run the job: {last_line(log)}"
-        stamp = datetime.now(timezone.utc).isoformat()
-        transitions = again.transitions
-        if transitions:
-            transitions[-1]["EndTime"] = stamp
-        transitions.append({"Status": "Failed", "StartTime": stamp, "EndTime": stamp, "StatusMessage": reason})
-        jobs.record(record.job_name, record.job_dir, "Failed", FailureReason=reason, SecondaryStatus="Failed",
-                    SecondaryStatusTransitions=transitions)
-        return jobs.find(record.job_name) or record
+        return jobs.end(record.job_name, "Failed", f"the job's driver ended: {last_line(log)}") or record
 
     def driver_alive(self, name: str, pid: int) -> bool:
         proc = self.drivers.get(name)

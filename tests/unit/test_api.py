@@ -115,3 +115,15 @@ def test_an_unwritable_record_never_fails_a_job(tmp_path: Path, monkeypatch: pyt
     result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
     assert result.status == "Completed"
     assert jobs.find("api-job") is None
+
+
+def test_ending_a_job_its_run_never_recorded_adds_the_final_transition_once(tmp_path: Path, state: Path) -> None:
+    jobs.record("early", tmp_path / "early", "InProgress", SecondaryStatus="Starting", SecondaryStatusTransitions=[
+        {"Status": "Starting", "StartTime": "2026-01-01T00:00:00+00:00", "StatusMessage": "Launching"}])
+    ended = jobs.end("early", "Stopped")
+    assert ended is not None and ended.status == "Stopped" and ended.doc["SecondaryStatus"] == "Stopped"
+    assert [t["Status"] for t in ended.transitions] == ["Starting", "Stopped"]
+    assert ended.transitions[0]["EndTime"] == ended.transitions[1]["StartTime"]
+    # A job whose record says how it ended is left as it is.
+    again = jobs.end("early", "Failed", "late news")
+    assert again is not None and again.status == "Stopped" and "FailureReason" not in again.doc
