@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import emulator
 from emulator import api, contract, jobs, staging
 from emulator.aws import driver
 from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
@@ -92,10 +93,13 @@ class SageMakerTraining(Service):
         jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),
                     CreationTime=created.isoformat(), SecondaryStatus="Starting",
                     SecondaryStatusTransitions=transitions, LocalImage=raw["AlgorithmSpecification"]["TrainingImage"])
+        # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(emulator.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
         with open(folder / f"{name}.log", "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env=env)
         self.drivers[name] = proc
         jobs.record(name, job_dir, "InProgress", DriverPid=proc.pid)
         return {"TrainingJobArn": arn}
