@@ -132,7 +132,11 @@ def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
     # A request's HyperParameters are the API's strings already: written as given, not encoded twice.
     given = {key: value if spec.hyperparameters_encoded else json.dumps(value) for key, value in values.items()
              if key in spec.hyperparameters}
-    return {**given, **{key: json.dumps(value) for key, value in values.items() if key not in given}}
+    written = {**given, **{key: json.dumps(value) for key, value in values.items() if key not in given}}
+    if spec.request_hyperparameters is not None:
+        # A request: the keys it had, no more (the code's place among them is /opt/ml/code, as above).
+        return {key: value for key, value in written.items() if key in spec.request_hyperparameters}
+    return written
 
 
 def channel_config(channel: TrainingInput, job_input_mode: str) -> dict[str, str]:

@@ -207,6 +207,7 @@ def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLay
             name: shares[name][host] if name in shares else spec.inputs[name].files
             for name in channels
             if name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
+            or spec.inputs[name].copied
         }
         layout.append(HostLayout(host, group_of[host], channels, host_shards))
     return tuple(layout)
@@ -258,7 +259,7 @@ def make_plan(
         for name in slot.channels:
             channel = spec.inputs[name]
             source = share_dir(str(job_dir), name, channel, host) if name in slot.shards else channel.source
-            mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=True))
+            mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
         hosts.append(
             HostPlan(
                 name=host,
@@ -374,9 +375,11 @@ EVERY_HOST = "all-hosts"
 
 
 def share_dir(job_dir: str, name: str, channel: TrainingInput, host: str) -> Path:
-    """Where `host` finds a staged channel: its own share of a ShardedByS3Key channel, or the one
-    share all hosts of a FullyReplicated channel mount (staged once, however many hosts)."""
-    return staging_dir(job_dir, name, host if channel.distribution == "ShardedByS3Key" else EVERY_HOST)
+    """Where `host` finds a staged channel: its own share of a ShardedByS3Key channel or its own copy
+    of a copied one (`TrainingInput.copied`), or the one share all hosts of a FullyReplicated channel
+    mount (staged once, however many hosts)."""
+    own = channel.distribution == "ShardedByS3Key" or channel.copied
+    return staging_dir(job_dir, name, host if own else EVERY_HOST)
 
 
 def render(plan: Plan) -> str:

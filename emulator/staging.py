@@ -102,7 +102,7 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
         for channel, files in host.shards.items():
             share = share_dir(plan.job_dir, channel, spec.inputs[channel], host.name)
             if not share.exists():  # a FullyReplicated channel's one share is staged for its first host
-                link_share(spec.inputs[channel].source, files, share)
+                link_share(spec.inputs[channel].source, files, share, copy=spec.inputs[channel].copied)
         if spec.checkpoint_s3_uri is not None and spec.checkpoint_s3_uri.is_dir():
             # The service downloads checkpoint_s3_uri into checkpoint_local_path before the job.
             shutil.copytree(spec.checkpoint_s3_uri, root / "checkpoints", dirs_exist_ok=True)
@@ -127,8 +127,10 @@ def copy_code(source: Path | None, target: Path, entry_point: str | None = None)
         shutil.copy2(source, target / (entry_point or source.name))
 
 
-def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
-    """Put a share of a channel under `target`, as hard links where the filesystem allows.
+def link_share(source: Path, files: tuple[str, ...], target: Path, copy: bool = False) -> None:
+    """Put a share of a channel under `target`, as hard links where the filesystem allows, or as
+    copies when `copy` (a host's writable copy of the SDK's own channel: a write through a hard link,
+    chmod too, would change the file in the S3 root).
 
     `files` are keys as S3 would list them (`spec.paths.scan`): a symlink's own path, the file it leads
     to linked under it. A hard link costs no data copy, so staging time does not grow with the
@@ -145,6 +147,9 @@ def link_share(source: Path, files: tuple[str, ...], target: Path) -> None:
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
+        if copy:
+            shutil.copy2(src, dst)
+            continue
         try:
             os.link(src, dst)
         except OSError as err:

@@ -147,6 +147,11 @@ class TrainingInput:
     # A symlink in the folder would not resolve inside a read-only bind mount of it (its target lies
     # outside, or its text is absolute): the channel is staged as a share of hard links instead.
     links_out: bool = False
+    # The SDK's own upload for this job, under `<output>/<job>/input/` (SDK v3's `code` and `sm_drivers`
+    # channels): each host gets a writable copy, as the service downloads a channel onto the instance.
+    # v3's entry command runs `chmod +x` on its driver script there, which a read-only mount refuses.
+    # The user's data is never in such a channel: only the SDK writes below the job's own prefix.
+    copied: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,12 @@ class JobSpec:
     # True when `hyperparameters` holds strings as the CreateTrainingJob API has them (a request's
     # HyperParameters): hyperparameters.json gets them as given, not JSON-encoded a second time.
     hyperparameters_encoded: bool = False
+    # A request's HyperParameters keys (None for a YAML spec): hyperparameters.json has exactly these,
+    # as the service writes a request's own. The YAML spec gets the `sagemaker_*` ones the SDK v2's
+    # Framework estimator adds to its requests; SDK v3's ModelTrainer adds none, and its driver hands
+    # every hyperparameter to the script as a command-line option, which a script's argparse refuses
+    # when it does not know it.
+    request_hyperparameters: tuple[str, ...] | None = None
     # Not in repr: a traceback or a debug print of the spec must not show secret values.
     environment: Mapping[str, str] = field(default_factory=dict, repr=False)
     inputs: Mapping[str, TrainingInput] = field(default_factory=dict)

@@ -212,7 +212,8 @@ def validate_request(raw: Mapping[str, Any], base_dir: Path, source: str | None 
         raise SpecError(v.problems, source)
     if passthrough:
         spec = replace(spec, hyperparameters={**spec.hyperparameters, **passthrough})
-    return spec
+    given = raw.get("HyperParameters")
+    return replace(spec, request_hyperparameters=tuple(sorted(map(str, given))) if isinstance(given, dict) else ())
 
 
 def _channel_names(value: Any) -> list[str]:
@@ -482,9 +483,9 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
     """The CreateTrainingJob request the SDK would send for this spec, with every local path absolute
     (a file:// URI) so the request runs from any folder. S3 URIs are written as the local folders
     they name under the local S3 root."""
+    # Every `sagemaker_*` hyperparameter the job gets is in the request, as the SDK v2 sends them: a
+    # request's hyperparameters.json has its own keys only (JobSpec.request_hyperparameters).
     hps = encoded_hyperparameters(spec, job_name)
-    hps.pop("sagemaker_job_name", None)
-    hps.pop("sagemaker_instance_type", None)
     if spec.source_dir is not None:
         hps["sagemaker_submit_directory"] = json.dumps(_file_uri(spec.source_dir))
     else:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
 # channels (`input/code`, `input/sm_drivers`). The job's own files go beside them.
 SDK_UPLOADS = ("source", "input")
+SDK_CHANNELS = "input"  # of SDK_UPLOADS, the one whose folders are channels (TrainingInput.copied)
 
 
 class Validator(FieldReader):
@@ -278,6 +280,9 @@ class Validator(FieldReader):
         out_is_s3 = bool(out_text and out_text.startswith("s3://"))
         job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
         self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3)
+        if job_prefix is not None:
+            inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_prefix / SDK_CHANNELS) else c
+                      for name, c in inputs.items()}
 
         max_run = self.integer(raw, "max_run", "max_run")
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
