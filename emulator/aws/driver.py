@@ -9,8 +9,8 @@ as `hetero-emu run` does; StopTrainingJob sends it SIGTERM, which stops the job 
 `hetero-emu run` (the hosts get SIGTERM and the grace period; the job ends Stopped).
 
 The ticket (JSON, written by `emulator.aws.training`) holds the request and how to read it: the folder
-relative paths resolve against (the caller's working folder), the S3 root, the engine and the job's
-CreationTime.
+relative paths resolve against (the caller's working folder), the S3 root, the engine, the job's
+CreationTime and what the service sets beside the request (its region, when the request names none).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from emulator.spec import request, s3
 
 
 def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple[Path, str], engine_name: str,
-                 created: datetime) -> None:
+                 created: datetime, overrides: dict[str, Any] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root[0]),
-                                "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat()},
-                               sort_keys=True))
+                                "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat(),
+                                "Overrides": overrides or {}}, sort_keys=True))
 
 
 def main(argv: list[str]) -> int:
@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
     name = str(ticket["Request"].get("TrainingJobName"))
     try:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
-            spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob")
+            spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
+                                            ticket.get("Overrides"))
         result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
                          created=datetime.fromisoformat(ticket["CreationTime"]))
     except (KeyboardInterrupt, Interrupted):

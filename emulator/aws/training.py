@@ -75,9 +75,10 @@ class SageMakerTraining(Service):
         algorithm = raw.get("AlgorithmSpecification")
         if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
             algorithm["TrainingImage"] = local_image(algorithm["TrainingImage"], self.images)
+        overrides = self.region_override(raw)
         try:
             with s3.given_root(self.s3_root, self.s3_origin):
-                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob")
+                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides)
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
         job_dir = spec.output_path / name
@@ -87,7 +88,8 @@ class SageMakerTraining(Service):
         created = datetime.now(timezone.utc)
         folder = jobs.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
-        driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created)
+        driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
+                            overrides)
         transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),
@@ -103,6 +105,12 @@ class SageMakerTraining(Service):
         self.drivers[name] = proc
         jobs.record(name, job_dir, "InProgress", DriverPid=proc.pid)
         return {"TrainingJobArn": arn}
+
+    def region_override(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The job runs in this service's region (its hosts' AWS_REGION, its ARN) unless the request
+        names one: SDK v2 sends `sagemaker_region`, v3 nothing."""
+        given = raw.get("HyperParameters")
+        return {} if isinstance(given, dict) and "sagemaker_region" in given else {"region": self.region}
 
     def describe(self, params: dict[str, Any]) -> dict[str, Any]:
         return self.description(self.found(str(params.get("TrainingJobName"))))

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
-from emulator import staging
+from emulator import jobs, staging
+from emulator.aws import stub
+from emulator.aws.training import SageMakerTraining
 from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
 from emulator.plan import INPUT_DATA, make_plan
@@ -135,3 +139,28 @@ def test_a_channel_under_the_job_prefix_but_not_the_sdks_upload_is_refused(root:
     raw["InputDataConfig"].append(channel("other", f"s3://{BUCKET}/hetero/{JOB}/other", ["data"]))
     with pytest.raises(SpecError, match="overlaps"):
         load(root, raw)
+
+
+def test_the_job_runs_in_the_services_region_unless_the_request_names_one(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """v3 sends no `sagemaker_region`: the hosts' AWS_REGION and the job's ARN are the region of the
+    service that took the request (the driver gets it with the ticket), as on SageMaker."""
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="y", region_name="eu-west-1")
+    stub.install(session, [SageMakerTraining(root, region="eu-west-1", engine_name="no-such-engine")])
+    sm: Any = session.client("sagemaker")
+    v2_style = v3_request()
+    v2_style.update(TrainingJobName="named-region", HyperParameters={"sagemaker_region": '"ap-south-1"'})
+    for raw, region in ((v3_request(), "eu-west-1"), (v2_style, "ap-south-1")):
+        name = raw["TrainingJobName"]
+        sm.create_training_job(**raw)
+        ticket = json.loads((jobs.state_dir() / "drivers" / f"{name}.json").read_text())
+        with s3.given_root(root, "test"):
+            spec = validate_request(ticket["Request"], root.parent, "CreateTrainingJob", ticket["Overrides"])
+        assert spec.region == region, name
+        environment = make_plan(spec, name).hosts[0].environment
+        assert environment["AWS_REGION"] == region and f":{region}:" in environment["TRAINING_JOB_ARN"], name
+        deadline = time.monotonic() + 60  # the driver ends (its engine does not exist) before the test does
+        while sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress":
+            assert time.monotonic() < deadline, "the driver never ended"
+            time.sleep(0.1)
