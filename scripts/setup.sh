@@ -23,3 +23,19 @@ echo "== installing hetero-emu and its dev tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 
+
+# SDK v3 (ModelTrainer) cannot share a venv with v2: tests/integration/test_sdk_v3.py runs its scripts
+# with .venv-sdk3/bin/python. Its install (about a gigabyte of packages) is redone only when
+# pyproject.toml or the pin changed; hetero-emu itself is installed editable, so code changes need none.
+SDK3_PIN='sagemaker==3.27.0'
+sdk3_stamp="$(cat pyproject.toml; echo "$SDK3_PIN")"
+sdk3_stamp="$(printf '%s' "$sdk3_stamp" | sha256sum | cut -d' ' -f1)"
+if [ -x .venv-sdk3/bin/python ] && [ "$(cat .venv-sdk3/.hetero-emu-stamp 2>/dev/null)" = "$sdk3_stamp" ]; then
+  echo "== .venv-sdk3 is up to date"
+else
+  echo "== installing hetero-emu and SageMaker SDK v3 ($SDK3_PIN) into .venv-sdk3"
+  [ -x .venv-sdk3/bin/python ] || "$PYTHON" -m venv .venv-sdk3
+  .venv-sdk3/bin/python -m pip install -q --upgrade pip
+  .venv-sdk3/bin/python -m pip install -q -e '.[sagemaker3]' "$SDK3_PIN"
+  echo "$sdk3_stamp" > .venv-sdk3/.hetero-emu-stamp
+fi

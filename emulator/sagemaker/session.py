@@ -19,31 +19,23 @@ when the job did not complete.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import boto3
 import sagemaker
 from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator.aws import stub
-from emulator.aws.images import DEFAULT_IMAGE_MAP
-from emulator.aws.s3 import S3
-from emulator.aws.sts import STS
-from emulator.aws.training import FINAL, SageMakerTraining
+from emulator.aws.training import FINAL
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import ConsoleReporter
-from emulator.errors import UsageError
-from emulator.spec import s3
+from emulator.sagemaker.local import local_aws, telemetry_off
 from emulator.tail import LogTail
 
-DEFAULT_REGION = "us-west-2"
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
@@ -63,23 +55,13 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
                  region: str | None = None, engine: str = DEFAULT_ENGINE, poll_seconds: float = 0.2,
                  **session_args: Any) -> None:
-        with s3.given_root(s3_root, "EmulatorSession(s3_root=...)"):
-            root = s3.choose_root(None)
-        if not root.named:
-            root.path.mkdir(parents=True, exist_ok=True)
-        elif not root.path.is_dir():
-            raise UsageError(f"{root.origin}: S3 root not found: {root.path}",
-                             hint="a folder whose subfolders are buckets: create it, or leave s3_root out for the "
-                             "default root")
-        self.s3_root = root.path
+        aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
+                        origin="EmulatorSession(s3_root=...)")
+        self.s3_root = aws.s3_root
+        self.training = aws.training
         self.poll_seconds = poll_seconds
-        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-        self.training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
-                                          engine_name=engine, s3_origin=root.origin)
-        boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
-                                     region_name=region)
-        stub.install(boto_session, [self.training, S3(root.path, region=region), STS()])
-        super().__init__(boto_session=boto_session, sagemaker_config=_config(), **session_args)
+        super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),
+                         **session_args)
 
     def wait_for_job(self, job: str, poll: int = 5) -> dict[str, Any]:
         """Wait for a training job to end, as `sagemaker.Session.wait_for_job` does (its status lines,
@@ -151,13 +133,3 @@ def _say(text: str) -> None:
     if text:
         print(("\n" if not text.startswith("\n") else "") + text, flush=True)
         sys.stdout.flush()
-
-
-def _config() -> dict[str, Any]:
-    """The user's SageMaker SDK defaults (config.yaml files), with the SDK's telemetry off: it would
-    send a request to AWS after every fit."""
-    config: dict[str, Any] = load_sagemaker_config() or {}
-    config.setdefault("SchemaVersion", "1.0")
-    modules = config.setdefault("SageMaker", {}).setdefault("PythonSDK", {}).setdefault("Modules", {})
-    modules["TelemetryOptOut"] = True
-    return config

@@ -1,0 +1,69 @@
+"""What the SDK v2 and v3 sessions both stand on: the S3 root, the region, and a boto3 session with
+placeholder credentials whose every call is answered locally (`emulator.aws.stub`): SageMaker's
+training jobs, S3 on the root, STS, IAM's role checks and CloudWatch Logs over the jobs' log files.
+
+It imports no SageMaker SDK, so either major version can build on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from emulator.aws import stub
+from emulator.aws.iam import IAM
+from emulator.aws.images import DEFAULT_IMAGE_MAP
+from emulator.aws.logs import Logs
+from emulator.aws.s3 import S3
+from emulator.aws.sts import STS
+from emulator.aws.training import SageMakerTraining
+from emulator.errors import UsageError
+from emulator.spec import s3
+
+DEFAULT_REGION = "us-west-2"
+
+
+@dataclass(frozen=True)
+class LocalAws:
+    s3_root: Path
+    region: str
+    training: SageMakerTraining
+    boto_session: boto3.Session
+
+
+def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, region: str | None, engine: str,
+              origin: str) -> LocalAws:
+    """The S3 root (`s3_root`, else $HETERO_EMU_S3_ROOT, else the default root, made if missing; a
+    named root must exist), the region (else $AWS_REGION, $AWS_DEFAULT_REGION, us-west-2) and the
+    boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`)."""
+    with s3.given_root(s3_root, origin):
+        root = s3.choose_root(None)
+    if not root.named:
+        root.path.mkdir(parents=True, exist_ok=True)
+    elif not root.path.is_dir():
+        raise UsageError(f"{root.origin}: S3 root not found: {root.path}",
+                         hint="a folder whose subfolders are buckets: create it, or leave s3_root out for the "
+                         "default root")
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+    training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
+                                 engine_name=engine, s3_origin=root.origin)
+    boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
+                                 region_name=region)
+    # Installed before any client exists: clients copy the session's handlers when they are made.
+    stub.install(boto_session, [training, S3(root.path, region=region), STS(), IAM(), Logs(region=region)])
+    return LocalAws(root.path, region, training, boto_session)
+
+
+def telemetry_off(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The user's SageMaker SDK defaults (their config.yaml files, as the SDK loaded them) with the
+    SDK's telemetry off: it would send a request to AWS after every job."""
+    config = dict(config or {})
+    config.setdefault("SchemaVersion", "1.0")
+    modules = config.setdefault("SageMaker", {}).setdefault("PythonSDK", {}).setdefault("Modules", {})
+    modules["TelemetryOptOut"] = True
+    return config

@@ -1,0 +1,49 @@
+"""`emulator.sagemaker` names both SDK sessions but imports each only when asked for (SDK v2 and v3
+cannot be installed together, and each session module imports its own), and the v2 session answers
+the services the two share: IAM and CloudWatch Logs too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator import jobs
+from emulator.aws.logs import GROUP
+
+
+def test_the_package_imports_no_session_module_until_one_is_asked_for() -> None:
+    code = """
+import sys
+import emulator.sagemaker as package
+assert "emulator.sagemaker.session" not in sys.modules and "emulator.sagemaker.v3" not in sys.modules
+assert "sagemaker" not in sys.modules
+assert package.EmulatorSession.__module__ == "emulator.sagemaker.session"
+try:
+    package.NoSuchSession
+except AttributeError as err:
+    print(err)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "has no attribute 'NoSuchSession'" in done.stdout
+
+
+def test_the_v2_session_answers_iam_and_cloudwatch_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from emulator.sagemaker import EmulatorSession
+
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "s3").mkdir()
+    (tmp_path / "job" / "logs").mkdir(parents=True)
+    (tmp_path / "job" / "logs" / "algo-1.log").write_text("hello\n")
+    jobs.record("a-job", tmp_path / "job", "Completed")
+    session = EmulatorSession(s3_root=tmp_path / "s3", region="eu-central-1")
+    logs = session.boto_session.client("logs")
+    stream = logs.describe_log_streams(logGroupName=GROUP, logStreamNamePrefix="a-job/")["logStreams"][0]
+    events = logs.get_log_events(logGroupName=GROUP, logStreamName=stream["logStreamName"], startFromHead=True)
+    assert [e["message"] for e in events["events"]] == ["hello"]
+    assert stream["arn"].startswith("arn:aws:logs:eu-central-1:000000000000:")
+    role = session.boto_session.client("iam").get_role(RoleName="SageMakerRole")["Role"]
+    assert role["Arn"] == "arn:aws:iam::000000000000:role/SageMakerRole"
