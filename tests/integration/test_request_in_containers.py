@@ -66,5 +66,6 @@ def test_a_request_runs_with_its_values_as_the_api_has_them(tmp_path: Path) -> N
         assert s["hps"] == {"lr": 0.01, "name": "abc", "quoted": "x", "layers": [1, 2], "flag": True}
         assert {k: s["raw"][k] for k in ("lr", "name", "quoted", "layers", "flag")} == {
             k: hps[k] for k in ("lr", "name", "quoted", "layers", "flag")}, "written as given, not encoded twice"
-        assert s["raw"]["sagemaker_job_name"] == '"request-in-containers"'
+        # The request's keys, no others (the service adds none); the code is where the toolkit finds it.
+        assert set(s["raw"]) == set(hps) and s["raw"]["sagemaker_submit_directory"] == '"/opt/ml/code"'
         assert s["env"] == {"MY_VAR": "value", "NUMBER": "007"}
