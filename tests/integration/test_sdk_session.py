@@ -22,7 +22,13 @@ from sagemaker.inputs import TrainingInput
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 from sagemaker.tensorflow import TensorFlow
-from test_seed_clusters import PROBE, assert_mpi_on_instance_group_2, log_tagged
+from test_seed_clusters import (
+    GUIDE_B_HOSTS,
+    PROBE,
+    assert_guide_b_host,
+    assert_mpi_on_instance_group_2,
+    log_tagged,
+)
 
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.sagemaker import EmulatorSession
@@ -93,17 +99,9 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     estimator.fit(inputs=guide_inputs(), job_name="guide-pytorch")
 
     folder = job_dir(session, "guide-pytorch")
-    expected = {"algo-1": (G1, C5, ["algo-1"]), "algo-2": (G2, P3DN, ["algo-2", "algo-3"]),
-                "algo-3": (G2, P3DN, ["algo-2", "algo-3"])}
-    for host, (group, itype, group_hosts) in expected.items():
+    for host, (group, _, _) in GUIDE_B_HOSTS.items():
         info = log_tagged(folder, host, "PROBE_JSON")
-        assert info["is_hetero"] is True, host
-        assert info["current_host"] == info["hostname"] == host
-        assert info["current_instance_group"] == group, host
-        assert info["current_instance_type"] == itype, host
-        assert info["current_instance_group_hosts"] == group_hosts, host
-        assert info["instance_groups"] == [G1, G2], host
-        assert info["hosts"] == ["algo-1", "algo-2", "algo-3"], host
+        assert_guide_b_host(info, host)
         # The SDK's hyperparameters reach the script typed, its own sagemaker_* ones are the toolkit's.
         assert info["hyperparameters"] == {"epochs": 2}, host
         assert info["os_env"]["TRAINING_JOB_NAME"] == "guide-pytorch"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_seed_clusters import PROBE, log_tagged
+from test_seed_clusters import GUIDE_B_HOSTS, PROBE, assert_guide_b_host, log_tagged
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -95,17 +95,9 @@ def test_the_guides_cluster_through_model_trainer_with_a_channel_on_one_group(
     job = result["job"]
     folder = job_dir(project, "guide-v3", job)
 
-    expected = {"algo-1": (G1, C5, ["algo-1"]), "algo-2": (G2, P3DN, ["algo-2", "algo-3"]),
-                "algo-3": (G2, P3DN, ["algo-2", "algo-3"])}
-    for host, (group, itype, group_hosts) in expected.items():
+    for host, (group, _, _) in GUIDE_B_HOSTS.items():
         info = log_tagged(folder, host, "PROBE_JSON")
-        assert info["is_hetero"] is True, host
-        assert info["current_host"] == info["hostname"] == host
-        assert info["current_instance_group"] == group, host
-        assert info["current_instance_type"] == itype, host
-        assert info["current_instance_group_hosts"] == group_hosts, host
-        assert info["instance_groups"] == [G1, G2], host
-        assert info["hosts"] == ["algo-1", "algo-2", "algo-3"], host
+        assert_guide_b_host(info, host)
         # Only the user's hyperparameters: v3 sends no sagemaker_* ones, and its driver makes each an option.
         assert info["hyperparameters"] == {"epochs": 2}, host
         assert log_tagged(folder, host, "ARGV_JSON") == ["--epochs", "2"], host  # type: ignore[comparison-overlap]
@@ -133,7 +125,7 @@ def test_the_guides_cluster_through_model_trainer_with_a_channel_on_one_group(
 
     # logs=True: v3 prints each host's lines from CloudWatch Logs, one stream per host, then the status.
     streams = {line[:-1] for line in printed.splitlines() if line.startswith(f"sagemaker.core.resources: {job}/")}
-    assert {s.rsplit("-", 1)[0] for s in streams} == {f"sagemaker.core.resources: {job}/{h}" for h in expected}
+    assert {s.rsplit("-", 1)[0] for s in streams} == {f"sagemaker.core.resources: {job}/{h}" for h in GUIDE_B_HOSTS}
     assert "\nPROBE_JSON " in printed and "\nCHANNELS_JSON " in printed
     assert printed.count("\nARGV_JSON ") == 3
     assert "Final Resource Status: [bold]Completed" in printed

@@ -80,6 +80,23 @@ def log_tagged(job_dir: Path, host: str, tag: str) -> dict[str, Any]:
     return json.loads(lines[0][len(tag) + 1 :])  # type: ignore[no-any-return]
 
 
+# The guide's cluster B layout: instance_group_1 = 1 x ml.c5.18xlarge, instance_group_2 = 2 x ml.p3dn.24xlarge.
+GUIDE_B_HOSTS = {"algo-1": (G1, C5, ["algo-1"]), "algo-2": (G2, P3DN, ["algo-2", "algo-3"]),
+                 "algo-3": (G2, P3DN, ["algo-2", "algo-3"])}
+
+
+def assert_guide_b_host(info: dict[str, Any], host: str) -> None:
+    """What the toolkit tells `host` of the guide's cluster B about itself and the cluster."""
+    group, itype, group_hosts = GUIDE_B_HOSTS[host]
+    assert info["is_hetero"] is True, host
+    assert info["current_host"] == info["hostname"] == host
+    assert info["current_instance_group"] == group, host
+    assert info["current_instance_type"] == itype, host
+    assert info["current_instance_group_hosts"] == group_hosts, host
+    assert info["instance_groups"] == [G1, G2], host
+    assert info["hosts"] == ["algo-1", "algo-2", "algo-3"], host
+
+
 def assert_mpi_on_instance_group_2(info: dict[str, Any], host: str) -> None:
     """What the toolkit tells every host, whichever group it is in, of the guide's cluster B: MPI with
     8 processes per host on instance_group_2 (algo-2, algo-3)."""
