@@ -25,6 +25,7 @@ from sagemaker.tensorflow import TensorFlow
 from test_seed_clusters import (
     GUIDE_B_HOSTS,
     PROBE,
+    PROBE_CHANNELS_AND_MODEL,
     assert_guide_b_host,
     assert_mpi_on_instance_group_2,
     log_tagged,
@@ -41,17 +42,7 @@ ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 DATA = "your-training-data-storage"
 
 # The probe, then what the job's channels hold and a model file per host.
-SCRIPT = PROBE + '''
-import sys
-data = "/opt/ml/input/data"
-names = sorted(os.listdir(data)) if os.path.isdir(data) else []
-channels = {c: sorted(os.listdir(os.path.join(data, c))) for c in names}
-print("CHANNELS_JSON " + json.dumps(channels, sort_keys=True), flush=True)
-os.makedirs("/opt/ml/model", exist_ok=True)
-with open(f"/opt/ml/model/{env.current_host}.txt", "w") as f:
-    f.write(env.current_instance_group)
-if os.environ.get("FAIL_ON") == env.current_host:
-    sys.exit(f"{env.current_host} gives up")
+SCRIPT = PROBE + PROBE_CHANNELS_AND_MODEL + '''
 if os.environ.get("SLEEP"):
     import time
     time.sleep(float(os.environ["SLEEP"]))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_seed_clusters import GUIDE_B_HOSTS, PROBE, assert_guide_b_host, log_tagged
+from test_seed_clusters import GUIDE_B_HOSTS, PROBE, PROBE_CHANNELS_AND_MODEL, assert_guide_b_host, log_tagged
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -38,15 +38,7 @@ BUCKET = "sagemaker-us-west-2-000000000000"  # the default bucket: region and th
 SCRIPT = PROBE + '''
 import sys
 print("ARGV_JSON " + json.dumps(sys.argv[1:]), flush=True)
-data = "/opt/ml/input/data"
-channels = {c: sorted(os.listdir(os.path.join(data, c))) for c in sorted(os.listdir(data))}
-print("CHANNELS_JSON " + json.dumps(channels, sort_keys=True), flush=True)
-os.makedirs("/opt/ml/model", exist_ok=True)
-with open(f"/opt/ml/model/{env.current_host}.txt", "w") as f:
-    f.write(env.current_instance_group)
-if os.environ.get("FAIL_ON") == env.current_host:
-    sys.exit(f"{env.current_host} gives up")
-'''
+''' + PROBE_CHANNELS_AND_MODEL
 
 
 @pytest.fixture(scope="module")

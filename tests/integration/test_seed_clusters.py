@@ -63,6 +63,20 @@ print("PROBE_JSON " + json.dumps({
 }, sort_keys=True), flush=True)
 '''
 
+# After PROBE: what the job's channels hold, a model file per host, and a failure on request.
+PROBE_CHANNELS_AND_MODEL = '''
+import sys
+data = "/opt/ml/input/data"
+names = sorted(os.listdir(data)) if os.path.isdir(data) else []
+channels = {c: sorted(os.listdir(os.path.join(data, c))) for c in names}
+print("CHANNELS_JSON " + json.dumps(channels, sort_keys=True), flush=True)
+os.makedirs("/opt/ml/model", exist_ok=True)
+with open(f"/opt/ml/model/{env.current_host}.txt", "w") as f:
+    f.write(env.current_instance_group)
+if os.environ.get("FAIL_ON") == env.current_host:
+    sys.exit(f"{env.current_host} gives up")
+'''
+
 
 def tagged_lines(reporter: RecordingReporter, tag: str) -> dict[str, dict[str, Any]]:
     """host -> the JSON of its one `<tag> {...}` line."""
