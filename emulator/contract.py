@@ -69,41 +69,53 @@ def host_sort_key(host: str) -> tuple[str, int]:
     return (prefix, int(number)) if number.isdigit() else (host, 0)
 
 
-def distribution_hyperparameters(distribution: Distribution, instance_type: str) -> dict[str, Any]:
-    """The `sagemaker_*` keys the SDK's Framework estimator adds for `distribution=`.
+def distribution_hyperparameters(distribution: Distribution, instance_type: str | None) -> dict[str, Any]:
+    """The `sagemaker_*` keys (and `mp_parameters`) the SDK v2's framework estimators add for `distribution=`.
 
-    Mirrors sagemaker/estimator.py `Framework._distribution_configuration` (SDK v2): one `..._enabled`
-    flag per strategy, MPI's process count and options, and the instance group list the toolkit
-    reads as `sagemaker_distribution_instance_groups`.
+    Follows SDK v2 (2.257): `PyTorch.__init__` rewrites `pytorchddp` to `smdistributed.dataparallel`
+    (since 2.221.1); `PyTorch._pytorch_distribution_configuration` writes, for an enabled
+    `torch_distributed`, its flag and the estimator's `instance_type` alone; everything else goes through
+    `Framework._distribution_configuration`. `instance_type` is the estimator's, None for a job built
+    with instance groups: the SDK then writes `sagemaker_instance_type` as JSON null for `smdistributed`
+    and leaves it out for `torch_distributed`.
     """
-    options = distribution.options
+    options: dict[str, Any] = dict(distribution.options)
+    if "pytorchddp" in options:
+        options["smdistributed"] = {"dataparallel": options.pop("pytorchddp")}
+    if _enabled(options.get("torch_distributed")):
+        torch_out: dict[str, Any] = {"sagemaker_torch_distributed_enabled": True}
+        if instance_type is not None:
+            torch_out["sagemaker_instance_type"] = instance_type
+        return torch_out
     out: dict[str, Any] = {}
     if distribution.instance_groups:
         out["sagemaker_distribution_instance_groups"] = list(distribution.instance_groups)
     if "parameter_server" in options:
-        out["sagemaker_parameter_server_enabled"] = bool(options["parameter_server"].get("enabled", False))
+        out["sagemaker_parameter_server_enabled"] = _enabled(options["parameter_server"])
     if "mpi" in options:
         mpi = options["mpi"]
-        out["sagemaker_mpi_enabled"] = bool(mpi.get("enabled", False))
+        out["sagemaker_mpi_enabled"] = _enabled(mpi)
         if mpi.get("processes_per_host"):
             out["sagemaker_mpi_num_of_processes_per_host"] = mpi["processes_per_host"]
         out["sagemaker_mpi_custom_mpi_options"] = mpi.get("custom_mpi_options", "")
     if "smdistributed" in options:
         smd = options["smdistributed"]
-        data_parallel = smd.get("dataparallel", {}) if isinstance(smd, Mapping) else {}
-        out["sagemaker_distributed_dataparallel_enabled"] = bool(data_parallel.get("enabled", False))
-        out["sagemaker_distributed_dataparallel_custom_mpi_options"] = data_parallel.get("custom_mpi_options", "")
+        model_parallel = smd.get("modelparallel", {})
+        if _enabled(model_parallel) and model_parallel.get("parameters"):
+            out["mp_parameters"] = model_parallel["parameters"]
+        data_parallel = smd.get("dataparallel", {})
+        out["sagemaker_distributed_dataparallel_enabled"] = _enabled(data_parallel)
         out["sagemaker_instance_type"] = instance_type
-    if "pytorchddp" in options:
-        out["sagemaker_pytorch_ddp_enabled"] = bool(options["pytorchddp"].get("enabled", False))
-        out["sagemaker_instance_type"] = instance_type
-    if "torch_distributed" in options:
-        out["sagemaker_torch_distributed_enabled"] = bool(options["torch_distributed"].get("enabled", False))
-        out["sagemaker_instance_type"] = instance_type
+        if _enabled(data_parallel):
+            out["sagemaker_distributed_dataparallel_custom_mpi_options"] = data_parallel.get("custom_mpi_options", "")
     if "multi_worker_mirrored_strategy" in options:
-        mwms = options["multi_worker_mirrored_strategy"]
-        out["sagemaker_multi_worker_mirrored_strategy_enabled"] = bool(mwms.get("enabled", False))
+        out["sagemaker_multi_worker_mirrored_strategy_enabled"] = _enabled(options["multi_worker_mirrored_strategy"])
     return out
+
+
+def _enabled(options: Any) -> bool:
+    """A strategy's `enabled` flag, False when absent (the SDK's `.get("enabled", False)`)."""
+    return isinstance(options, Mapping) and options.get("enabled", False) is True
 
 
 def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
@@ -123,12 +135,9 @@ def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
     values["sagemaker_job_name"] = job_name
     values["sagemaker_region"] = spec.region
     if spec.distribution is not None:
-        dist_type = (
-            spec.group(spec.distribution.instance_groups[0]).instance_type
-            if spec.distribution.instance_groups
-            else spec.instance_groups[0].instance_type
-        )
-        values.update(distribution_hyperparameters(spec.distribution, dist_type))
+        # The SDK's estimator has an instance_type only when it is built without instance groups.
+        estimator_type = None if spec.heterogeneous else spec.instance_groups[0].instance_type
+        values.update(distribution_hyperparameters(spec.distribution, estimator_type))
     # A request's HyperParameters are the API's strings already: written as given, not encoded twice.
     given = {key: value if spec.hyperparameters_encoded else json.dumps(value) for key, value in values.items()
              if key in spec.hyperparameters}

@@ -622,14 +622,27 @@ class Validator(FieldReader):
                 if g not in group_names:
                     self.fail("distribution.instance_groups", f"no instance group named {g!r}",
                               did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
-        if heterogeneous and len(group_names) > 1 and (groups is None or len(groups) != 1):
+        # The SDK's PyTorch estimator sends no group list for torch_distributed: a request has none to give.
+        sent_without_groups = self.hyperparameters_encoded and _enabled(value.get("torch_distributed"))
+        if heterogeneous and len(group_names) > 1 and (groups is None or len(groups) != 1) and \
+                not (groups is None and sent_without_groups):
             self.fail("distribution.instance_groups",
                       "a heterogeneous cluster's distribution must name exactly one instance group",
                       "e.g. instance_groups: [dnn_group]")
         elif groups is not None and len(groups) > 1:
             self.fail("distribution.instance_groups", "only one instance group can be named")
+        if heterogeneous and groups is None and len(group_names) == 1:
+            # The SDK's validate_distribution names an estimator's only instance group for the user.
+            groups = tuple(group_names)
+        if groups and not _launches_on_groups(value):
+            # Framework._distribution_configuration's own refusal, raised when fit() asks for the
+            # hyperparameters: only MPI, smdistributed data parallel (pytorchddp is rewritten to it) and
+            # torch_distributed run on instance groups.
+            self.fail("distribution", "Don't set training instance groups while no distribution strategies "
+                      "enabled!", "on instance groups, enable mpi, smdistributed dataparallel, pytorchddp or "
+                      "torch_distributed")
         extra = {k: v for k, v in value.items() if k in DISTRIBUTION_STRATEGIES and k != strategy}
-        return Distribution(strategy, {**extra, strategy: options}, groups or ())
+        return Distribution(strategy, {**extra, strategy: options}, tuple(groups or ()))
 
     def strategy_options(self, distribution: Mapping[str, Any]) -> bool:
         """Each strategy's options have the SDK's shapes: `enabled` a boolean, MPI's counts integers."""
@@ -650,6 +663,14 @@ class Validator(FieldReader):
                     self.fail(where, f"must be a mapping such as {{enabled: true}}, got {type_name(block)}")
                     ok = False
                     continue
+                if name == "modelparallel" and "parameters" in block:
+                    # The SDK also takes a path to a JSON file here; a spec gives the mapping itself.
+                    parameters = block["parameters"]
+                    problem = (f"must be a mapping, got {type_name(parameters)}" if not isinstance(parameters, dict)
+                               else _json_problem(parameters))
+                    if problem is not None:
+                        self.fail(f"{where}.parameters", problem, "the model parallel parameters, e.g. {partitions: 2}")
+                        ok = False
                 checks = (("enabled", bool), ("processes_per_host", int), ("custom_mpi_options", str))
                 for key, kind in checks:
                     if key in block and (not isinstance(block[key], kind) or
@@ -725,6 +746,21 @@ class Validator(FieldReader):
                     env[key] = text
         return env
 
+
+
+def _enabled(block: Any) -> bool:
+    """A strategy's `enabled` flag, False when absent (the SDK's `.get("enabled", False)`)."""
+    return isinstance(block, Mapping) and block.get("enabled") is True
+
+
+def _launches_on_groups(distribution: Mapping[str, Any]) -> bool:
+    """Whether the SDK lets `distribution=` run on instance groups: an enabled MPI, smdistributed data
+    parallel or pytorchddp (Framework._distribution_configuration), or torch_distributed (which
+    PyTorch._pytorch_distribution_configuration handles before that check)."""
+    smdistributed = distribution.get("smdistributed")
+    data_parallel = smdistributed.get("dataparallel") if isinstance(smdistributed, Mapping) else None
+    return any(_enabled(block) for block in (distribution.get("mpi"), distribution.get("pytorchddp"),
+                                             distribution.get("torch_distributed"), data_parallel))
 
 
 def _json_problem(value: Any) -> str | None:

@@ -246,7 +246,9 @@ def test_torch_distributed_on_one_group(tmp_path: Path) -> None:
     plan = make_plan(load_spec_file(_make_project(tmp_path / "torch", text)), JOB)
     for hps in _documents(plan, "hyperparameters.json").values():
         assert hps["sagemaker_torch_distributed_enabled"] == "true"
-        assert json.loads(hps["sagemaker_distribution_instance_groups"]) == ["instance_group_2"]
+        # As the SDK's PyTorch estimator: no group list, and no instance type on an instance-group job.
+        assert "sagemaker_distribution_instance_groups" not in hps
+        assert "sagemaker_instance_type" not in hps
         assert "sagemaker_mpi_enabled" not in hps
 
 
