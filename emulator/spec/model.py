@@ -78,6 +78,22 @@ DISTRIBUTION_STRATEGIES = (
     "parameter_server",
     "multi_worker_mirrored_strategy",
 )
+# The options the SDK v2 reads in each strategy's block (sagemaker/estimator.py
+# Framework._distribution_configuration, pytorch/estimator.py, fw_utils.validate_smdistributed);
+# smdistributed's blocks are named by its strategy (fw_utils.SMDISTRIBUTED_SUPPORTED_STRATEGIES), and
+# pytorchddp becomes smdistributed.dataparallel (PyTorch.__init__), so it takes the same options. The SDK
+# ignores any other key silently; the emulator names it instead, since a misspelt option would otherwise
+# run a job configured other than its author believes.
+STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "mpi": ("enabled", "processes_per_host", "custom_mpi_options"),
+    "torch_distributed": ("enabled",),
+    "pytorchddp": ("enabled", "custom_mpi_options"),
+    "smdistributed.dataparallel": ("enabled", "custom_mpi_options"),
+    "smdistributed.modelparallel": ("enabled", "parameters"),
+    "parameter_server": ("enabled",),
+    "multi_worker_mirrored_strategy": ("enabled",),
+}
+SMDISTRIBUTED_STRATEGIES = ("dataparallel", "modelparallel")
 
 JOB_KEYS = (
     "job_name",

@@ -55,6 +55,8 @@ from emulator.spec.model import (
     PIPE_UNSUPPORTED,
     S3_DATA_TYPES,
     S3_DISTRIBUTIONS,
+    SMDISTRIBUTED_STRATEGIES,
+    STRATEGY_OPTIONS,
     Distribution,
     InstanceGroup,
     JobSpec,
@@ -659,10 +661,21 @@ class Validator(FieldReader):
             blocks = options.items() if strategy == "smdistributed" else [("", options)]
             for name, block in blocks:
                 where = f"{path}.{name}" if name else path
+                if strategy == "smdistributed" and name not in SMDISTRIBUTED_STRATEGIES:
+                    # fw_utils.validate_smdistributed refuses any other block.
+                    self.fail(where, "unknown smdistributed strategy",
+                              did_you_mean(str(name), SMDISTRIBUTED_STRATEGIES)
+                              or f"one of {', '.join(SMDISTRIBUTED_STRATEGIES)}")
+                    ok = False
+                    continue
                 if not isinstance(block, dict):
                     self.fail(where, f"must be a mapping such as {{enabled: true}}, got {type_name(block)}")
                     ok = False
                     continue
+                known = STRATEGY_OPTIONS[f"{strategy}.{name}" if name else strategy]
+                if any(key not in known for key in block):
+                    self.unknown_keys(block, known, where + ".")
+                    ok = False
                 if name == "modelparallel" and "parameters" in block:
                     # The SDK also takes a path to a JSON file here; a spec gives the mapping itself.
                     parameters = block["parameters"]
@@ -678,6 +691,13 @@ class Validator(FieldReader):
                         self.fail(f"{where}.{key}",
                                   f"must be {with_article(type_name(kind()))}, got {preview(block[key])}")
                         ok = False
+                processes = block.get("processes_per_host")
+                if isinstance(processes, int) and not isinstance(processes, bool) and processes < 1:
+                    # mpirun is given `-np hosts x processes_per_host` (sagemaker_training/mpi.py): zero or
+                    # fewer would start no rank at all.
+                    self.fail(f"{where}.processes_per_host", f"must be at least 1, got {processes}",
+                              "the number of processes MPI starts on each host of the group, e.g. 2")
+                    ok = False
         return ok
 
     def hyperparameters(self, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -537,6 +537,39 @@ def test_distribution_with_unknown_strategy_is_rejected(valid_raw: Raw, expect_p
     expect_problem(valid_raw, "distribution", "exactly one strategy, got 0")
 
 
+@pytest.mark.parametrize(
+    ("options", "path", "hint"),
+    [
+        ({"mpi": {"enabled": True, "procs_per_host": 2}}, "distribution.mpi.procs_per_host",
+         "did you mean 'processes_per_host'?"),
+        ({"torch_distributed": {"enabled": True, "nproc_per_node": 2}}, "distribution.torch_distributed.nproc_per_node",
+         "allowed: enabled"),
+        ({"smdistributed": {"dataparallel": {"enabled": True, "custom_mpi_option": "-v"}}},
+         "distribution.smdistributed.dataparallel.custom_mpi_option", "did you mean 'custom_mpi_options'?"),
+    ],
+)
+def test_distribution_strategy_with_unknown_option_is_rejected(
+    valid_raw: Raw, expect_problem: Callable[..., Any], options: Raw, path: str, hint: str
+) -> None:
+    # The SDK would drop the option silently and run the job without it.
+    valid_raw["distribution"] = {**options, "instance_groups": ["dnn_group"]}
+    expect_problem(valid_raw, path, "unknown key", hint=hint)
+
+
+def test_unknown_smdistributed_strategy_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+    valid_raw["distribution"] = {"smdistributed": {"dataparalel": {"enabled": True}}, "instance_groups": ["dnn_group"]}
+    expect_problem(valid_raw, "distribution.smdistributed.dataparalel", "unknown smdistributed strategy",
+                   hint="did you mean 'dataparallel'?")
+
+
+@pytest.mark.parametrize("count", [0, -2])
+def test_mpi_processes_per_host_below_one_is_rejected(
+    valid_raw: Raw, expect_problem: Callable[..., Any], count: int
+) -> None:
+    valid_raw["distribution"] = {"mpi": {"enabled": True, "processes_per_host": count}, "instance_groups": ["dnn_group"]}
+    expect_problem(valid_raw, "distribution.mpi.processes_per_host", f"must be at least 1, got {count}")
+
+
 def test_distribution_on_one_group_is_accepted(valid_raw: Raw, load: Callable[..., JobSpec]) -> None:
     valid_raw["distribution"] = {"torch_distributed": {"enabled": True}, "instance_groups": ["dnn_group"]}
     spec = load(valid_raw)
