@@ -403,6 +403,11 @@ class _Converter:
         if "sagemaker_region" in sdk:
             out["region"] = sdk.pop("sagemaker_region")
         distribution = _distribution(sdk)
+        if "smdistributed" in distribution and "mp_parameters" in user:
+            # Framework._distribution_configuration writes an enabled model parallel block as `mp_parameters`
+            # beside the smdistributed flags: a user key by name, the distribution's by origin.
+            distribution["smdistributed"]["modelparallel"] = {"enabled": True,
+                                                              "parameters": _decoded(user.pop("mp_parameters"))}
         if distribution:
             out["distribution"] = distribution
         return {k: value[k] for k in sdk if k not in DERIVED_KEYS}

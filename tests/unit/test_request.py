@@ -192,6 +192,16 @@ SPECS = {
         "distribution": {"mpi": {"enabled": True, "processes_per_host": 2},
                          "smdistributed": {"dataparallel": {"enabled": True}}},
     },
+    "model-parallel": {
+        "job_name": "smp", "entry_point": "train.py", "source_dir": "code",
+        "instance_groups": [
+            {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            {"instance_group_name": "dnn_group", "instance_type": "ml.p4d.24xlarge", "instance_count": 2}],
+        "distribution": {"mpi": {"enabled": True, "processes_per_host": 8},
+                         "smdistributed": {"modelparallel": {"enabled": True,
+                                                             "parameters": {"partitions": 2, "microbatches": 4}}},
+                         "instance_groups": ["dnn_group"]},
+    },
     "container-entry-point": {
         "job_name": "entry", "image_uri": "python:3.11-slim", "instance_type": "ml.c5.xlarge",
         "container_entry_point": ["python", "-c", "print(1)"], "container_arguments": ["--x", "1"],
@@ -218,6 +228,11 @@ def test_yaml_to_request_to_plan_is_the_same_plan(project: Path, tmp_path: Path,
     plans = [make_plan(spec, "fixed-name", "spec", None, job_dir=job_dir).to_dict()
              for spec in (from_yaml, from_request)]
     assert plans[0] == plans[1]
+    if name == "model-parallel":
+        # The model parallel block comes back from `mp_parameters`, not left a user hyperparameter.
+        assert from_request.distribution is not None and "mp_parameters" not in from_request.hyperparameters
+        assert from_request.distribution.options["smdistributed"]["modelparallel"] == \
+            SPECS[name]["distribution"]["smdistributed"]["modelparallel"]
     assert request_from_spec(from_request, "fixed-name") == document, "and the way back is stable"
 
 

@@ -566,7 +566,8 @@ def test_unknown_smdistributed_strategy_is_rejected(valid_raw: Raw, expect_probl
 def test_mpi_processes_per_host_below_one_is_rejected(
     valid_raw: Raw, expect_problem: Callable[..., Any], count: int
 ) -> None:
-    valid_raw["distribution"] = {"mpi": {"enabled": True, "processes_per_host": count}, "instance_groups": ["dnn_group"]}
+    valid_raw["distribution"] = {"mpi": {"enabled": True, "processes_per_host": count},
+                                 "instance_groups": ["dnn_group"]}
     expect_problem(valid_raw, "distribution.mpi.processes_per_host", f"must be at least 1, got {count}")
 
 
