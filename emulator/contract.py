@@ -82,7 +82,8 @@ def distribution_hyperparameters(distribution: Distribution, instance_type: str 
     options: dict[str, Any] = dict(distribution.options)
     if "pytorchddp" in options:
         options["smdistributed"] = {"dataparallel": options.pop("pytorchddp")}
-    if _enabled(options.get("torch_distributed")):
+    torch_distributed = _enabled(options.get("torch_distributed"))
+    if torch_distributed and "smdistributed" not in options:
         torch_out: dict[str, Any] = {"sagemaker_torch_distributed_enabled": True}
         if instance_type is not None:
             torch_out["sagemaker_instance_type"] = instance_type
@@ -110,6 +111,10 @@ def distribution_hyperparameters(distribution: Distribution, instance_type: str 
             out["sagemaker_distributed_dataparallel_custom_mpi_options"] = data_parallel.get("custom_mpi_options", "")
     if "multi_worker_mirrored_strategy" in options:
         out["sagemaker_multi_worker_mirrored_strategy_enabled"] = _enabled(options["multi_worker_mirrored_strategy"])
+    if torch_distributed:
+        # SMP v2 / p5: the smdistributed keys above, then torchrun's flag (sagemaker_instance_type is
+        # already the estimator's, null on instance groups).
+        out["sagemaker_torch_distributed_enabled"] = True
     return out
 
 

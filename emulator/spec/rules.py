@@ -254,7 +254,7 @@ class Validator(FieldReader):
         elif job_mode == "Pipe":
             self.fail("input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
         inputs = self.inputs(raw, group_names, heterogeneous, s3_root)
-        distribution = self.distribution(raw, group_names, heterogeneous)
+        distribution = self.distribution(raw, group_names, heterogeneous, [g.instance_type for g in groups])
 
         hyperparameters = self.hyperparameters(raw)
         environment = self.environment(raw)
@@ -592,7 +592,7 @@ class Validator(FieldReader):
         return channels
 
     def distribution(
-        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, instance_types: list[str]
     ) -> Distribution | None:
         value = raw.get("distribution")
         if value is None:
@@ -603,9 +603,12 @@ class Validator(FieldReader):
         allowed = (*DISTRIBUTION_STRATEGIES, "instance_groups")
         self.unknown_keys(value, allowed, "distribution.")
         strategies = [k for k in value if k in DISTRIBUTION_STRATEGIES]
-        # smdistributed model parallel runs on top of MPI: the SDK allows exactly that pair.
+        # smdistributed runs on top of a launcher: MPI, or torchrun for SMP v2 and on p5
+        # (PyTorch._pytorch_distribution_configuration): the SDK allows exactly those pairs.
         if set(strategies) == {"mpi", "smdistributed"}:
             strategies = ["mpi"]
+        elif set(strategies) == {"torch_distributed", "smdistributed"}:
+            strategies = ["torch_distributed"]
         if len(strategies) != 1:
             self.fail("distribution", f"give exactly one strategy, got {len(strategies)}",
                       f"one of {', '.join(DISTRIBUTION_STRATEGIES)}")
@@ -618,6 +621,11 @@ class Validator(FieldReader):
             return None
         if not self.strategy_options(value):
             return None
+        if "smdistributed" in value and not _enabled(value.get("torch_distributed")) and \
+                any("p5.48xlarge" in itype for itype in instance_types):
+            # Framework._distribution_configuration: on p5 only torchrun launches the smdistributed libraries.
+            self.fail("distribution", "SMModelParallel and SMDataParallel currently do not support p5 instances.",
+                      "add torch_distributed: {enabled: true} beside smdistributed")
         groups = self.string_list(value, "instance_groups", "distribution.instance_groups")
         if groups is not None:
             for g in groups:
@@ -779,8 +787,10 @@ def _launches_on_groups(distribution: Mapping[str, Any]) -> bool:
     PyTorch._pytorch_distribution_configuration handles before that check)."""
     smdistributed = distribution.get("smdistributed")
     data_parallel = smdistributed.get("dataparallel") if isinstance(smdistributed, Mapping) else None
-    return any(_enabled(block) for block in (distribution.get("mpi"), distribution.get("pytorchddp"),
-                                             distribution.get("torch_distributed"), data_parallel))
+    # torch_distributed beside smdistributed goes through Framework._distribution_configuration too.
+    torch_alone = _enabled(distribution.get("torch_distributed")) and smdistributed is None
+    return torch_alone or any(_enabled(block) for block in (distribution.get("mpi"), distribution.get("pytorchddp"),
+                                                            data_parallel))
 
 
 def _json_problem(value: Any) -> str | None:

@@ -38,6 +38,7 @@ NOT_COMPARED = {"sagemaker_program", "sagemaker_submit_directory", "sagemaker_jo
 REFUSED = "Don't set training instance groups while no distribution strategies enabled!"
 
 GPU = "ml.p4d.24xlarge"
+P5 = "ml.p5.48xlarge"
 HOMOGENEOUS = (GPU, 2)
 HETERO = (("data_group", "ml.c5.xlarge", 2), ("dnn_group", GPU, 2))
 ONE_GROUP = (("dnn_group", GPU, 2),)
@@ -77,6 +78,11 @@ CASES = {
                                                        "instance_groups": ["dnn_group"]}, HETERO),
     "torch-distributed-on-the-only-group": Case("pytorch", {"torch_distributed": {"enabled": True}}, ONE_GROUP),
     "torch-distributed-disabled": Case("pytorch", {"torch_distributed": {"enabled": False}}, HOMOGENEOUS),
+    # SMP v2 and p5: torch_distributed launches, smdistributed configures (PyTorch._pytorch_distribution_configuration).
+    "torch-distributed-with-smdmp": Case("pytorch", {"torch_distributed": {"enabled": True},
+                                                     "smdistributed": SMDMP["smdistributed"]}, (P5, 2)),
+    "torch-distributed-with-smddp-on-one-group": Case(
+        "pytorch", {"torch_distributed": {"enabled": True}, **SMDDP, "instance_groups": ["dnn_group"]}, HETERO),
     "parameter-server-homogeneous": Case("tensorflow", PS, HOMOGENEOUS),
     "mwms-homogeneous": Case("tensorflow", MWMS, HOMOGENEOUS),
 }
@@ -87,6 +93,9 @@ REFUSED_CASES = {
     "mwms-on-one-group": Case("tensorflow", {**MWMS, "instance_groups": ["dnn_group"]}, HETERO),
     "mpi-disabled-on-one-group": Case("pytorch", {"mpi": {"enabled": False}, "instance_groups": ["dnn_group"]},
                                       HETERO),
+    "torch-distributed-with-smdmp-on-one-group": Case(
+        "pytorch", {"torch_distributed": {"enabled": True}, "smdistributed": SMDMP["smdistributed"],
+                    "instance_groups": ["dnn_group"]}, HETERO),
     "torch-distributed-disabled-on-one-group": Case(
         "pytorch", {"torch_distributed": {"enabled": False}, "instance_groups": ["dnn_group"]}, HETERO),
 }
@@ -192,6 +201,16 @@ def test_known_differences_from_older_sdks_are_the_sdks_own(sdk: Setup) -> None:
     assert torch == {"sagemaker_torch_distributed_enabled": "true"}
     smddp = _our_hyperparameters(CASES["smddp-on-one-group"], sdk)
     assert smddp["sagemaker_instance_type"] == "null"
+
+
+def test_smdistributed_on_p5_without_torch_distributed_is_refused_as_the_sdk_does(sdk: Setup) -> None:
+    case = Case("pytorch", SMDMP, (P5, 2))
+    message = "SMModelParallel and SMDataParallel currently do not support p5 instances."
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _sdk_hyperparameters(case, sdk)
+    with pytest.raises(SpecError) as info:
+        validate(_spec_raw(case), sdk.folder)
+    assert [(p.path, p.message) for p in info.value.problems] == [("distribution", message)]
 
 
 def test_model_parallel_parameters_are_a_mapping(sdk: Setup) -> None:
