@@ -17,11 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, hostfiles, jobs, staging
+from emulator import compose, contract, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.backend.registry import DEFAULT_ENGINE, engine
-from emulator.console import Reporter
+from emulator.console import ConsoleReporter, Reporter
 from emulator.errors import UsageError
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
@@ -72,14 +72,17 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
-           memory: MemoryLimit = "instance") -> Plan:
+           memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None) -> Plan:
     """Write `out/plan.json`, `out/compose.yaml` and `out/hosts/algo-N/` (each host's /opt/ml) without
-    an engine; returns the plan."""
+    an engine; returns the plan. A requirements.txt's wheelhouse is built too (its lines to
+    `progress`), as compose.yaml mounts it."""
     out = out.resolve()
     check_render_target(spec, out)
     seed = choose_seed(host_order, seed)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
                      memory=memory)
+    if spec.requirements is not None and plan.wheelhouse is not None:
+        wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress or ConsoleReporter().info)
     if out.exists():
         out.rmdir()  # empty (checked above): stage() creates it afresh
     staging.stage(plan)

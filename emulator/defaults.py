@@ -12,4 +12,14 @@ spec loader and the planner can import it cheaply.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 DEFAULT_IMAGE = "hetero-emu/training:py311"
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/hetero-emu`, else `~/.cache/hetero-emu`: rootfs tarballs and wheels (the
+    image's and the jobs' requirements.txt wheelhouses)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hetero-emu"

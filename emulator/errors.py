@@ -71,6 +71,10 @@ class ImageBuildError(EnvironmentProblem):
     """Building the default training image failed."""
 
 
+class WheelhouseError(EnvironmentProblem):
+    """The wheels of a job's requirements.txt cannot be built on this machine (README: requirements.txt)."""
+
+
 class Interrupted(EmulatorError):
     """The user stopped the job (Ctrl-C or SIGTERM)."""
 

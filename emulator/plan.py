@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator import catalog, contract
+from emulator import catalog, contract, wheelhouse
 from emulator.secrets import mask_environment
 from emulator.spec import JobSpec, TrainingInput
 
@@ -92,6 +92,9 @@ class Plan:
     max_run: int
     network_isolation: bool
     labels: Mapping[str, str]
+    # The host folder of the requirements.txt's wheels (emulator.wheelhouse), mounted read-only on
+    # every host; None when the toolkit installs no requirements.txt. The runner builds it first.
+    wheelhouse: str | None
     spec: JobSpec = field(compare=False, repr=False)
 
     def host(self, name: str) -> HostPlan:
@@ -220,11 +223,15 @@ def make_plan(
     seed: int | None = None,
     job_dir: Path | None = None,
     memory: MemoryLimit = "instance",
+    wheel_cache: Path | None = None,
+    python_tag: str | None = None,
 ) -> Plan:
     """Spec -> plan. Pure: the same arguments always give an equal plan.
 
     `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR. `memory` is each
     host's memory limit: its instance type's memory (default), "none", or a number of bytes.
+    `wheel_cache` and `python_tag` place the wheelhouse of a requirements.txt (default: the cache
+    folder and the interpreter running the emulator, which builds the wheels).
 
     The hosts are laid out first (names, groups, order, channels, shares); then the contract is asked
     once per host for that host's /opt/ml files.
@@ -234,7 +241,13 @@ def make_plan(
     cluster = [(g.name, g.instance_type, g.hosts) for g in groups]
     job_dir = job_dir if job_dir is not None else spec.output_path / job_name
     job_labels = {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)}
+    wheels = None
+    if spec.requirements is not None:
+        root = wheel_cache if wheel_cache is not None else wheelhouse.cache_root()
+        wheels = str(wheelhouse.location(spec.requirements, root, python_tag or wheelhouse.interpreter_tag()))
     environment = {
+        # Before the spec's own variables, so a spec that sets PIP_* itself keeps its values.
+        **wheelhouse.environment(spec.requirements),
         **spec.environment,
         "TRAINING_JOB_NAME": job_name,
         "TRAINING_JOB_ARN": contract.training_job_arn(job_name, spec.region),
@@ -260,6 +273,8 @@ def make_plan(
             channel = spec.inputs[name]
             source = share_dir(str(job_dir), name, channel, host) if name in slot.shards else channel.source
             mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
+        if wheels is not None:
+            mounts.append(Mount(wheels, wheelhouse.CONTAINER_PATH, read_only=True))
         hosts.append(
             HostPlan(
                 name=host,
@@ -305,6 +320,7 @@ def make_plan(
         max_run=spec.max_run,
         network_isolation=spec.enable_network_isolation,
         labels=job_labels,
+        wheelhouse=wheels,
         spec=spec,
     )
 
@@ -393,6 +409,10 @@ def render(plan: Plan) -> str:
         f"  hosts    {len(plan.hosts)} (order: {plan.host_order}"
         + (f", seed {plan.seed})" if plan.seed is not None else ")"),
     ]
+    if plan.wheelhouse is not None:
+        variables = " ".join(f"{k}={v}" for k, v in wheelhouse.environment(plan.spec.requirements).items())
+        lines.append(f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
+                     f"{variables}")
     for group in plan.groups:
         lines.append(f"  group {group.name} ({group.instance_type}): {', '.join(group.hosts) or '-'}")
     for host in plan.hosts:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import artifacts, hostfiles, jobs, secrets, staging
+from emulator import artifacts, hostfiles, jobs, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
@@ -171,6 +171,11 @@ class Run:
             self.ensure_image()
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted while building the image {plan.image}: nothing was started") from None
+        try:
+            self.ensure_wheels()
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted while building the wheels of requirements.txt: nothing was "
+                              "started") from None
         if plan.seed is not None:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
         self.check_leftovers()
@@ -386,6 +391,15 @@ class Run:
             raise ImageMissing(f"the default image {image} is not built yet", hint="run `hetero-emu image build`")
         self.reporter.step(f"the default image {image} is missing: building it (once)")
         self.image_builder(self.reporter)
+
+    def ensure_wheels(self) -> None:
+        """The wheelhouse the hosts' `pip install -r requirements.txt` reads, built before anything
+        is staged or created: a requirement pip cannot build fails the run here (WheelhouseError)."""
+        requirements, folder = self.plan.spec.requirements, self.plan.wheelhouse
+        if requirements is None or folder is None:
+            return
+        self.reporter.step("requirements.txt: wheels for the hosts' pip (no package index in the containers)")
+        wheelhouse.ensure(requirements, Path(folder), self.plan.image, self.reporter.info)
 
     def check_leftovers(self) -> None:
         """Refuse to start over resources of a job with this very name; warn about other jobs' ones

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import docker
 import docker.errors
 
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, default_cache_dir
 from emulator.errors import ImageBuildError
 
 Progress = Callable[[str], None]
@@ -130,12 +130,6 @@ def image_present(client: docker.DockerClient, tag: str) -> bool:
     except docker.errors.ImageNotFound:
         return False
     return True
-
-
-def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/hetero-emu`, else `~/.cache/hetero-emu`: rootfs tarballs and wheels."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hetero-emu"
 
 
 def recipe_hash() -> str:

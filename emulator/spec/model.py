@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.wheelhouse import Requirements
+
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
 # API's "Length Constraints: Maximum length of 63" is a separate check (MAX_JOB_NAME).
@@ -227,6 +229,8 @@ class JobSpec:
     # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
     # unpacked into each host's /opt/ml/code, as the training toolkit unpacks it.
     source_archive: bool = False
+    # The code's requirements.txt when the toolkit will pip-install it (emulator.wheelhouse.find).
+    requirements: Requirements | None = None
 
     @property
     def host_count(self) -> int:

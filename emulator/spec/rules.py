@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from emulator import wheelhouse
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.defaults import DEFAULT_IMAGE
@@ -247,6 +249,15 @@ class Validator(FieldReader):
                       f"contains {problem}", "rename the script so its path holds only letters, digits, "
                       "'.', '_', '+', '-' and '/' and starts with a letter, digit, '.' or '_'")
 
+        # The toolkit pip-installs requirements.txt when the container runs `train` (wheelhouse.find).
+        trains = toolkit and (entry is not None or not args or os.path.basename(args[0]) == "train")
+        try:
+            requirements = wheelhouse.find(source_dir, archive=self.source_archive, entry_point=entry_point,
+                                           toolkit=trains)
+        except (OSError, tarfile.TarError) as err:
+            self.fail("source_dir", f"cannot read its requirements.txt: {err}")
+            requirements = None
+
         job_mode = self.string(raw, "input_mode", "input_mode") or "File"
         if job_mode not in INPUT_MODES:
             self.fail("input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {job_mode!r}",
@@ -304,6 +315,7 @@ class Validator(FieldReader):
             image_uri=image,
             entry_point=entry_point,
             source_dir=source_dir,
+            requirements=requirements,
             instance_groups=tuple(groups),
             heterogeneous=heterogeneous,
             hyperparameters=hyperparameters,
