@@ -1,0 +1,143 @@
+"""requirements.txt offline, on the real engine with the real toolkit (README: requirements.txt).
+
+A job whose source_dir has a requirements.txt naming a small pure-Python package the default image
+lacks: the wheels are built on the host once, every host's toolkit runs its own
+`pip install -r requirements.txt` against the read-only wheelhouse and the script imports the
+package; a second run finds the wheels cached. A requirement pip cannot find fails the run before
+anything is staged or created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from emulator import wheelhouse
+from emulator.console import RecordingReporter
+from emulator.errors import WheelhouseError
+from emulator.runner import run_job
+from emulator.spec import validate
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "tabulate==0.9.0"  # pure Python, one module, not in the default image
+MISSING = "hetero-emu-no-such-package-4f2a==1.0"
+
+TRAIN = '''\
+import json, os
+import tabulate
+from pathlib import Path
+rc = json.loads(Path("/opt/ml/input/config/resourceconfig.json").read_text())
+try:
+    Path("/opt/hetero-emu/wheelhouse/new.whl").write_text("x")
+    write = "written"
+except OSError as err:
+    write = err.__class__.__name__ + " " + str(err.errno)
+print("SEEN " + json.dumps({"host": rc["current_host"], "version": tabulate.__version__,
+                            "module": tabulate.__file__, "wheels": sorted(os.listdir("/opt/hetero-emu/wheelhouse")),
+                            "write": write,
+                            "env": {k: os.environ.get(k) for k in ("PIP_FIND_LINKS", "PIP_NO_INDEX")}}), flush=True)
+'''
+
+
+def _raw(tmp_path: Path, requirement: str, name: str) -> dict[str, Any]:
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(TRAIN)
+    (code / "requirements.txt").write_text(f"# the job's own dependencies\n{requirement}\n")
+    return {
+        "job_name": name,
+        "entry_point": "train.py",
+        "source_dir": "code",
+        "output_path": str(tmp_path / "out"),
+        "instance_groups": [
+            {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+            {"instance_group_name": "train_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+        ],
+    }
+
+
+@pytest.fixture
+def wheel_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of this test's own, so the first run builds (the user's cache is never touched)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache / "hetero-emu" / "wheelhouses"
+
+
+def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_path: Path, wheel_cache: Path) -> None:
+    spec = validate(_raw(tmp_path, PACKAGE, "wheels-first"), base_dir=tmp_path)
+    first = RecordingReporter()
+    started = time.monotonic()
+    result = run_job(spec, reporter=first)
+    built = time.monotonic() - started
+    assert result.status == "Completed", result.failure_reason
+    assert any(line.startswith("requirements.txt: building its wheels once") for line in first.infos)
+    # One wheelhouse under the cache, named by the interpreter and the file's hash, holding the wheel.
+    [house] = wheel_cache.iterdir()
+    assert house.name == wheelhouse.cache_key(spec.requirements.digest, wheelhouse.interpreter_tag())  # type: ignore[union-attr]
+    assert [p.name for p in house.iterdir()] == ["tabulate-0.9.0-py3-none-any.whl"]
+
+    for host in ("algo-1", "algo-2"):
+        log = [line for h, _, line in first.lines if h == host]
+        text = "\n".join(log)
+        # The toolkit's own install step ran (modules.install_requirements), with pip reading the mount.
+        assert "Installing dependencies from requirements.txt" in text
+        assert "Looking in links: /opt/hetero-emu/wheelhouse" in text
+        assert ("Processing /opt/hetero-emu/wheelhouse/tabulate-0.9.0-py3-none-any.whl "
+                "(from -r requirements.txt (line 2))") in text
+        assert "Successfully installed tabulate-0.9.0" in text
+        [seen] = [json.loads(line[5:]) for line in log if line.startswith("SEEN ")]
+        assert seen["version"] == "0.9.0"
+        assert seen["module"].startswith("/opt/venv/lib/python3.11/site-packages/")
+        assert seen["wheels"] == ["tabulate-0.9.0-py3-none-any.whl"]
+        assert seen["write"] == "OSError 30"  # EROFS: the wheelhouse is read-only on every host
+        assert seen["env"] == {"PIP_FIND_LINKS": "/opt/hetero-emu/wheelhouse", "PIP_NO_INDEX": "1"}
+
+    # The second run of the same file builds nothing.
+    second = RecordingReporter()
+    started = time.monotonic()
+    again = run_job(validate(_raw(tmp_path, PACKAGE, "wheels-second"), base_dir=tmp_path), reporter=second)
+    cached = time.monotonic() - started
+    assert again.status == "Completed", again.failure_reason
+    assert not any("building its wheels" in line for line in second.infos)
+    assert f"requirements.txt: wheels cached in {house}" in second.infos
+    print(f"\nrequirements.txt job: first run (build) {built:.1f}s, second run (cached) {cached:.1f}s")
+
+
+def test_a_requirement_pip_cannot_find_fails_before_anything_is_created(tmp_path: Path, wheel_cache: Path) -> None:
+    spec = validate(_raw(tmp_path, MISSING, "wheels-missing"), base_dir=tmp_path)
+    reporter = RecordingReporter()
+    with pytest.raises(WheelhouseError) as caught:
+        run_job(spec, reporter=reporter)
+    message = caught.value.message
+    assert caught.value.exit_code == 3
+    assert f"{tmp_path / 'code'}/requirements.txt" in message
+    assert "hetero-emu-no-such-package-4f2a" in message
+    assert "No matching distribution found" in message
+    # Nothing staged, no half-built wheelhouse (no_leftovers checks the engine).
+    assert not (tmp_path / "out" / "wheels-missing").exists()
+    assert not wheel_cache.exists() or not any(wheel_cache.iterdir())
+    assert not reporter.lines
+
+
+def test_the_cli_says_which_requirement_failed_and_exits_3(tmp_path: Path, wheel_cache: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(_raw(tmp_path, MISSING, "wheels-cli")))
+    done = subprocess.run([sys.executable, "-m", "emulator.cli", "run", str(spec)], capture_output=True,
+                          text=True, timeout=300, cwd=REPO, check=False,
+                          env={**os.environ, "NO_COLOR": "1", "XDG_CACHE_HOME": str(wheel_cache.parents[1])})
+    assert done.returncode == 3, done.stderr
+    assert "requirements.txt: pip could not build the wheels of" in done.stderr
+    assert "No matching distribution found for hetero-emu-no-such-package-4f2a==1.0" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "wheels-cli").exists()
