@@ -52,6 +52,9 @@ class Requirements:
     code: str  # the source_dir folder, or the sourcedir.tar.gz holding the file
     archive: bool
     digest: str
+    # source_dir has setup.py: the toolkit runs `pip install . -r requirements.txt`, whose isolated
+    # build of "." needs setuptools from the wheelhouse too (pip reads PIP_FIND_LINKS there as well).
+    package: bool = False
 
 
 def interpreter_tag() -> str:
@@ -59,9 +62,10 @@ def interpreter_tag() -> str:
     return f"{sys.implementation.cache_tag}-{sys.platform}"
 
 
-def cache_key(digest: str, tag: str) -> str:
-    """One wheelhouse per (requirements.txt bytes, interpreter): an edit or another Python builds anew."""
-    return f"{tag}-{digest[:16]}"
+def cache_key(digest: str, tag: str, package: bool = False) -> str:
+    """One wheelhouse per (requirements.txt bytes, interpreter): an edit or another Python builds anew.
+    A package's (setup.py) holds setuptools as well."""
+    return f"{tag}-{digest[:16]}{'-setuptools' if package else ''}"
 
 
 def cache_root() -> Path:
@@ -69,7 +73,7 @@ def cache_root() -> Path:
 
 
 def location(requirements: Requirements, root: Path, tag: str) -> Path:
-    return root / cache_key(requirements.digest, tag)
+    return root / cache_key(requirements.digest, tag, requirements.package)
 
 
 def environment(requirements: Requirements | None) -> dict[str, str]:
@@ -95,7 +99,7 @@ def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: 
         content = (code / REQUIREMENTS).read_bytes() if (code / REQUIREMENTS).is_file() else None
     if content is None or not (entry_point.endswith(".py") or "setup.py" in names):
         return None
-    return Requirements(str(code), archive, hashlib.sha256(content).hexdigest())
+    return Requirements(str(code), archive, hashlib.sha256(content).hexdigest(), package="setup.py" in names)
 
 
 def _archive_member(archive: Path) -> tuple[set[str], bytes | None]:
@@ -146,7 +150,8 @@ def ensure(
         with _code_folder(requirements) as code:
             progress(f"requirements.txt: building its wheels once: pip wheel -r {shown}")
             _pip_wheel([*(pip or PIP), "wheel", "--disable-pip-version-check", "--progress-bar", "off",
-                        "--wheel-dir", str(partial), "--requirement", REQUIREMENTS], code, shown, progress)
+                        "--wheel-dir", str(partial), "--requirement", REQUIREMENTS,
+                        *(["setuptools"] if requirements.package else [])], code, shown, progress)
         try:
             # The folder appears whole or not at all; a run that built the same key meanwhile wins.
             partial.rename(target)

@@ -114,6 +114,26 @@ def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_pa
     print(f"\nrequirements.txt job: first run (build) {built:.1f}s, second run (cached) {cached:.1f}s")
 
 
+def test_a_package_with_setup_py_is_installed_offline_too(tmp_path: Path, wheel_cache: Path) -> None:
+    # modules.install: `pip install . -r requirements.txt`; building "." needs setuptools, which the
+    # wheelhouse of a source_dir with setup.py holds.
+    raw = _raw(tmp_path, PACKAGE, "wheels-package")
+    (tmp_path / "code" / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='job-code', version='0.1', py_modules=['train'])\n")
+    spec = validate(raw, base_dir=tmp_path)
+    reporter = RecordingReporter()
+    result = run_job(spec, reporter=reporter)
+    assert result.status == "Completed", result.failure_reason
+    [house] = wheel_cache.iterdir()
+    assert house.name.endswith("-setuptools")
+    assert sorted(p.name.split("-")[0] for p in house.iterdir()) == ["setuptools", "tabulate"]
+    for host in ("algo-1", "algo-2"):
+        text = "\n".join(line for h, _, line in reporter.lines if h == host)
+        assert "Installing module." in text  # the toolkit's package path, not install_requirements
+        assert "Successfully installed job-code-0.1 tabulate-0.9.0" in text
+        assert '"version": "0.9.0"' in text
+
+
 def test_a_requirement_pip_cannot_find_fails_before_anything_is_created(tmp_path: Path, wheel_cache: Path) -> None:
     spec = validate(_raw(tmp_path, MISSING, "wheels-missing"), base_dir=tmp_path)
     reporter = RecordingReporter()

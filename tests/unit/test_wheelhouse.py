@@ -84,6 +84,7 @@ def test_the_cache_key_is_the_interpreter_and_the_files_hash() -> None:
     other_file = hashlib.sha256(b"tabulate==0.8.10\n").hexdigest()
     assert wheelhouse.cache_key(other_file, TAG) != wheelhouse.cache_key(digest, TAG)
     assert wheelhouse.cache_key(digest, "cpython-312-linux") != wheelhouse.cache_key(digest, TAG)
+    assert wheelhouse.cache_key(digest, TAG, package=True) == f"{TAG}-{digest[:16]}-setuptools"
 
 
 def test_the_interpreter_tag_names_this_interpreter() -> None:
@@ -132,7 +133,10 @@ def test_a_package_with_setup_py_installs_requirements_whatever_its_entry_point(
     # modules.install: `pip install . -r requirements.txt` for a source_dir with setup.py.
     (project / "code" / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     (project / "code" / "run").write_text("print('hi')\n")
-    assert load({**valid_raw, "entry_point": "run"}).requirements is not None
+    requirements = load({**valid_raw, "entry_point": "run"}).requirements
+    assert requirements is not None and requirements.package
+    # Its wheelhouse holds setuptools too (pip's isolated build of "."): a key of its own.
+    assert wheelhouse.location(requirements, Path("/c"), TAG).name.endswith("-setuptools")
 
 
 def test_a_sourcedir_archive_is_read_for_its_requirements(
