@@ -227,6 +227,21 @@ def test_the_wheels_are_built_once_then_found_in_the_cache(tmp_path: Path) -> No
     assert [p.name for p in target.parent.iterdir()] == ["key"]  # no partial folder left
 
 
+def test_an_archives_requirements_are_built_from_it_unpacked(tmp_path: Path) -> None:
+    archive = tmp_path / "sourcedir.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in {"train.py": b"print(1)\n", "requirements.txt": b"six==1.17.0\n"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    requirements = wheelhouse.Requirements(str(archive), True, hashlib.sha256(b"six==1.17.0\n").hexdigest())
+    lines: list[str] = []
+    target = tmp_path / "cache" / "key"
+    assert wheelhouse.ensure(requirements, target, DEFAULT_IMAGE, lines.append, pip=fake_pip(tmp_path))
+    assert [p.name for p in target.iterdir()] == ["six-1.17.0-py3-none-any.whl"]
+    assert lines[0] == f"requirements.txt: building its wheels once: pip wheel -r {archive}!requirements.txt"
+
+
 def test_a_failing_pip_is_a_clear_error_with_its_tail_and_leaves_no_wheelhouse(tmp_path: Path) -> None:
     requirements = requirements_in(tmp_path / "code", "no-such-thing==1.0\n")
     target = tmp_path / "cache" / "key"
