@@ -154,11 +154,14 @@ def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
 
 
 def channel_config(channel: TrainingInput, job_input_mode: str) -> dict[str, str]:
-    """One entry of inputdataconfig.json, as the service writes it."""
+    """One entry of inputdataconfig.json, as the service writes it. The toolkit reads it back as
+    `Environment().input_data_config` (sagemaker_training/environment.py read_input_data_config); a
+    Pipe channel's reader (sagemaker-tensorflow-extensions' PipeModeDataset) needs no more than its
+    name, its FIFOs being `/opt/ml/input/data/<channel>_<epoch>`."""
     entry = {
         "TrainingInputMode": channel.input_mode or job_input_mode,
         "S3DistributionType": channel.distribution,
-        "RecordWrapperType": "None",
+        "RecordWrapperType": channel.record_wrapping,
     }
     if channel.content_type:
         entry["ContentType"] = channel.content_type
@@ -201,7 +204,7 @@ def describe_input_data_config(spec: JobSpec) -> list[dict[str, Any]]:
             "CompressionType": "None",
             "DataSource": {"S3DataSource": source},
             "InputMode": channel.input_mode or spec.input_mode,
-            "RecordWrapperType": "None",
+            "RecordWrapperType": channel.record_wrapping,
         }
         if channel.content_type:
             entry["ContentType"] = channel.content_type

@@ -55,6 +55,8 @@ def _to_raw(value: Any) -> Any:
             out["input_mode"] = value.input_mode
         if value.content_type:
             out["content_type"] = value.content_type
+        if value.record_wrapping != "None":
+            out["record_wrapping"] = value.record_wrapping
         if value.instance_groups:
             out["instance_groups"] = list(value.instance_groups)
         return out

@@ -75,6 +75,10 @@ class HostPlan:
     files: Mapping[str, str]
     # The container's memory limit in bytes (swap included, as instances have none); None = no limit.
     memory_bytes: int | None = None
+    # Pipe channel -> the files (keys, in order) streamed into its FIFOs on this host: the same list
+    # File mode would stage (a ShardedByS3Key channel's share). Neither mounted nor staged:
+    # `emulator.pipes` feeds them at /opt/ml/input/data/<channel>_<epoch>.
+    pipes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,7 @@ class HostLayout:
     group: GroupPlan
     channels: tuple[str, ...]
     shards: Mapping[str, tuple[str, ...]]  # as HostPlan.shards
+    pipes: Mapping[str, tuple[str, ...]]  # as HostPlan.pipes
 
 
 def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLayout, ...]:
@@ -206,13 +211,16 @@ def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLay
         if host not in group_of:
             continue
         channels = tuple(name for name in spec.inputs if host in channel_hosts[name])
+        files = {name: shares[name][host] if name in shares else spec.inputs[name].files for name in channels}
+        piped = {name for name in channels if spec.channel_mode(name) == "Pipe"}
         host_shards = {
-            name: shares[name][host] if name in shares else spec.inputs[name].files
+            name: files[name]
             for name in channels
-            if name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
-            or spec.inputs[name].copied
+            if name not in piped and (name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
+                                      or spec.inputs[name].copied)
         }
-        layout.append(HostLayout(host, group_of[host], channels, host_shards))
+        host_pipes = {name: files[name] for name in channels if name in piped}
+        layout.append(HostLayout(host, group_of[host], channels, host_shards, host_pipes))
     return tuple(layout)
 
 
@@ -270,6 +278,8 @@ def make_plan(
         if spec.checkpoint_local_path != CHECKPOINTS:
             mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
         for name in slot.channels:
+            if name in slot.pipes:
+                continue  # its FIFOs are made in the host's input/data folder, mounted above
             channel = spec.inputs[name]
             source = share_dir(str(job_dir), name, channel, host) if name in slot.shards else channel.source
             mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
@@ -284,6 +294,7 @@ def make_plan(
                 host_dir=str(host_dir),
                 channels=slot.channels,
                 shards=slot.shards,
+                pipes=slot.pipes,
                 mounts=tuple(mounts),
                 environment=environment,
                 labels={
@@ -420,5 +431,7 @@ def render(plan: Plan) -> str:
         for name, files in host.shards.items():
             if name in plan.spec.inputs and plan.spec.inputs[name].distribution == "ShardedByS3Key":
                 lines.append(f"           shard {name}: {len(files)} file(s)")
+        for name, files in host.pipes.items():
+            lines.append(f"           pipe {name}: {len(files)} file(s) streamed to {INPUT_DATA}/{name}_<epoch>")
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import artifacts, hostfiles, jobs, secrets, staging, wheelhouse
+from emulator import artifacts, hostfiles, jobs, pipes, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
@@ -235,21 +235,25 @@ class Run:
         t0 = time.monotonic()
         try:
             try:
-                reporter.step(f"creating network {plan.network} and {len(plan.hosts)} containers")
-                self.backend.create_network(plan)
-                self.created_network = True
-                for host in plan.hosts:
-                    self.backend.create_container(plan, host)
-                    self.created.append(host.container_name)
-                    # Attached before the start: every byte a host writes is read, however fast it exits.
-                    self.backend.follow_logs(host.container_name, logs)
-                reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
-                self.started = True
-                self.backend.start(self.names)
-                t0 = time.monotonic()
-                start = self.now()  # TrainingStartTime: the hosts run
-                self.transition("Training", "Training image download completed. Training in progress.", at=start)
-                status, secondary, reason = self.supervise(t0)
+                # Pipe channels' epoch-0 FIFOs exist before any host starts; every feeder is stopped
+                # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
+                with pipes.serve(plan, reporter.warn):
+                    reporter.step(f"creating network {plan.network} and {len(plan.hosts)} containers")
+                    self.backend.create_network(plan)
+                    self.created_network = True
+                    for host in plan.hosts:
+                        self.backend.create_container(plan, host)
+                        self.created.append(host.container_name)
+                        # Attached before the start: every byte a host writes is read, however fast it exits.
+                        self.backend.follow_logs(host.container_name, logs)
+                    reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
+                    self.started = True
+                    self.backend.start(self.names)
+                    t0 = time.monotonic()
+                    start = self.now()  # TrainingStartTime: the hosts run
+                    self.transition("Training", "Training image download completed. Training in progress.",
+                                    at=start)
+                    status, secondary, reason = self.supervise(t0)
             except KeyboardInterrupt:
                 status, secondary, reason = "Stopped", "Stopped", None
                 lost = self.stop_on_interrupt()

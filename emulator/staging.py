@@ -90,7 +90,8 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
         for folder in HOST_FOLDERS:
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
-            (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
+            if name not in host.pipes:  # a Pipe channel has FIFOs there instead (emulator.pipes)
+                (root / "input" / "data" / name).mkdir(parents=True, exist_ok=True)
         if spec.source_archive and spec.source_dir is not None:
             s3.unpack(spec.source_dir, root / "code")  # sourcedir.tar.gz, as the toolkit unpacks it
         else:

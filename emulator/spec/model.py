@@ -68,7 +68,8 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_LOG_LEVEL = 20
 
 INPUT_MODES = ("File", "FastFile", "Pipe")
-PIPE_UNSUPPORTED = "Pipe input mode is not supported yet"
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_Channel.html#sagemaker-Type-Channel-RecordWrapperType
+RECORD_WRAPPER_TYPES = ("None", "RecordIO")
 S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 S3_DATA_TYPES = ("S3Prefix",)
 # The strategies `distribution=` accepts in the SDK's framework estimators.
@@ -160,6 +161,8 @@ class TrainingInput:
     content_type: str | None = None
     instance_groups: tuple[str, ...] = ()
     s3_data_type: str = "S3Prefix"
+    # RecordWrapperType: "RecordIO" wraps each file of a Pipe channel in one RecordIO record.
+    record_wrapping: str = "None"
     files: tuple[str, ...] = ()
     single_file: bool = False
     # A symlink in the folder would not resolve inside a read-only bind mount of it (its target lies
@@ -235,6 +238,10 @@ class JobSpec:
     @property
     def host_count(self) -> int:
         return sum(g.instance_count for g in self.instance_groups)
+
+    def channel_mode(self, name: str) -> str:
+        """A channel's input mode: its own, else the job's TrainingInputMode (API_Channel.html InputMode)."""
+        return self.inputs[name].input_mode or self.input_mode
 
     def group(self, name: str) -> InstanceGroup:
         return next(g for g in self.instance_groups if g.instance_group_name == name)

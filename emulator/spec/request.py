@@ -537,7 +537,7 @@ def _channel_request(name: str, spec: JobSpec) -> dict[str, Any]:
     if channel.instance_groups:
         source["InstanceGroupNames"] = list(channel.instance_groups)
     entry: dict[str, Any] = {"ChannelName": name, "DataSource": {"S3DataSource": source},
-                             "CompressionType": "None", "RecordWrapperType": "None"}
+                             "CompressionType": "None", "RecordWrapperType": channel.record_wrapping}
     if channel.input_mode:
         entry["InputMode"] = channel.input_mode
     if channel.content_type:

@@ -54,7 +54,7 @@ from emulator.spec.model import (
     MAX_INSTANCE_GROUPS,
     MAX_JOB_NAME,
     MAX_RUN_LIMIT,
-    PIPE_UNSUPPORTED,
+    RECORD_WRAPPER_TYPES,
     S3_DATA_TYPES,
     S3_DISTRIBUTIONS,
     SMDISTRIBUTED_STRATEGIES,
@@ -262,9 +262,8 @@ class Validator(FieldReader):
         if job_mode not in INPUT_MODES:
             self.fail("input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {job_mode!r}",
                       did_you_mean(job_mode, INPUT_MODES))
-        elif job_mode == "Pipe":
-            self.fail("input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
-        inputs = self.inputs(raw, group_names, heterogeneous, s3_root)
+            job_mode = "File"
+        inputs = self.inputs(raw, group_names, heterogeneous, s3_root, job_mode)
         distribution = self.distribution(raw, group_names, heterogeneous, [g.instance_type for g in groups])
 
         hyperparameters = self.hyperparameters(raw)
@@ -509,7 +508,8 @@ class Validator(FieldReader):
         return entry_point, source_dir
 
     def inputs(
-        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, s3_root: Path | None
+        self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, s3_root: Path | None,
+        job_mode: str = "File",
     ) -> dict[str, TrainingInput]:
         value = raw.get("inputs")
         if value is None:
@@ -547,14 +547,19 @@ class Validator(FieldReader):
             if mode is not None and mode not in INPUT_MODES:
                 self.fail(path + ".input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {mode!r}",
                           did_you_mean(mode, INPUT_MODES))
-            elif mode == "Pipe":
-                self.fail(path + ".input_mode", PIPE_UNSUPPORTED, "use File or FastFile")
             data_type = self.string(item, "s3_data_type", path + ".s3_data_type") or "S3Prefix"
             if data_type not in S3_DATA_TYPES:
                 self.fail(path + ".s3_data_type", f"{data_type!r} is not supported yet", "use S3Prefix")
-            wrapping = self.string(item, "record_wrapping", path + ".record_wrapping")
-            if wrapping not in (None, "None"):
-                self.fail(path + ".record_wrapping", f"{wrapping!r} is not supported yet", "omit it")
+            piped = (mode if mode in INPUT_MODES else job_mode) == "Pipe"
+            wrapping = self.string(item, "record_wrapping", path + ".record_wrapping") or "None"
+            if wrapping not in RECORD_WRAPPER_TYPES:
+                self.fail(path + ".record_wrapping", f"must be one of {', '.join(RECORD_WRAPPER_TYPES)}, "
+                          f"got {wrapping!r}", did_you_mean(wrapping, RECORD_WRAPPER_TYPES))
+            elif wrapping == "RecordIO" and not piped:
+                # The emulator wraps records while it streams a Pipe channel (emulator.pipes); a File
+                # channel is the user's files mounted as they are, which it does not rewrite.
+                self.fail(path + ".record_wrapping", "RecordIO wrapping is emulated for Pipe channels only",
+                          "set input_mode: Pipe on this channel, or omit record_wrapping")
             content_type = self.string(item, "content_type", path + ".content_type")
             groups = self.string_list(item, "instance_groups", path + ".instance_groups")
             if groups is not None:
@@ -585,6 +590,11 @@ class Validator(FieldReader):
             files = (given_name(data, source),) if single_file else listing.files
             if dist == "ShardedByS3Key" and not files:
                 self.fail(path + ".s3_data", f"{source} holds no file to shard")
+            elif piped and not files:
+                # A Pipe channel is its files streamed in key order: with none, every epoch's FIFO
+                # would give the script an empty stream it cannot tell from a broken one.
+                self.fail(path + ".s3_data", f"{source} holds no file to stream in Pipe mode",
+                          "put the channel's files there, or use input_mode: File for an empty folder")
             channels[name] = TrainingInput(
                 s3_data=data or "",
                 source=source,
@@ -593,15 +603,28 @@ class Validator(FieldReader):
                 content_type=content_type,
                 instance_groups=groups or (),
                 s3_data_type=data_type,
+                record_wrapping=wrapping,
                 files=files,
                 single_file=single_file,
                 links_out=listing.links_out,
             )
+        self.pipe_names(channels, job_mode)
         if assigned and unassigned:
             # The service rejects a job where only some channels name instance groups.
             self.fail("inputs", f"channels {', '.join(assigned)} name instance groups but "
                       f"{', '.join(unassigned)} do not", "assign instance_groups to every channel or to none")
         return channels
+
+    def pipe_names(self, channels: Mapping[str, TrainingInput], job_mode: str) -> None:
+        """A Pipe channel's FIFOs are `<channel>_<epoch>` beside the other channels' folders under
+        /opt/ml/input/data (emulator.pipes): a channel named like one of them would take its place."""
+        piped = [name for name, channel in channels.items() if (channel.input_mode or job_mode) == "Pipe"]
+        for name in channels:
+            for pipe in piped:
+                suffix = name[len(pipe) + 1:] if name.startswith(pipe + "_") else ""
+                if suffix.isdigit() and suffix.isascii():
+                    self.fail(f"inputs.{name}", f"the name {name!r} is that of an epoch's FIFO of the Pipe channel "
+                              f"{pipe!r} (/opt/ml/input/data/{name})", "rename one of the two channels")
 
     def distribution(
         self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, instance_types: list[str]

@@ -96,6 +96,24 @@ def test_sdk_hyperparameters_become_the_spec(project: Path) -> None:
     assert written["sagemaker_something_new"] == '"kept"', "unknown sagemaker_* keys pass through as given"
 
 
+def test_a_pipe_channel_and_its_record_wrapping_reach_inputdataconfig(project: Path) -> None:
+    channels = [
+        {"ChannelName": "train", "InputMode": "Pipe", "RecordWrapperType": "RecordIO",
+         "DataSource": {"S3DataSource": {"S3Uri": "data/train", "S3DataType": "S3Prefix",
+                                         "S3DataDistributionType": "ShardedByS3Key"}}},
+        {"ChannelName": "validation",
+         "DataSource": {"S3DataSource": {"S3Uri": "data/validation", "S3DataType": "S3Prefix"}}},
+    ]
+    algorithm = {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "Pipe"}
+    spec = load(project, request(InputDataConfig=channels, AlgorithmSpecification=algorithm))
+    config = json.loads(make_plan(spec, "req-job").hosts[0].files["input/config/inputdataconfig.json"])
+    assert config["train"] == {"TrainingInputMode": "Pipe", "S3DistributionType": "ShardedByS3Key",
+                               "RecordWrapperType": "RecordIO"}
+    # TrainingInputMode is every channel's default (API_Channel.html InputMode).
+    assert config["validation"]["TrainingInputMode"] == "Pipe"
+    assert config["validation"]["RecordWrapperType"] == "None"
+
+
 def test_a_single_script_as_the_submit_directory(project: Path) -> None:
     spec = load(project, request(HyperParameters={"sagemaker_program": '"run.py"',
                                                   "sagemaker_submit_directory": '"run.py"'}))
@@ -201,6 +219,13 @@ SPECS = {
                          "smdistributed": {"modelparallel": {"enabled": True,
                                                              "parameters": {"partitions": 2, "microbatches": 4}}},
                          "instance_groups": ["dnn_group"]},
+    },
+    "pipe": {
+        "job_name": "piped", "entry_point": "train.py", "source_dir": "code", "instance_type": "ml.c5.xlarge",
+        "instance_count": 2, "input_mode": "Pipe",
+        "inputs": {"training": {"s3_data": "data/train", "distribution": "ShardedByS3Key",
+                                "record_wrapping": "RecordIO"},
+                   "validation": {"s3_data": "data/validation", "input_mode": "File"}},
     },
     "container-entry-point": {
         "job_name": "entry", "image_uri": "python:3.11-slim", "instance_type": "ml.c5.xlarge",

@@ -435,14 +435,50 @@ def test_channel_without_s3_data_is_rejected(valid_raw: Raw, expect_problem: Cal
     expect_problem(valid_raw, "inputs.training.s3_data", "missing")
 
 
-def test_pipe_mode_on_a_channel_is_not_supported(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
-    valid_raw["inputs"]["training"]["input_mode"] = "Pipe"
-    expect_problem(valid_raw, "inputs.training.input_mode", "not supported yet")
+def test_pipe_mode_on_a_channel_is_accepted_with_its_record_wrapping(
+    valid_raw: Raw, load: Callable[..., JobSpec]
+) -> None:
+    valid_raw["inputs"]["training"].update(input_mode="Pipe", record_wrapping="RecordIO")
+    spec = load(valid_raw)
+    assert spec.channel_mode("training") == "Pipe"
+    assert spec.inputs["training"].record_wrapping == "RecordIO"
+    assert spec.channel_mode("validation") == "File"
+    assert spec.inputs["validation"].record_wrapping == "None"
 
 
-def test_pipe_mode_for_the_job_is_not_supported(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+def test_the_jobs_pipe_mode_is_the_default_of_every_channel(valid_raw: Raw, load: Callable[..., JobSpec]) -> None:
     valid_raw["input_mode"] = "Pipe"
-    expect_problem(valid_raw, "input_mode", "not supported yet")
+    valid_raw["inputs"]["validation"]["input_mode"] = "File"
+    spec = load(valid_raw)
+    assert spec.channel_mode("training") == "Pipe"
+    assert spec.channel_mode("validation") == "File"
+
+
+@pytest.mark.parametrize("where", ["channel", "job"])
+def test_pipe_mode_on_an_empty_folder_is_refused_with_a_hint(
+    valid_raw: Raw, project: Path, expect_problem: Callable[..., Any], where: str
+) -> None:
+    (project / "data" / "empty").mkdir()
+    valid_raw["inputs"]["training"]["s3_data"] = "./data/empty"
+    if where == "channel":
+        valid_raw["inputs"]["training"]["input_mode"] = "Pipe"
+    else:
+        valid_raw["input_mode"] = "Pipe"
+    expect_problem(valid_raw, "inputs.training.s3_data", "holds no file to stream in Pipe mode",
+                   hint="put the channel's files there, or use input_mode: File for an empty folder")
+
+
+def test_record_io_wrapping_on_a_file_channel_is_refused(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
+    valid_raw["inputs"]["training"]["record_wrapping"] = "RecordIO"
+    expect_problem(valid_raw, "inputs.training.record_wrapping", "emulated for Pipe channels only")
+
+
+def test_a_channel_named_like_a_pipe_channels_fifo_is_refused(
+    valid_raw: Raw, expect_problem: Callable[..., Any]
+) -> None:
+    valid_raw["inputs"]["training"]["input_mode"] = "Pipe"
+    valid_raw["inputs"]["training_12"] = dict(valid_raw["inputs"]["validation"])
+    expect_problem(valid_raw, "inputs.training_12", "an epoch's FIFO of the Pipe channel 'training'")
 
 
 @pytest.mark.parametrize("mode", ["File", "FastFile"])
@@ -773,7 +809,7 @@ def test_several_problems_are_all_reported_at_once(
     valid_raw["job_name"] = "bad_name"
     valid_raw["instance_groups"][0]["instance_count"] = -1
     valid_raw["instance_groups"][1]["instance_type"] = "ml.p3.2xlarg"
-    valid_raw["inputs"]["training"]["input_mode"] = "Pipe"
+    valid_raw["inputs"]["training"]["input_mode"] = "Pipes"
     valid_raw["inputs"]["validation"]["instance_groups"] = ["nobody"]
     valid_raw["hyperparameters"]["sagemaker_program"] = "x.py"
     valid_raw["max_run"] = 0
@@ -782,7 +818,7 @@ def test_several_problems_are_all_reported_at_once(
     find(found, "job_name", "breaks SageMaker's pattern")
     find(found, "instance_groups[0].instance_count", "must be 0 or more")
     find(found, "instance_groups[1].instance_type", "unknown instance type")
-    find(found, "inputs.training.input_mode", "not supported yet")
+    find(found, "inputs.training.input_mode", "must be one of File, FastFile, Pipe")
     find(found, "inputs.validation.instance_groups", "no instance group named 'nobody'")
     find(found, "hyperparameters.sagemaker_program", "reserved")
     find(found, "max_run", "must be between")
