@@ -28,8 +28,14 @@ A file longer than the 29-bit length is split into a multipart record (flags 1 s
 which RecordIOReader.cpp joins); a whole record has flag 0.
 
 Teardown never hangs: no feeder blocks in open() or write(). The write end is opened non-blocking
-(ENXIO while nobody reads, retried), writes wait in poll() with a timeout, and `Feeders.close()` (a
-`with` block's exit) stops every thread and removes every FIFO.
+(ENXIO while nobody reads, retried), writes wait in poll() with a timeout, and `Feeders.close()` stops
+every thread and removes every FIFO.
+
+The feeders run in a process of their own (`serve`, `python emulator/pipes.py`), not in the driver: a
+feeder wakes up once per pipe-full (1 MiB), and in the driver each wake-up would wait for the GIL
+behind the log, console and engine threads (measured: a third of the rate with one busy thread). The
+process reads its orders on stdin and stops when stdin ends: when the `with` block ends, and also
+when the driver dies, so no feeder outlives its job.
 """
 
 from __future__ import annotations
@@ -37,17 +43,25 @@ from __future__ import annotations
 import errno
 import fcntl
 import itertools
+import json
 import os
 import select
+import signal
 import struct
+import subprocess
+import sys
 import termios
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from emulator.plan import Plan
+# The feeding process runs this file as a script (`serve`): it imports the standard library alone,
+# not the emulator package, whose import takes a second.
+if TYPE_CHECKING:
+    from emulator.plan import Plan
 
 RECORDIO_MAGIC = 0xCED7230A
 RECORDIO_MAX_LENGTH = (1 << 29) - 1  # the length word's low 29 bits
@@ -294,21 +308,85 @@ class Feeders:
                                 f"{feeder.error}")
         for feeder in self.feeders:
             # A feeder removes its own FIFO as it ends; one that did not stop in time leaves one.
-            source = feeder.source
-            for fifo in source.folder.glob(f"{source.channel}_*"):
-                epoch = fifo.name[len(source.channel) + 1:]
-                if epoch.isdigit() and fifo.is_fifo():
-                    _remove(fifo)
+            _remove_fifos(feeder.source)
         return problems
 
 
+READY = "ready"
+STOP_TIMEOUT = JOIN_TIMEOUT + 5.0
+
+
 @contextmanager
-def serve(plan: Plan, warn: Callable[[str], None]) -> Iterator[Feeders]:
-    """Feed the plan's Pipe channels for the duration of the `with` block (nothing when it has none)."""
-    feeders = Feeders(sources(plan))
+def serve(plan: Plan, warn: Callable[[str], None]) -> Iterator[None]:
+    """Feed the plan's Pipe channels for the duration of the `with` block, from a process of its own
+    (nothing is started when the plan has none). Each epoch-0 FIFO exists when the block begins;
+    when it ends, the process has stopped and every FIFO is gone; `warn` gets a line per problem."""
+    pipe_sources = sources(plan)
+    if not pipe_sources:
+        yield
+        return
+    from emulator.errors import EnvironmentProblem
+
+    proc = subprocess.Popen(
+        # -I: neither the user's site-packages nor the working directory can shadow a module it uses.
+        [sys.executable, "-I", str(Path(__file__).resolve())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+        # Its own session: the Ctrl-C meant for the driver must not stop the feeding before the driver
+        # has stopped the hosts.
+        start_new_session=True, cwd="/",
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps([{**asdict(src), "folder": str(src.folder), "root": str(src.root)}
+                                     for src in pipe_sources]) + "\n")
+        proc.stdin.flush()
+        first = proc.stdout.readline().strip()
+        if first != READY:
+            raise EnvironmentProblem(f"the Pipe mode feeder did not start: {first or 'it exited'}",
+                                     hint="each host's input/data folder under the job folder must be writable")
+        yield
+    finally:
+        try:
+            # communicate() closes stdin first: the feeder's signal to stop.
+            told, _ = proc.communicate(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            told, _ = proc.communicate()
+            warn("the Pipe mode feeder did not stop: killed")
+        for line in told.splitlines():
+            warn(json.loads(line))
+        if proc.returncode not in (0, -signal.SIGKILL):
+            warn(f"the Pipe mode feeder failed (exit code {proc.returncode})")
+        for src in pipe_sources:  # left by a feeder that was killed
+            _remove_fifos(src)
+
+
+def _remove_fifos(source: PipeSource) -> None:
+    for fifo in source.folder.glob(f"{source.channel}_*"):
+        epoch = fifo.name[len(source.channel) + 1:]
+        if epoch.isdigit() and fifo.is_fifo():
+            _remove(fifo)
+
+
+def main() -> None:
+    """The feeding process: one JSON line of PipeSources on stdin, `ready` once every epoch-0 FIFO is
+    made, feeding until stdin ends, then a JSON string per problem on stdout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    orders = json.loads(sys.stdin.readline() or "[]")
+    feeders = Feeders([PipeSource(**{**order, "folder": Path(order["folder"]), "root": Path(order["root"]),
+                                     "files": tuple(order["files"])}) for order in orders])
     try:
         feeders.start()
-        yield feeders
-    finally:
-        for problem in feeders.close():
-            warn(problem)
+    except OSError as err:
+        print(f"{err.strerror}: {err.filename}", flush=True)
+        feeders.close()
+        return
+    print(READY, flush=True)
+    while sys.stdin.readline():
+        pass
+    for problem in feeders.close():
+        print(json.dumps(problem), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,11 @@ for the training script."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -183,9 +186,52 @@ def test_each_host_of_a_sharded_pipe_channel_streams_its_share(tmp_path: Path, d
         assert not any(m.target.startswith("/opt/ml/input/data/train") for m in h.mounts)
         assert "Pipe" in h.files["input/config/inputdataconfig.json"]
         (Path(h.host_dir) / "input" / "data").mkdir(parents=True)
-    start(feeding, *pipes.sources(plan))
-    streams = [read_epoch(Path(h.host_dir) / "input" / "data" / "train_0") for h in plan.hosts]
+    warnings: list[str] = []
+    with pipes.serve(plan, warnings.append):  # the feeding process the runner starts
+        streams = [read_epoch(Path(h.host_dir) / "input" / "data" / "train_0") for h in plan.hosts]
     assert streams == [b"".join((data / key).read_bytes() for key in share) for share in (keys[0::2], keys[1::2])]
+    assert warnings == []
+    assert not any(p.is_fifo() for p in tmp_path.rglob("*"))
+
+
+def test_the_feeding_process_stops_and_removes_its_fifos_when_the_driver_is_gone(
+    data: Path, host: Path
+) -> None:
+    order = {"folder": str(host), "channel": "train", "root": str(data), "files": list(scan(data).files),
+             "single_file": False, "record_io": False, "label": "algo-1 train"}
+    proc = subprocess.Popen([sys.executable, "-I", pipes.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps([order]) + "\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == "ready\n"
+    assert (host / "train_0").is_fifo()
+    proc.stdin.close()  # what the kernel does when the driver dies
+    assert proc.wait(5) == 0
+    proc.stdout.close()
+    assert list(host.iterdir()) == []
+
+
+def test_serve_reports_a_feeders_problem_and_leaves_no_fifo(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a").write_bytes(b"a")
+    spec = JobSpec(
+        job_name="pipes", base_job_name="pipes", image_uri="img", entry_point="train.py", source_dir=None,
+        instance_groups=(InstanceGroup("g", "ml.c5.xlarge", 1),), heterogeneous=False, output_path=tmp_path / "out",
+        inputs={"train": TrainingInput("data", data, input_mode="Pipe", files=("a",))},
+    )
+    plan = make_plan(spec, "pipes")
+    folder = Path(plan.hosts[0].host_dir) / "input" / "data"
+    folder.mkdir(parents=True)
+    (data / "a").unlink()
+    warnings: list[str] = []
+    began = time.monotonic()
+    with pipes.serve(plan, warnings.append):
+        read_epoch(folder / "train_0")
+    assert time.monotonic() - began < 5
+    assert len(warnings) == 1 and "Pipe channel algo-1 train: feeding stopped in epoch 0" in warnings[0]
+    assert list(folder.iterdir()) == []
 
 
 def test_closing_with_no_reader_returns_at_once_and_removes_the_fifos(
