@@ -111,16 +111,23 @@ def compose_yaml(plan: Plan) -> str:
     """compose.yaml's text: `compose_project` as YAML, after a comment naming the variables that must
     be exported before `docker-compose up` (the values are never written)."""
     text = yaml.safe_dump(compose_project(plan), sort_keys=False)
+    header = []
     names = secret_variables(plan)
-    if not names:
-        return text
-    header = [
-        "# Secrets are not written here: these variables are listed without a value, and",
-        "# docker-compose takes each from the environment of the shell that runs it.",
-        "# Export them first, e.g.:",
-        *(f"#   export {name}=..." for name in names),
-    ]
-    return "\n".join(header) + "\n" + text
+    if names:
+        header += [
+            "# Secrets are not written here: these variables are listed without a value, and",
+            "# docker-compose takes each from the environment of the shell that runs it.",
+            "# Export them first, e.g.:",
+            *(f"#   export {name}=..." for name in names),
+        ]
+    piped = sorted({name for host in plan.hosts for name in host.pipes})
+    if piped:
+        # The FIFOs are made and fed by `hetero-emu run` (emulator.pipes), which compose does not run.
+        header += [
+            f"# Pipe input mode channels ({', '.join(piped)}) are streamed by `hetero-emu run` only: under",
+            "# docker-compose their FIFOs /opt/ml/input/data/<channel>_<epoch> never appear.",
+        ]
+    return "\n".join([*header, text]) if header else text
 
 
 def _escape(value: Any) -> Any:

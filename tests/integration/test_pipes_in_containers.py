@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sagemaker.inputs import TrainingInput
+from sagemaker.pytorch import PyTorch
+from test_seed_clusters import log_tagged
 
 from emulator.console import RecordingReporter
 from emulator.runner import run_job
+from emulator.sagemaker import EmulatorSession
 from emulator.spec import load_spec_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
@@ -163,3 +167,37 @@ def test_no_fifo_is_left_in_the_job_folder(job: dict[str, Any]) -> None:
     left = [p for p in hosts.rglob("*") if p.is_fifo()]
     assert left == []
     assert sorted(p.name for p in (hosts / "algo-1" / "input" / "data").iterdir()) == ["plain"]
+
+
+SDK_SCRIPT = """
+import hashlib, json, time, os
+from sagemaker_training import environment
+path = "/opt/ml/input/data/train_0"
+while not os.path.exists(path):
+    time.sleep(0.01)
+with open(path, "rb") as fifo:
+    data = fifo.read()
+print("PIPE_JSON " + json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                                 "config": environment.Environment().input_data_config}))
+"""
+
+
+def test_the_sdks_training_input_in_pipe_mode_streams_the_channel(tmp_path: Path) -> None:
+    """SDK v2 code unchanged but for the session: TrainingInput(input_mode="Pipe", record_wrapping=
+    "RecordIO") reaches the host as a FIFO of RecordIO records, and the toolkit reads Pipe back."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SDK_SCRIPT)
+    files = {"part-0": os.urandom(3000), "part-1": b"abc"}
+    for key, data in files.items():
+        (tmp_path / "s3" / "bucket" / "pipe-data" / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "s3" / "bucket" / "pipe-data" / key).write_bytes(data)
+    session = EmulatorSession(s3_root=tmp_path / "s3")
+    estimator = PyTorch(entry_point="train.py", source_dir=str(tmp_path / "code"), framework_version="2.1.0",
+                        py_version="py310", role="arn:aws:iam::111122223333:role/SageMakerRole",
+                        sagemaker_session=session, instance_type="ml.c5.xlarge", instance_count=1)
+    estimator.fit(inputs={"train": TrainingInput("s3://bucket/pipe-data", input_mode="Pipe",
+                                                 record_wrapping="RecordIO")}, job_name="sdk-pipe", logs=False)
+    seen = log_tagged(Path(session.training.found("sdk-pipe").job_dir), "algo-1", "PIPE_JSON")
+    assert {k: seen[k] for k in ("sha256", "bytes")} == digest(recordio([files["part-0"], files["part-1"]]))
+    assert seen["config"]["train"]["TrainingInputMode"] == "Pipe"
+    assert seen["config"]["train"]["RecordWrapperType"] == "RecordIO"

@@ -63,6 +63,18 @@ def test_sharded_channel_mounts_the_staged_share(load: Any, valid_raw: dict[str,
     assert "./.staging/training/algo-2:/opt/ml/input/data/training:ro" in doc["services"]["algo-2"]["volumes"]
 
 
+def test_a_pipe_channel_is_not_mounted_and_the_file_says_compose_cannot_feed_it(
+    load: Any, valid_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    raw = copy.deepcopy(valid_raw)
+    raw["inputs"]["training"]["input_mode"] = "Pipe"
+    plan = make_plan(load(raw), "hetero-test", job_dir=tmp_path / "job")
+    text = compose_yaml(plan)
+    assert text.startswith("# Pipe input mode channels (training) are streamed by `hetero-emu run` only")
+    volumes = [v for service in yaml.safe_load(text)["services"].values() for v in service["volumes"]]
+    assert not any("/opt/ml/input/data/training" in v for v in volumes)
+
+
 def test_entrypoint_arguments_isolation_and_environment(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
     raw = copy.deepcopy(valid_raw)
     raw["container_entry_point"] = ["python3", "/opt/ml/code/train.py"]
