@@ -341,6 +341,32 @@ def test_teardown_removes_containers_network_and_staging(spec_of: Callable[..., 
     assert (result.job_dir / "hosts" / "algo-3" / "input" / "config" / "resourceconfig.json").is_file()
 
 
+@pytest.mark.parametrize("scenario", ["completed", "failed", "interrupted"])
+def test_pipe_fifos_exist_when_the_hosts_start_and_are_gone_however_the_job_ends(
+    spec_of: Callable[..., JobSpec], scenario: str
+) -> None:
+    scripts, options = _scenario(scenario)
+    fake = FakeBackend(scripts, **options)
+    spec = spec_of(HETERO.replace("    distribution: ShardedByS3Key\n",
+                                  "    distribution: ShardedByS3Key\n    input_mode: Pipe\n"))
+    at_start: dict[str, list[str]] = {}
+    start = fake.start
+
+    def start_seeing_fifos(names: Any) -> None:
+        for host in ("algo-1", "algo-2", "algo-3"):
+            folder = spec.output_path / JOB / "hosts" / host / "input" / "data"
+            at_start[host] = sorted(p.name for p in folder.iterdir() if p.is_fifo())
+        start(names)
+
+    fake.start = start_seeing_fifos  # type: ignore[method-assign]
+    result, reporter = run(spec, fake)
+
+    assert result.status == {"completed": "Completed", "failed": "Failed", "interrupted": "Stopped"}[scenario]
+    assert at_start == {"algo-1": ["training_0"], "algo-2": ["training_0"], "algo-3": []}
+    assert not any(p.is_fifo() for p in (result.job_dir / "hosts").rglob("*"))
+    assert not any("Pipe" in w for w in reporter.warnings)
+
+
 def test_exception_while_creating_containers_still_tears_down(spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend(fail_create={"algo-2": EnvironmentProblem("cannot create container: engine said no")})
     spec = spec_of()
