@@ -225,6 +225,14 @@ class Feeder(threading.Thread):
                 continue
             except BrokenPipeError:
                 raise _ReaderGone from None
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                # A file system splice(2) cannot read from (some FUSE ones): through a buffer instead.
+                chunk = os.pread(src, min(end - offset, PIPE_BUFFER), offset)
+                self._write(fd, chunk)
+                moved = len(chunk)
+                self.sent -= moved  # counted by _write already
             if moved == 0:
                 raise OSError(errno.EIO, "the file got shorter while it was streamed", str(path))
             offset += moved

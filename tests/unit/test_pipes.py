@@ -3,6 +3,7 @@ for the training script."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -274,3 +275,17 @@ def test_a_file_that_vanishes_is_reported_at_close(tmp_path: Path, host: Path, f
     reader.join(5)
     problems = feeders.close()
     assert len(problems) == 1 and "algo-1 train" in problems[0] and "No such file" in problems[0]
+
+
+def test_a_file_system_splice_cannot_read_is_streamed_through_a_buffer(
+    data: Path, host: Path, feeding: list[pipes.Feeders], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "splice", refuse)
+    feeders = start(feeding, source(host, data, record_io=True))
+    assert decode_recordio(read_epoch(host / "train_0")) == [(data / key).read_bytes() for key in scan(data).files]
+    wait_for(host / "train_1")
+    total = sum(8 + len(p) + (-len(p) % 4) for p in ((data / key).read_bytes() for key in scan(data).files))
+    assert feeders.feeders[0].sent == total
