@@ -948,6 +948,13 @@ def test_python_api_validates_to_the_same_spec_as_yaml(
     assert job.spec() == load(valid_raw)
 
 
+def test_python_api_carries_a_pipe_channels_mode_and_record_wrapping(project: Path) -> None:
+    job = Job(base_dir=project, entry_point="train.py", source_dir="./code", instance_type="ml.c5.xlarge",
+              inputs={"training": TrainingInput("./data/train", input_mode="Pipe", record_wrapping="RecordIO")})
+    channel = job.spec().inputs["training"]
+    assert (channel.input_mode, channel.record_wrapping) == ("Pipe", "RecordIO")
+
+
 def test_python_api_reports_problems_like_yaml(project: Path) -> None:
     job = Job(
         base_dir=project,
