@@ -24,6 +24,7 @@ from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.errors import UsageError
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
 
@@ -214,10 +215,12 @@ def clean(job: str | None = None, *, everything: bool = False,
     return chosen, skipped
 
 
-def build_image(*, rebuild: bool = False, progress: Callable[[str], None] = lambda message: None) -> Any:
-    """Build the default training image in the Docker engine (offline; skipped when up to date).
-    Returns the build report (image, built, seconds, size_bytes)."""
+def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
+                progress: Callable[[str], None] = lambda message: None) -> Any:
+    """Build the image of a recipe in images/ (default: the training image) in the Docker engine
+    (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes)."""
     from emulator.backend.docker import connect
-    from emulator.backend.image import build_default_image
+    from emulator.backend.image import build_image as build
 
-    return build_default_image(connect(), rebuild=rebuild, progress=progress)
+    recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
+    return build(connect(), recipe, rebuild=rebuild, progress=progress)

@@ -30,6 +30,7 @@ from emulator.plan import (
     parse_memory,
     render,
 )
+from emulator.recipes import DEFAULT_VARIANT, variant_names
 from emulator.runner import DEFAULT_GRACE
 from emulator.spec import JobSpec, request
 
@@ -42,7 +43,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-image_app = typer.Typer(help="Build the default training image (offline).", no_args_is_help=True)
+image_app = typer.Typer(help="Build the training images from their recipes in images/ (offline).",
+                        no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -268,10 +270,15 @@ def render_cmd(
 def image_build(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Build again even if the image is up to date.")]
     = False,
+    variant: Annotated[str, typer.Option(
+        "--variant", metavar="NAME",
+        help=f"The recipe to build, a folder of images/: {', '.join(variant_names()) or DEFAULT_VARIANT}.")]
+    = DEFAULT_VARIANT,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build the default training image offline (Debian rootfs + the real sagemaker-training toolkit)."""
-    report = api.build_image(rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
+    """Build an image offline from its recipe (default: the training image, Debian rootfs + the real
+    sagemaker-training toolkit + Open MPI)."""
+    report = api.build_image(variant=variant, rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
     if as_json:
         _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
                     "size_bytes": report.size_bytes})

@@ -1,15 +1,16 @@
-"""Build the default training image offline (images/README.md).
+"""Build an image from its recipe in images/<variant>/, offline (images/README.md).
 
 No registry is reachable where the emulator runs, so nothing can be pulled, not even a base image.
-The default image is therefore made from parts this machine can reach:
+Every image is therefore made from parts this machine can reach:
 
-1. a Debian bookworm minbase rootfs made with mmdebstrap (or debootstrap) from the Debian archive
-   the host's apt already uses, written as a tarball into the cache directory;
-2. that tarball `docker import`ed as the base image;
-3. wheels of emulator/image/requirements.txt built on the host with `pip wheel` (the
+1. for a recipe with a Debian base, a minbase rootfs of its packages made with mmdebstrap (or
+   debootstrap) from the Debian archive the host's apt already uses, written as a tarball into the
+   cache directory; for a recipe based on another recipe, that recipe's image, built first;
+2. that tarball `docker import`ed as the recipe's base image;
+3. wheels of the recipe's requirements built on the host with `pip wheel` (the
    sagemaker-training toolkit is source-only and needs gcc + Python headers, which the host has
    and a minbase image does not);
-4. a classic `docker build` of emulator/image/Dockerfile with those wheels, `FROM` the base.
+4. a classic `docker build` of the recipe's Dockerfile with those wheels, `FROM` the base.
 
 The image carries a label with the hash of its recipe; when an image with that tag and that label
 exists the whole build is skipped. This is the only module that builds images.
@@ -41,35 +42,36 @@ from urllib.parse import urlsplit
 import docker
 import docker.errors
 
-from emulator.defaults import DEFAULT_IMAGE, default_cache_dir
+from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
+from emulator.recipes import (
+    DEFAULT_VARIANT,
+    LAUNCHERS_LABEL,
+    VARIANT_LABEL,
+    Recipe,
+    launchers_label,
+    load_recipe,
+)
 
 Progress = Callable[[str], None]
 
-#: The build recipe: Dockerfile and requirements.txt.
-RECIPE_DIR = Path(__file__).resolve().parent.parent / "image"
-#: The imported Debian rootfs every default image starts `FROM` (the Dockerfile's BASE_IMAGE).
-BASE_IMAGE = "hetero-emu/base:bookworm"
-#: Label on the training image: sha256 of the recipe (Dockerfile, requirements.txt, rootfs recipe).
+#: The repository of the imported Debian rootfs of a recipe, tagged with the recipe's name
+#: (`hetero-emu/base:training`); the Dockerfile gets it as the build argument BASE_IMAGE.
+BASE_REPOSITORY = "hetero-emu/base"
+#: Label on a built image: sha256 of its recipe (every file of its folder, rootfs recipe, base's hash).
 RECIPE_LABEL = "hetero-emu.image.recipe"
 #: Label on the base image: the key of the rootfs recipe it was made from.
 ROOTFS_LABEL = "hetero-emu.image.rootfs"
 #: Label the Dockerfile puts on its first stage, so that stage can be pruned after the build.
 STAGE_LABEL = "hetero-emu.image.stage"
 
+#: The Debian suite whose mirrors are read from the host (bookworm: its Python is the 3.11 the
+#: host-built wheels are for).
 SUITE = "bookworm"
-#: Debian packages on top of minbase. python3-venv brings ensurepip for `python3 -m venv`;
-#: ca-certificates is Debian's own bundle (the host's is never copied in); procps and iproute2
-#: (`ps`, `ip`) are for debugging a host from `docker exec`; netbase gives /etc/services and
-#: /etc/protocols, which socket.getservbyname and friends need.
-ROOTFS_PACKAGES: tuple[str, ...] = (
-    "python3",
-    "python3-venv",
-    "ca-certificates",
-    "procps",
-    "iproute2",
-    "netbase",
-)
+#: Files deleted from every rootfs before it is packed: openssh-server's postinst generates host
+#: keys, and a key baked into an image would be shared by every host of every job. The emulator
+#: mounts a per-job host key instead (images/training/sshd.conf).
+ROOTFS_REMOVE: tuple[str, ...] = ("etc/ssh/ssh_host_*",)
 #: Keep documentation out of the rootfs as Debian's slim images do (copyright files stay); this
 #: config is also written into the image, so packages a user adds later stay slim too.
 DPKG_OPTIONS: tuple[str, ...] = (
@@ -91,6 +93,7 @@ MIRROR_ENV = "HETERO_EMU_DEBIAN_MIRROR"
 SECURITY_MIRROR_ENV = "HETERO_EMU_DEBIAN_SECURITY_MIRROR"
 
 _STEPS = 4
+_CYCLE_LIMIT = 8
 _HEARTBEAT_SECONDS = 15.0
 _TAIL_LINES = 20
 _INDENT = "      "
@@ -98,7 +101,7 @@ _INDENT = "      "
 
 @dataclass(frozen=True)
 class BuildReport:
-    """What `build_default_image` did: `built` is False when the image was already up to date."""
+    """What `build_image` did: `built` is False when the image was already up to date."""
 
     image: str
     built: bool
@@ -132,13 +135,58 @@ def image_present(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def recipe_hash() -> str:
-    """sha256 of everything that decides the image's content, stored in its RECIPE_LABEL."""
-    digest = hashlib.sha256()
-    for name in ("Dockerfile", "requirements.txt"):
-        digest.update(name.encode() + b"\0" + _recipe_file(name) + b"\0")
-    digest.update(_rootfs_recipe().encode())
-    return digest.hexdigest()
+def base_image(recipe: Recipe) -> str:
+    """The tag the recipe's Dockerfile starts FROM: its imported rootfs, or its base recipe's image."""
+    if recipe.base_recipe is not None:
+        return load_recipe(recipe.base_recipe).tag
+    return f"{BASE_REPOSITORY}:{recipe.name}"
+
+
+def recipe_hash(recipe: Recipe | None = None) -> str:
+    """sha256 of everything that decides the image's content, stored in its RECIPE_LABEL.
+
+    Every file of the recipe folder, the rootfs recipe of a Debian base, and the hash of a base
+    recipe (so an image is rebuilt when the image it starts FROM changes). Default: the training recipe.
+    """
+    return _recipe_hash(recipe or load_recipe(DEFAULT_VARIANT), depth=0)
+
+
+def all_launchers(recipe: Recipe) -> tuple[str, ...]:
+    """The launchers of the recipe and of every recipe it is based on: what its image carries."""
+    found = list(recipe.launchers)
+    chain = recipe
+    for _ in range(_CYCLE_LIMIT):
+        if chain.base_recipe is None:
+            return tuple(sorted(set(found)))
+        chain = load_recipe(chain.base_recipe)
+        found += chain.launchers
+    raise _cycle(recipe)
+
+
+def build_image(
+    client: docker.DockerClient,
+    recipe: Recipe,
+    *,
+    rebuild: bool = False,
+    progress: Progress = print,
+    cache_dir: Path | None = None,
+) -> BuildReport:
+    """Build the recipe's image offline, or do nothing when it is already up to date.
+
+    Idempotent: an image with the tag and the current recipe label is kept (built=False) unless
+    `rebuild`, which also ignores the cached rootfs tarball and wheels of this recipe (an image it
+    is based on is built only when out of date). Raises ImageBuildError.
+    """
+    started = time.monotonic()
+    cache = (cache_dir or default_cache_dir()).expanduser()
+    want = recipe_hash(recipe)
+    if not rebuild and _up_to_date(client, recipe, want):
+        return _skipped(client, recipe, want, started, progress)
+    _mkdir(cache)
+    # Two builds at once (parallel test workers, two terminals) would race on the cache and the
+    # tags; the second waits and then usually finds the image up to date.
+    with _build_lock(cache / "build.lock", progress):
+        return _build_locked(client, recipe, cache, rebuild=rebuild, progress=progress, started=started)
 
 
 def build_default_image(
@@ -148,33 +196,38 @@ def build_default_image(
     progress: Progress = print,
     cache_dir: Path | None = None,
 ) -> BuildReport:
-    """Build DEFAULT_IMAGE offline, or do nothing when it is already up to date.
+    """Build the default training image (DEFAULT_IMAGE, images/training/): `build_image` of that recipe."""
+    recipe = load_recipe(DEFAULT_VARIANT)
+    return build_image(client, recipe, rebuild=rebuild, progress=progress, cache_dir=cache_dir)
 
-    Idempotent: an image with the tag and the current recipe label is kept (built=False) unless
-    `rebuild`, which also ignores the cached rootfs tarball and wheels. Raises ImageBuildError.
-    """
-    started = time.monotonic()
-    cache = (cache_dir or default_cache_dir()).expanduser()
-    want = recipe_hash()
-    if not rebuild and _up_to_date(client, want):
-        return _skipped(client, want, started, progress)
-    _mkdir(cache)
-    # Two builds at once (parallel test workers, two terminals) would race on the cache and the
-    # tags; the second waits and then usually finds the image up to date.
-    with _build_lock(cache / "build.lock", progress):
-        if not rebuild and _up_to_date(client, want):
-            return _skipped(client, want, started, progress)
-        old_image = _image_id(client, DEFAULT_IMAGE)
-        steps = (
-            _step_base(client, cache, rebuild=rebuild, progress=progress),
-            _step_wheels(cache, rebuild=rebuild, progress=progress),
-            _step_build(client, cache / "wheels" / _wheels_key(), want, rebuild, progress),
-        )
-        _remove_quietly(client, old_image, keep=_image_id(client, DEFAULT_IMAGE))
-        size = _image_size(client, DEFAULT_IMAGE)
-        seconds = time.monotonic() - started
-        progress(f"image {DEFAULT_IMAGE} built in {seconds:.1f}s ({size / 1e6:.0f} MB)")
-        return BuildReport(DEFAULT_IMAGE, True, seconds, size, steps)
+
+def _build_locked(
+    client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress, started: float
+) -> BuildReport:
+    want = recipe_hash(recipe)
+    if recipe.base_recipe is not None:
+        # The image this one starts FROM comes first (and only when out of date, even on --rebuild:
+        # rebuilding a variant should not redo the default image under it).
+        base = load_recipe(recipe.base_recipe)
+        progress(f"[{recipe.name} 1/{_STEPS}] base: image {base.tag} of recipe {base.name} ...")
+        base_report = _build_locked(client, base, cache, rebuild=False, progress=progress, started=started)
+        progress(f"[{recipe.name} 2/{_STEPS}] import: nothing to do (based on {base.tag})")
+        base_step = f"base: {base.tag} " + ("built" if base_report.built else "up to date")
+    if not rebuild and _up_to_date(client, recipe, want):
+        return _skipped(client, recipe, want, started, progress)
+    if recipe.base_recipe is None:
+        base_step = _step_base(client, recipe, cache, rebuild=rebuild, progress=progress)
+    old_image = _image_id(client, recipe.tag)
+    steps = (
+        base_step,
+        _step_wheels(recipe, cache, rebuild=rebuild, progress=progress),
+        _step_build(client, recipe, _wheels_dir(recipe, cache), want, rebuild, progress),
+    )
+    _remove_quietly(client, old_image, keep=_image_id(client, recipe.tag))
+    size = _image_size(client, recipe.tag)
+    seconds = time.monotonic() - started
+    progress(f"image {recipe.tag} built in {seconds:.1f}s ({size / 1e6:.0f} MB)")
+    return BuildReport(recipe.tag, True, seconds, size, steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,13 +265,15 @@ def debian_mirrors(sources: Sequence[AptSource], suite: str = SUITE) -> list[Apt
     return []
 
 
-def host_debian_mirrors(environ: Mapping[str, str] | None = None, apt_dir: Path = Path("/etc/apt")) -> list[AptSource]:
+def host_debian_mirrors(
+    environ: Mapping[str, str] | None = None, apt_dir: Path = Path("/etc/apt"), suite: str = SUITE
+) -> list[AptSource]:
     """The Debian mirrors for the rootfs: $HETERO_EMU_DEBIAN_MIRROR, else the host's apt sources."""
     env = os.environ if environ is None else environ
     if env.get(MIRROR_ENV):
-        chosen = [AptSource(env[MIRROR_ENV], SUITE, ("main",))]
+        chosen = [AptSource(env[MIRROR_ENV], suite, ("main",))]
         if env.get(SECURITY_MIRROR_ENV):
-            chosen.append(AptSource(env[SECURITY_MIRROR_ENV], f"{SUITE}-security", ("main",)))
+            chosen.append(AptSource(env[SECURITY_MIRROR_ENV], f"{suite}-security", ("main",)))
         return chosen
     files: dict[str, str] = {}
     paths = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
@@ -226,7 +281,7 @@ def host_debian_mirrors(environ: Mapping[str, str] | None = None, apt_dir: Path 
     for path in paths:
         with contextlib.suppress(OSError):
             files[path.name] = path.read_text(encoding="utf-8", errors="replace")
-    chosen = debian_mirrors(parse_apt_sources(files))
+    chosen = debian_mirrors(parse_apt_sources(files), suite)
     if not chosen:
         raise ImageBuildError(
             f"no Debian archive found in the apt sources under {apt_dir}",
@@ -283,32 +338,34 @@ def _dedupe(sources: Iterable[AptSource]) -> list[AptSource]:
 # step 1+2: base rootfs and its import
 
 
-def _step_base(client: docker.DockerClient, cache: Path, *, rebuild: bool, progress: Progress) -> str:
-    key = _rootfs_key()
-    if not rebuild and _labels(client, BASE_IMAGE).get(ROOTFS_LABEL) == key:
-        progress(f"[1/{_STEPS}] base rootfs: image {BASE_IMAGE} is up to date")
-        progress(f"[2/{_STEPS}] import: nothing to do")
-        return f"base: {BASE_IMAGE} up to date"
-    tarball = cache / "rootfs" / f"{SUITE}-{key[:16]}.tar"
+def _step_base(client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress) -> str:
+    key = _rootfs_key(recipe)
+    base = base_image(recipe)
+    if not rebuild and _labels(client, base).get(ROOTFS_LABEL) == key:
+        progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: image {base} is up to date")
+        progress(f"[{recipe.name} 2/{_STEPS}] import: nothing to do")
+        return f"base: {base} up to date"
+    tarball = cache / "rootfs" / f"{recipe.debian}-{key[:16]}.tar"
     if tarball.is_file() and not rebuild:
-        progress(f"[1/{_STEPS}] base rootfs: cached {tarball}")
+        progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: cached {tarball}")
         rootfs_note = "rootfs cached"
     else:
-        _make_rootfs(tarball, progress)
+        _make_rootfs(recipe, tarball, progress)
         rootfs_note = "rootfs built"
-    progress(f"[2/{_STEPS}] import: docker import {tarball.name} as {BASE_IMAGE} ...")
-    old_base = _image_id(client, BASE_IMAGE)
-    _import_rootfs(client, tarball, key, progress)
-    _remove_quietly(client, old_base, keep=_image_id(client, BASE_IMAGE))
-    return f"base: {rootfs_note}, imported as {BASE_IMAGE}"
+    progress(f"[{recipe.name} 2/{_STEPS}] import: docker import {tarball.name} as {base} ...")
+    old_base = _image_id(client, base)
+    _import_rootfs(client, tarball, key, base, progress)
+    _remove_quietly(client, old_base, keep=_image_id(client, base))
+    return f"base: {rootfs_note}, imported as {base}"
 
 
-def _make_rootfs(tarball: Path, progress: Progress) -> None:
-    mirrors = host_debian_mirrors()
+def _make_rootfs(recipe: Recipe, tarball: Path, progress: Progress) -> None:
+    suite = str(recipe.debian)
+    mirrors = host_debian_mirrors(suite=suite)
     tool = _rootfs_tool()
-    used = mirrors if tool == "mmdebstrap" else [m for m in mirrors if m.suite == SUITE]
+    used = mirrors if tool == "mmdebstrap" else [m for m in mirrors if m.suite == suite]
     where = ", ".join(f"{m.uri} {m.suite}" for m in used)
-    progress(f"[1/{_STEPS}] base rootfs: {SUITE} minbase via {tool} from {where} ...")
+    progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: {suite} minbase via {tool} from {where} ...")
     _mkdir(tarball.parent)
     partial = tarball.with_name(tarball.name + ".part")
     hint = (
@@ -321,17 +378,18 @@ def _make_rootfs(tarball: Path, progress: Progress) -> None:
                 "mmdebstrap",
                 "--variant=minbase",
                 "--format=tar",
-                f"--include={','.join(ROOTFS_PACKAGES)}",
+                f"--include={','.join(recipe.packages)}",
                 *([f"--hook-dir={MERGED_USR_HOOK}"] if MERGED_USR_HOOK.is_dir() else []),
                 *(f"--aptopt={opt}" for opt in APT_OPTIONS),
                 *(f"--dpkgopt={opt}" for opt in DPKG_OPTIONS),
-                SUITE,
+                *(f'--customize-hook=rm -f "$1"/{pattern}' for pattern in ROOTFS_REMOVE),
+                suite,
                 str(partial),
                 *(m.line() for m in mirrors),
             ]
             _run_tool(cmd, what="mmdebstrap", hint=hint, progress=progress)
         else:
-            _debootstrap(partial, mirrors, hint, progress)
+            _debootstrap(recipe, partial, mirrors, hint, progress)
         partial.replace(tarball)
     finally:
         partial.unlink(missing_ok=True)
@@ -347,18 +405,21 @@ def _rootfs_tool() -> str:
     )
 
 
-def _debootstrap(partial: Path, mirrors: Sequence[AptSource], hint: str, progress: Progress) -> None:
+def _debootstrap(
+    recipe: Recipe, partial: Path, mirrors: Sequence[AptSource], hint: str, progress: Progress
+) -> None:
     # debootstrap takes a single mirror: the main archive. Security updates are not applied in this
     # fallback; mmdebstrap is preferred because it takes the host's full list.
-    main = next(m for m in mirrors if m.suite == SUITE)
+    suite = str(recipe.debian)
+    main = next(m for m in mirrors if m.suite == suite)
     with tempfile.TemporaryDirectory(dir=partial.parent, prefix="debootstrap-") as tmp:
         root = Path(tmp) / "root"
         cmd = [
             "debootstrap",
             "--variant=minbase",
-            f"--include={','.join(ROOTFS_PACKAGES)}",
+            f"--include={','.join(recipe.packages)}",
             f"--components={','.join(main.components)}",
-            SUITE,
+            suite,
             str(root),
             main.uri,
         ]
@@ -366,8 +427,8 @@ def _debootstrap(partial: Path, mirrors: Sequence[AptSource], hint: str, progres
         (root / "etc/apt/sources.list").write_text("".join(m.line() + "\n" for m in mirrors))
         conf = root / "etc/apt/apt.conf.d/99hetero-emu"
         conf.write_text("".join(opt + ";\n" for opt in APT_OPTIONS))
-        for leftover in ("var/lib/apt/lists", "var/cache/apt/archives"):
-            for path in (root / leftover).glob("*"):
+        for leftover in ("var/lib/apt/lists/*", "var/cache/apt/archives/*", *ROOTFS_REMOVE):
+            for path in root.glob(leftover):
                 if path.is_file():
                     path.unlink()
         _run_tool(
@@ -378,8 +439,8 @@ def _debootstrap(partial: Path, mirrors: Sequence[AptSource], hint: str, progres
         )
 
 
-def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, progress: Progress) -> None:
-    repository, tag = BASE_IMAGE.rsplit(":", 1)
+def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, base: str, progress: Progress) -> None:
+    repository, tag = base.rsplit(":", 1)
     # An imported rootfs has no config at all; give it the PATH and shell every image expects.
     changes = [
         f"LABEL {ROOTFS_LABEL}={key}",
@@ -398,7 +459,7 @@ def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, progres
             hint=f"delete {tarball} and run `hetero-emu image build --rebuild`",
         ) from exc
     text = answer if isinstance(answer, str) else json.dumps(answer)
-    if '"error"' in text or not image_present(client, BASE_IMAGE):
+    if '"error"' in text or not image_present(client, base):
         raise ImageBuildError(
             f"docker import of {tarball} failed: {text[-500:]}",
             hint=f"delete {tarball} and run `hetero-emu image build --rebuild`",
@@ -409,11 +470,18 @@ def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, progres
 # step 3: wheels
 
 
-def _step_wheels(cache: Path, *, rebuild: bool, progress: Progress) -> str:
-    target = cache / "wheels" / _wheels_key()
+def _wheels_dir(recipe: Recipe, cache: Path) -> Path | None:
+    return None if recipe.requirements is None else cache / "wheels" / _wheels_key(recipe)
+
+
+def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress) -> str:
+    target = _wheels_dir(recipe, cache)
+    if target is None:
+        progress(f"[{recipe.name} 3/{_STEPS}] wheels: none (the recipe names no requirements)")
+        return "wheels: none"
     done = target / ".complete"
     if done.is_file() and not rebuild:
-        progress(f"[3/{_STEPS}] wheels: cached {target}")
+        progress(f"[{recipe.name} 3/{_STEPS}] wheels: cached {target}")
         return "wheels: cached"
     if sys.version_info[:2] != (3, 11) or sys.implementation.name != "cpython":
         raise ImageBuildError(
@@ -421,12 +489,13 @@ def _step_wheels(cache: Path, *, rebuild: bool, progress: Progress) -> str:
             "but the image's (Debian bookworm) is CPython 3.11: its wheels would not install",
             hint="run hetero-emu with a CPython 3.11 interpreter",
         )
-    progress(f"[3/{_STEPS}] wheels: {Path(sys.executable).name} -m pip wheel -r requirements.txt ...")
+    python = Path(sys.executable).name
+    progress(f"[{recipe.name} 3/{_STEPS}] wheels: {python} -m pip wheel -r {recipe.requirements} ...")
     _mkdir(target.parent)
     partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".part-"))
     try:
         requirements = partial / "requirements.txt"
-        requirements.write_bytes(_recipe_file("requirements.txt"))
+        requirements.write_bytes(_recipe_file(recipe, str(recipe.requirements)))
         cmd = [
             sys.executable,
             "-m",
@@ -437,6 +506,7 @@ def _step_wheels(cache: Path, *, rebuild: bool, progress: Progress) -> str:
             "off",
             "--wheel-dir",
             str(partial / "wheels"),
+            *recipe.pip_wheel_args,
             "--requirement",
             str(requirements),
         ]
@@ -460,19 +530,28 @@ def _step_wheels(cache: Path, *, rebuild: bool, progress: Progress) -> str:
 # step 4: docker build
 
 
-def _step_build(client: docker.DockerClient, wheels: Path, want: str, rebuild: bool, progress: Progress) -> str:
-    progress(f"[4/{_STEPS}] docker build {DEFAULT_IMAGE} FROM {BASE_IMAGE} ...")
+def _step_build(
+    client: docker.DockerClient, recipe: Recipe, wheels: Path | None, want: str, rebuild: bool, progress: Progress
+) -> str:
+    base = base_image(recipe)
+    progress(f"[{recipe.name} 4/{_STEPS}] docker build {recipe.tag} FROM {base} ...")
+    labels = {
+        RECIPE_LABEL: want,
+        VARIANT_LABEL: recipe.name,
+        LAUNCHERS_LABEL: launchers_label(all_launchers(recipe)),
+    }
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     error: str | None = None
     with tempfile.TemporaryFile() as context:
-        _write_context(context, wheels)
+        _write_context(context, recipe, wheels)
         context.seek(0)
         try:
             stream = client.api.build(
                 fileobj=context,
                 custom_context=True,
-                tag=DEFAULT_IMAGE,
-                labels={RECIPE_LABEL: want},
+                tag=recipe.tag,
+                buildargs={"BASE_IMAGE": base},
+                labels=labels,
                 pull=False,  # the base exists only here; no registry may be contacted
                 nocache=rebuild,
                 rm=True,
@@ -491,23 +570,30 @@ def _step_build(client: docker.DockerClient, wheels: Path, want: str, rebuild: b
         except docker.errors.DockerException as exc:
             error = _one_line(exc)
     _prune_leftovers(client)
-    if error is not None or _labels(client, DEFAULT_IMAGE).get(RECIPE_LABEL) != want:
+    if error is not None or _labels(client, recipe.tag).get(RECIPE_LABEL) != want:
         raise ImageBuildError(
-            f"docker build of {DEFAULT_IMAGE} failed: {error or 'no image with the new label'}" + _format_tail(tail),
-            hint="fix the cause above, then run `hetero-emu image build --rebuild`",
+            f"docker build of {recipe.tag} failed: {error or 'no image with the new label'}" + _format_tail(tail),
+            hint=f"fix the cause above, then run `hetero-emu image build --variant {recipe.name} --rebuild`",
         )
-    return f"build: {DEFAULT_IMAGE}"
+    return f"build: {recipe.tag}"
 
 
-def _write_context(fileobj: Any, wheels: Path) -> None:
+def _write_context(fileobj: Any, recipe: Recipe, wheels: Path | None) -> None:
+    # The context is the recipe folder (the Dockerfile COPYs what it needs from it) plus wheels/,
+    # always present so a Dockerfile can COPY it even when the recipe has no requirements.
     with tarfile.open(fileobj=fileobj, mode="w") as tar:
-        for name in ("Dockerfile", "requirements.txt"):
-            data = _recipe_file(name)
+        for path in recipe.files():
+            name = path.relative_to(recipe.folder).as_posix()
+            data = _recipe_file(recipe, name)
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
-        for wheel in sorted(wheels.glob("*.whl")):
+        folder = tarfile.TarInfo("wheels")
+        folder.type = tarfile.DIRTYPE
+        folder.mode = 0o755
+        tar.addfile(folder)
+        for wheel in sorted(wheels.glob("*.whl")) if wheels is not None else ():
             tar.add(wheel, arcname=f"wheels/{wheel.name}")
 
 
@@ -525,51 +611,74 @@ def _prune_leftovers(client: docker.DockerClient) -> None:
 # helpers
 
 
-def _recipe_file(name: str) -> bytes:
-    # emulator/image/ ships as package data next to this package (pyproject: "image/*").
-    path = RECIPE_DIR / name
+def _recipe_file(recipe: Recipe, name: str) -> bytes:
+    path = recipe.folder / name
     try:
         return path.read_bytes()
     except OSError as exc:
         raise ImageBuildError(
             f"image recipe file {path} is missing: {exc.strerror}",
-            hint="reinstall hetero-emu; emulator/image/ is part of the package",
+            hint="reinstall hetero-emu; images/ is part of the package",
         ) from exc
 
 
-def _rootfs_recipe() -> str:
+def _recipe_hash(recipe: Recipe, depth: int) -> str:
+    if depth > _CYCLE_LIMIT:
+        raise _cycle(recipe)
+    digest = hashlib.sha256()
+    for path in recipe.files():
+        name = path.relative_to(recipe.folder).as_posix()
+        digest.update(name.encode() + b"\0" + _recipe_file(recipe, name) + b"\0")
+    if recipe.base_recipe is not None:
+        digest.update(b"base\0" + _recipe_hash(load_recipe(recipe.base_recipe), depth + 1).encode())
+    else:
+        digest.update(_rootfs_recipe(recipe).encode())
+    return digest.hexdigest()
+
+
+def _cycle(recipe: Recipe) -> ImageBuildError:
+    return ImageBuildError(
+        f"image recipe {recipe.name}: its chain of base recipes is a loop or deeper than {_CYCLE_LIMIT}",
+        hint="base: {recipe: ...} must end at a recipe with base: {debian: ...}",
+    )
+
+
+def _rootfs_recipe(recipe: Recipe) -> str:
     return json.dumps(
         {
-            "suite": SUITE,
+            "suite": recipe.debian,
             "variant": "minbase",
-            "packages": ROOTFS_PACKAGES,
+            "packages": recipe.packages,
             "dpkg": DPKG_OPTIONS,
             "apt": APT_OPTIONS,
+            "remove": ROOTFS_REMOVE,
             "usr": "merged by hook",
         },
         sort_keys=True,
     )
 
 
-def _rootfs_key() -> str:
-    return hashlib.sha256(_rootfs_recipe().encode()).hexdigest()
+def _rootfs_key(recipe: Recipe) -> str:
+    return hashlib.sha256(_rootfs_recipe(recipe).encode()).hexdigest()
 
 
-def _wheels_key() -> str:
-    # The wheels depend on the pins and on the host interpreter's ABI, nothing else.
-    digest = hashlib.sha256(_recipe_file("requirements.txt"))
+def _wheels_key(recipe: Recipe) -> str:
+    # The wheels depend on the pins, pip's options and the host interpreter's ABI, nothing else.
+    digest = hashlib.sha256(_recipe_file(recipe, str(recipe.requirements)))
     digest.update(f"{sys.implementation.cache_tag}-{sys.platform}".encode())
+    if recipe.pip_wheel_args:
+        digest.update(json.dumps(recipe.pip_wheel_args).encode())
     return f"py{sys.version_info[0]}{sys.version_info[1]}-{digest.hexdigest()[:16]}"
 
 
-def _up_to_date(client: docker.DockerClient, want: str) -> bool:
-    return _labels(client, DEFAULT_IMAGE).get(RECIPE_LABEL) == want
+def _up_to_date(client: docker.DockerClient, recipe: Recipe, want: str) -> bool:
+    return _labels(client, recipe.tag).get(RECIPE_LABEL) == want
 
 
-def _skipped(client: docker.DockerClient, want: str, started: float, progress: Progress) -> BuildReport:
-    progress(f"image {DEFAULT_IMAGE} is up to date (recipe {want[:12]}); nothing to build")
-    size = _image_size(client, DEFAULT_IMAGE)
-    return BuildReport(DEFAULT_IMAGE, False, time.monotonic() - started, size, ())
+def _skipped(client: docker.DockerClient, recipe: Recipe, want: str, started: float, progress: Progress) -> BuildReport:
+    progress(f"image {recipe.tag} is up to date (recipe {want[:12]}); nothing to build")
+    size = _image_size(client, recipe.tag)
+    return BuildReport(recipe.tag, False, time.monotonic() - started, size, ())
 
 
 def _labels(client: docker.DockerClient, tag: str) -> dict[str, str]:
