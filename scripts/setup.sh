@@ -2,6 +2,8 @@
 # Sourced by test.sh and demo.sh: install what a fresh machine with only a Docker engine lacks:
 # Debian's mmdebstrap (the offline image build) and docker-compose, and a .venv with hetero-emu
 # and its dev tools. Safe to run again: it skips what is there.
+# The image build needs no MPI package on the host: Open MPI comes from Debian into the image's rootfs
+# and mpi4py is a binary wheel that works with it (images/README.md, MPI).
 
 need_apt=()
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)

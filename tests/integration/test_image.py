@@ -1,5 +1,9 @@
 """The default training image, built offline against the real Docker engine (images/README.md).
 
+Besides the toolkit it carries MPI as the toolkit's MPI runner uses it (Open MPI's mpirun/orted, sshd,
+mpi4py); the last test runs an allreduce across two containers with a per-job key folder mounted
+read-only at /root/.ssh, the contract between the image and the runtime.
+
 The first `build_default_image` call may take a couple of minutes on a machine that has never built
 the image (mmdebstrap + pip wheel + docker build); later calls find the image up to date.
 """
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import docker
@@ -25,6 +31,7 @@ from emulator.backend.image import (
     recipe_hash,
 )
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.recipes import image_launchers
 
 # Every container started here carries this label, so a crashed run's leftovers are findable.
 TEST_LABEL = {"hetero-emu.test": "test_image"}
@@ -62,6 +69,39 @@ def test_image_exists_with_recipe_label(client: docker.DockerClient, report: Bui
     image = client.images.get(DEFAULT_IMAGE)
     assert image.labels[RECIPE_LABEL] == recipe_hash()
     assert report.size_bytes == image.attrs["Size"] > 0
+
+
+@pytest.mark.docker
+def test_image_lists_its_launchers(client: docker.DockerClient, report: BuildReport) -> None:
+    assert image_launchers(client.images.get(DEFAULT_IMAGE).labels) == {"mpirun", "sshd"}
+
+
+@pytest.mark.docker
+def test_mpi_tools_are_in_the_image(client: docker.DockerClient, report: BuildReport) -> None:
+    # The toolkit runs `mpirun` on the master, `/usr/sbin/sshd -D` on workers and waits for a
+    # process named `orted` there (sagemaker_training/mpi.py); ranks start as `python -m mpi4py`.
+    code, out = run_in_image(client, "sh", "-c", "which mpirun orted ssh && ls /usr/sbin/sshd && test -d /run/sshd")
+    assert code == 0, out
+    assert out.split() == ["/usr/bin/mpirun", "/usr/bin/orted", "/usr/bin/ssh", "/usr/sbin/sshd"]
+    # Importing mpi4py.MPI loads libmpi: the wheel's extension works against Debian's Open MPI.
+    code, out = run_in_image(client, "python", "-c", "from mpi4py import MPI; print(MPI.Get_library_version())")
+    assert code == 0, out
+    assert "Open MPI v4.1" in out
+
+
+@pytest.mark.docker
+def test_no_ssh_host_key_is_baked_into_the_image(client: docker.DockerClient, report: BuildReport) -> None:
+    code, out = run_in_image(client, "find", "/", "-xdev", "-name", "ssh_host_*")
+    assert (code, out.strip()) == (0, "")
+    # sshd reads its host key from the job's mount; check its effective settings with a throwaway key.
+    code, out = run_in_image(
+        client, "sh", "-c",
+        "mkdir -p /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/ssh_host_ed25519_key && sshd -T",
+    )
+    assert code == 0, out
+    settings = set(out.lower().splitlines())
+    assert {"hostkey /root/.ssh/ssh_host_ed25519_key", "usepam no", "strictmodes no",
+            "permitrootlogin without-password", "passwordauthentication no"} <= settings, out
 
 
 @pytest.mark.docker
@@ -214,3 +254,56 @@ def test_mirror_of_another_debian_release_is_reused_for_bookworm() -> None:
     sources = parse_apt_sources({"sources.list": text})
     assert [s.line() for s in debian_mirrors(sources)] == ["deb http://mirror.invalid/debian bookworm main"]
     assert debian_mirrors(parse_apt_sources({"x.list": "deb http://ubuntu.invalid/ubuntu noble main"})) == []
+
+
+def _job_ssh_folder(folder: Path) -> Path:
+    """The folder the runtime mounts read-only at /root/.ssh (images/README.md, MPI): made per job."""
+    folder.mkdir()
+    for name, comment in (("id_ed25519", "job"), ("ssh_host_ed25519_key", "host")):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(folder / name)],
+                       check=True)
+    (folder / "authorized_keys").write_text((folder / "id_ed25519.pub").read_text())
+    (folder / "config").write_text(
+        "Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    LogLevel ERROR\n")
+    return folder
+
+
+_ALLREDUCE = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.Get_rank() + 1))"
+
+
+@pytest.mark.docker
+def test_mpirun_over_ssh_between_two_hosts(client: docker.DockerClient, report: BuildReport, tmp_path: Path) -> None:
+    keys = _job_ssh_folder(tmp_path / "ssh")
+    suffix = uuid.uuid4().hex[:8]
+    network = client.networks.create(f"hetero-emu-test-mpi-{suffix}", labels=TEST_LABEL)
+    containers = []
+    try:
+        for host in ("algo-1", "algo-2"):
+            # The alias makes algo-N resolvable on the network, as the runtime's hosts are.
+            endpoint = client.api.create_endpoint_config(aliases=[host])
+            containers.append(client.containers.run(
+                DEFAULT_IMAGE, ["sleep", "300"], detach=True, name=f"hetero-emu-test-{host}-{suffix}",
+                hostname=host, network=network.name, networking_config={network.name: endpoint},
+                labels=TEST_LABEL, volumes={str(keys): {"bind": "/root/.ssh", "mode": "ro"}},
+            ))
+        master, worker = containers
+        # What the toolkit's workers do (sagemaker_training/mpi.py: _start_sshd_daemon).
+        worker.exec_run(["/usr/sbin/sshd", "-D"], detach=True)
+        deadline = time.monotonic() + 30
+        while True:
+            code, out = master.exec_run(["ssh", "algo-2", "hostname"])
+            if code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert (code, out.decode().strip()) == (0, "algo-2"), out
+        code, out = master.exec_run([
+            "mpirun", "--allow-run-as-root", "-H", "algo-1:2,algo-2:2", "-np", "4", "-x", "PATH",
+            "-mca", "btl_vader_single_copy_mechanism", "none", "python", "-c", _ALLREDUCE,
+        ])
+        text = out.decode("utf-8", "replace")
+        assert code == 0, text
+        assert [line for line in text.splitlines() if line.startswith("sum")] == ["sum 10"] * 4, text
+    finally:
+        for container in containers:
+            container.remove(force=True)
+        network.remove()
