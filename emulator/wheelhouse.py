@@ -37,7 +37,7 @@ from emulator.errors import WheelhouseError
 REQUIREMENTS = "requirements.txt"
 # Outside /opt/ml: not a SageMaker path, so no script or toolkit step can mistake it for one.
 CONTAINER_PATH = "/opt/hetero-emu/wheelhouse"
-# The default image's interpreter (emulator/image/Dockerfile: Debian bookworm's python3).
+# The default image's interpreter (images/training/Dockerfile: Debian bookworm's python3).
 IMAGE_PYTHON = ("cpython", (3, 11))
 TAIL_LINES = 20
 # The host's pip, run by the interpreter running the emulator (tests put a fake one here).
