@@ -36,6 +36,7 @@ from emulator.errors import (
     JobFolderTaken,
     UsageError,
 )
+from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.spec import JobSpec
@@ -383,6 +384,12 @@ class Run:
                                f"{err.message}")
 
     def ensure_image(self) -> None:
+        self.find_image()
+        problem = missing_launchers(self.plan.spec, self.plan.image, self.backend.image_labels(self.plan.image))
+        if problem is not None:
+            raise ImageMissing(problem, hint=launcher_hint(self.plan.spec))
+
+    def find_image(self) -> None:
         image = self.plan.image
         if self.backend.image_present(image):
             return

@@ -57,6 +57,9 @@ class Backend(Protocol):
 
     def image_present(self, image: str) -> bool: ...
 
+    def image_labels(self, image: str) -> Mapping[str, str] | None:
+        """The image's labels ({} when it has none), None when the engine has no such image."""
+
     def create_network(self, plan: Plan) -> None: ...
 
     def create_container(self, plan: Plan, host: HostPlan) -> None: ...

@@ -10,7 +10,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -148,6 +148,14 @@ class DockerBackend:
 
         try:
             return image_present(self.client, image)
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
+
+    def image_labels(self, image: str) -> Mapping[str, str] | None:
+        try:
+            return dict(self.client.images.get(image).labels or {})
+        except docker.errors.ImageNotFound:
+            return None
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
 

@@ -105,9 +105,12 @@ class FakeBackend:
         give_up_after: float = 20.0,
         lose_engine_on_states_call: int | None = None,
         interrupt_on_stop: bool = False,
+        labels_of: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.scripts = dict(scripts or {})
         self.images = set(images)
+        # image -> its labels (the images this project builds say which launchers they carry)
+        self.labels_of = dict(labels_of or {})
         self.engine_up = engine_up
         self.fail_create = dict(fail_create or {})
         self.interrupt_on_states_call = interrupt_on_states_call
@@ -179,6 +182,10 @@ class FakeBackend:
     def image_present(self, image: str) -> bool:
         self._record("image_present", image)
         return image in self.images
+
+    def image_labels(self, image: str) -> dict[str, str] | None:
+        self._record("image_labels", image)
+        return dict(self.labels_of.get(image, {})) if image in self.images else None
 
     def create_network(self, plan: Plan) -> None:
         self._record("create_network", plan.network)
