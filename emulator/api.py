@@ -11,18 +11,19 @@ its job name (found by the engine's labels while its containers exist, else in t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from emulator import compose, contract, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
-from emulator.backend import Resource
+from emulator.backend import Resource, ulimits
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
-from emulator.errors import UsageError
+from emulator.container import Ulimit
+from emulator.errors import EmulatorError, UsageError
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
@@ -30,23 +31,26 @@ from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, 
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
-         s3_root: Path | str | None = None) -> JobSpec:
+         s3_root: Path | str | None = None, shm_size: str | int | None = None) -> JobSpec:
     """Read and check a job file (`_load_file`). `s3_root` is the folder s3://bucket/key URIs map to
     (<s3_root>/bucket/key), above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and the default
     (`emulator.spec.s3`)."""
     with s3.given_root(s3_root):
-        return _load_file(spec_path, job_name=job_name, output_path=output_path)
+        return _load_file(spec_path, job_name=job_name, output_path=output_path, shm_size=shm_size)
 
 
-def _load_file(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None) -> JobSpec:
+def _load_file(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
+               shm_size: str | int | None = None) -> JobSpec:
     """Read and check a job file: a YAML spec, or a CreateTrainingJob request (JSON or YAML), told apart
-    by its content. `job_name` and `output_path` override the file's (as the CLI options do). Every
-    problem is reported at once (SpecError, exit code 2)."""
+    by its content. `job_name`, `output_path` and `shm_size` override the file's (as the CLI options do).
+    Every problem is reported at once (SpecError, exit code 2)."""
     overrides: dict[str, Any] = {}
     if job_name:
         overrides["job_name"] = job_name
     if output_path is not None:
         overrides["output_path"] = str(Path(output_path).resolve())
+    if shm_size is not None:
+        overrides["shm_size"] = shm_size
     path = Path(spec_path)
     raw = request.read_input(path)
     if request.is_request(raw):
@@ -73,10 +77,13 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
-           memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None) -> Plan:
+           memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
+           engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None) -> Plan:
     """Write `out/plan.json`, `out/compose.yaml` and `out/hosts/algo-N/` (each host's /opt/ml) without
     an engine; returns the plan. A requirements.txt's wheelhouse is built too (its lines to
-    `progress`), as compose.yaml mounts it."""
+    `progress`), as compose.yaml mounts it. With `engine_name`, the engine of that name is asked, if
+    one answers, which ulimits it cannot give, and those are left out (and warned about) as `run`
+    leaves them out, so that the compose project starts on it."""
     out = out.resolve()
     check_render_target(spec, out)
     seed = choose_seed(host_order, seed)
@@ -84,12 +91,30 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
                      memory=memory)
     if spec.requirements is not None and plan.wheelhouse is not None:
         wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress or ConsoleReporter().info)
+    if engine_name is not None:
+        plan = _within_engine_limits(plan, engine_name, warn)
     if out.exists():
         out.rmdir()  # empty (checked above): stage() creates it afresh
     staging.stage(plan)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
     (out / "compose.yaml").write_text(compose.compose_yaml(plan))
     return plan
+
+
+def _within_engine_limits(plan: Plan, engine_name: str, warn: Callable[[str], None]) -> Plan:
+    """The plan without the ulimits the engine refuses; as planned when no engine answers."""
+    backend = engine(engine_name)
+    ask: Callable[[Plan, Sequence[Ulimit]], set[Ulimit]] | None = getattr(backend, "refused_ulimits", None)
+    if ask is None:
+        return plan
+    try:
+        backend.ping()
+        refused = ask(plan, plan.hosts[0].container.ulimits if plan.hosts else ())
+    except EmulatorError:
+        return plan  # no engine here: render needs none
+    for note in ulimits.refusal_notes(refused):
+        warn(note)
+    return replace(plan, hosts=tuple(replace(h, container=h.container.without_ulimits(refused)) for h in plan.hosts))
 
 
 def check_render_target(spec: JobSpec, out: Path) -> None:

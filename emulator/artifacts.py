@@ -429,7 +429,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
     since a host's /opt/ml/output/failure or last log lines may quote a secret.
     """
     spec = plan.spec
-    masker = Masker(spec.environment, *(h.environment for h in plan.hosts))
+    masker = Masker(spec.environment, *(h.container.environment for h in plan.hosts))
 
     def reason(text: str | None) -> str | None:
         return masker.mask_truncated(text) if text else text

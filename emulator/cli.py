@@ -81,6 +81,12 @@ MemoryOpt = Annotated[
                  "memory, as on the service, so a script that would run out of memory there is OOM-killed here too; "
                  "a size such as 512m or 2g; or 'none'."),
 ]
+ShmOpt = Annotated[
+    str | None,
+    typer.Option("--shm-size", help="Each host's /dev/shm size, e.g. 2g (overrides the spec's shm_size); default: "
+                 "half the host's memory limit, as Linux sizes an instance's /dev/shm, or 1g without a limit.",
+                 show_default=False),
+]
 S3RootOpt = Annotated[
     Path | None, typer.Option("--s3-root", help="The folder s3://bucket/key maps to (<s3-root>/bucket/key); "
                               "above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and ~/.local/share/hetero-emu/s3.",
@@ -99,8 +105,8 @@ def _root(
 
 
 def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None,
-          s3_root: Path | None = None) -> JobSpec:
-    return api.load(spec_path, job_name=job_name, output_path=output_path, s3_root=s3_root)
+          s3_root: Path | None = None, shm_size: str | None = None) -> JobSpec:
+    return api.load(spec_path, job_name=job_name, output_path=output_path, s3_root=s3_root, shm_size=shm_size)
 
 
 def _emit_json(data: Any) -> None:
@@ -175,6 +181,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or host logs, only the summary.")]
     = False,
     memory: MemoryOpt = "instance",
+    shm_size: ShmOpt = None,
     as_json: JsonOpt = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
     s3_root: S3RootOpt = None,
@@ -184,7 +191,7 @@ def run(
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
     limit = _memory(memory)
-    spec = _load(spec_path, job_name, output_path, s3_root)
+    spec = _load(spec_path, job_name, output_path, s3_root, shm_size)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
                   memory=limit, engine_name=engine_name)
     raise typer.Exit(result.exit_code)
@@ -235,6 +242,8 @@ def render_cmd(
     seed: SeedOpt = None,
     job_name: JobNameOpt = None,
     memory: MemoryOpt = "instance",
+    shm_size: ShmOpt = None,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
     as_request: Annotated[bool, typer.Option("--as-request", help="Write the CreateTrainingJob request (JSON) the "
                                              "spec corresponds to instead: to stdout, or to -o FILE.")] = False,
     s3_root: S3RootOpt = None,
@@ -245,7 +254,7 @@ def render_cmd(
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
     limit = _memory(memory)
-    spec = _load(spec_path, job_name, s3_root=s3_root)
+    spec = _load(spec_path, job_name, s3_root=s3_root, shm_size=shm_size)
     if as_request:
         text = request.dumps_request(api.as_request(spec, job_name=job_name))
         if out is None:
@@ -261,7 +270,8 @@ def render_cmd(
                          hint="the folder to write the plan and the hosts' files into; or --as-request to print "
                          "the request")
     out = out.resolve()
-    plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit)
+    plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
+                      warn=lambda message: typer.echo(f"warning: {message}", err=True))
     typer.echo(render(plan))
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
 

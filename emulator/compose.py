@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from emulator.plan import LABEL_DRIVER, Mount, Plan, host_addresses
+from emulator.container import ContainerSpec, Mount
+from emulator.plan import LABEL_DRIVER, Plan, host_addresses
 from emulator.secrets import masked_names
 
 # File format 2.4 is the newest that both docker-compose v1 (the machine's tool) and Compose v2 read
@@ -55,29 +56,7 @@ def compose_project(plan: Plan) -> dict[str, Any]:
     """The compose document for a plan whose job folder is the compose project's folder."""
     subnet, gateway = job_subnet(plan.job_name)
     addresses = host_addresses(subnet, gateway, [h.name for h in plan.hosts])
-    services: dict[str, Any] = {}
-    for host in plan.hosts:
-        service: dict[str, Any] = {
-            "image": plan.image,
-            "container_name": host.container_name,
-            "hostname": host.name,
-            "init": True,
-            # No driver process owns a compose project: `clean` and the leftover warning must not
-            # take it for a job left behind (liveness: "cannot be told").
-            "labels": dict(sorted({**host.labels, LABEL_DRIVER: COMPOSE_DRIVER}.items())),
-            "environment": _environment(host.environment),
-            "volumes": [_volume(m, plan.job_dir) for m in host.mounts],
-            "networks": {NETWORK_KEY: {"aliases": [host.name], "ipv4_address": addresses[host.name]}},
-            "extra_hosts": [f"{name}:{address}" for name, address in addresses.items() if name != host.name],
-            "command": list(plan.command),
-        }
-        if plan.entrypoint is not None:
-            service["entrypoint"] = list(plan.entrypoint)
-        if host.memory_bytes is not None:
-            # As `run` does: the instance's memory, swap included (compose 2.4 takes bytes).
-            service["mem_limit"] = host.memory_bytes
-            service["memswap_limit"] = host.memory_bytes
-        services[host.name] = service
+    services = {host.name: service(host.container, addresses, plan.job_dir) for host in plan.hosts}
     document: dict[str, Any] = _escape({
         "version": COMPOSE_VERSION,
         "services": services,
@@ -96,6 +75,37 @@ def compose_project(plan: Plan) -> dict[str, Any]:
     return document
 
 
+def service(container: ContainerSpec, addresses: Mapping[str, str], project_dir: str) -> dict[str, Any]:
+    """One host's compose service: every field of its `ContainerSpec`, translated once (the Docker
+    backend's `container_options` is the other translation; tests/unit/test_container.py checks both)."""
+    out: dict[str, Any] = {
+        "image": container.image,
+        "container_name": container.name,
+        "hostname": container.hostname,
+        "init": container.init,
+        # No driver process owns a compose project: `clean` and the leftover warning must not
+        # take it for a job left behind (liveness: "cannot be told").
+        "labels": dict(sorted({**container.labels, LABEL_DRIVER: COMPOSE_DRIVER}.items())),
+        "environment": _environment(container.environment),
+        "volumes": [_volume(m, project_dir) for m in container.mounts],
+        "networks": {NETWORK_KEY: {"aliases": list(container.aliases),
+                                   "ipv4_address": addresses[container.hostname]}},
+        "extra_hosts": [f"{name}:{addresses[name]}" for name in container.extra_hosts],
+        "command": list(container.command),
+        "shm_size": container.shm_bytes,
+        "ulimits": {u.name: {"soft": u.soft, "hard": u.hard} for u in container.ulimits},
+    }
+    if container.entrypoint is not None:
+        out["entrypoint"] = list(container.entrypoint)
+    if container.memory_bytes is not None:
+        # As `run` does: the instance's memory, swap included (compose 2.4 takes bytes).
+        out["mem_limit"] = container.memory_bytes
+        out["memswap_limit"] = container.memory_bytes
+    if container.devices:
+        out["devices"] = [d.spec() for d in container.devices]
+    return out
+
+
 def _environment(environment: Mapping[str, str]) -> dict[str, str | None]:
     """The service's environment: secrets by name only (None: compose reads them from the shell)."""
     bare = set(masked_names(environment))
@@ -104,7 +114,7 @@ def _environment(environment: Mapping[str, str]) -> dict[str, str | None]:
 
 def secret_variables(plan: Plan) -> list[str]:
     """The variables the compose project lists by name only, sorted."""
-    return sorted({name for host in plan.hosts for name in masked_names(host.environment)})
+    return sorted({name for host in plan.hosts for name in masked_names(host.container.environment)})
 
 
 def compose_yaml(plan: Plan) -> str:

@@ -79,9 +79,7 @@ def distribution_hyperparameters(distribution: Distribution, instance_type: str 
     with instance groups: the SDK then writes `sagemaker_instance_type` as JSON null for `smdistributed`
     and leaves it out for `torch_distributed`.
     """
-    options: dict[str, Any] = dict(distribution.options)
-    if "pytorchddp" in options:
-        options["smdistributed"] = {"dataparallel": options.pop("pytorchddp")}
+    options = _sdk_options(distribution)
     torch_distributed = _enabled(options.get("torch_distributed"))
     if torch_distributed and "smdistributed" not in options:
         torch_out: dict[str, Any] = {"sagemaker_torch_distributed_enabled": True}
@@ -116,6 +114,27 @@ def distribution_hyperparameters(distribution: Distribution, instance_type: str 
         # already the estimator's, null on instance groups).
         out["sagemaker_torch_distributed_enabled"] = True
     return out
+
+
+def _sdk_options(distribution: Distribution) -> dict[str, Any]:
+    """The strategies as the SDK v2 sends them: `pytorchddp` rewritten to smdistributed data parallel."""
+    options: dict[str, Any] = dict(distribution.options)
+    if "pytorchddp" in options:
+        options["smdistributed"] = {"dataparallel": options.pop("pytorchddp")}
+    return options
+
+
+def launches_over_mpi(distribution: Distribution | None) -> bool:
+    """Whether the toolkit starts the script with `mpirun` over SSH: an enabled `mpi`
+    (sagemaker_training/trainer.py `train`: `sagemaker_mpi_enabled` picks the MPI runner), smdistributed
+    data parallel (its runner, sagemaker_training/smdataparallel.py, is `mpirun` too; `pytorchddp` is
+    rewritten to it) or model parallel (which runs on MPI: the SDK docs have it enabled with `mpi`)."""
+    if distribution is None:
+        return False
+    options = _sdk_options(distribution)
+    smd = options.get("smdistributed")
+    smd = smd if isinstance(smd, Mapping) else {}
+    return any(_enabled(block) for block in (options.get("mpi"), smd.get("dataparallel"), smd.get("modelparallel")))
 
 
 def _enabled(options: Any) -> bool:

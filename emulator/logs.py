@@ -64,9 +64,9 @@ class LogCollector:
 
     def __init__(self, plan: Plan, reporter: Reporter) -> None:
         self.reporter = reporter
-        self._by_container = {h.container_name: h for h in plan.hosts}
+        self._by_container = {h.container.name: h for h in plan.hosts}
         # Every variable any container gets: the spec's environment and what the plan adds to it.
-        self._masker = Masker(plan.spec.environment, *(h.environment for h in plan.hosts))
+        self._masker = Masker(plan.spec.environment, *(h.container.environment for h in plan.hosts))
         # Bytes held back at a forced cut: one less than the longest secret, so no secret is split.
         self._hold = max((len(v.encode("utf-8")) for v in self._masker.values), default=1) - 1
         self._pending: dict[tuple[str, int], bytes] = {}

@@ -8,7 +8,6 @@ printed (`render`), diffed, golden-tested and executed by any backend.
 from __future__ import annotations
 
 import ipaddress
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -17,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from emulator import catalog, contract, wheelhouse
+from emulator.container import ContainerSpec, Mount, default_shm_bytes
 from emulator.secrets import mask_environment
+from emulator.sizes import parse_size
 from emulator.spec import JobSpec, TrainingInput
 
 LABEL_PREFIX = "io.hetero-emu"
@@ -34,16 +35,12 @@ HOST_ORDERS = ("spec", "shuffled")
 OPT_ML = "/opt/ml"
 CHECKPOINTS = "/opt/ml/checkpoints"
 INPUT_DATA = "/opt/ml/input/data"
+# The per-job SSH keys of an MPI distribution (emulator/sshkeys.py): in the job folder, and where
+# root's ssh, sshd and the toolkit's paramiko look for them on the distribution's hosts.
+SSH_FOLDER = "ssh"
+SSH_TARGET = "/root/.ssh"
 
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount: an absolute host path onto a container path."""
-
-    source: str
-    target: str
-    read_only: bool
-
+__all__ = ["Mount"]  # re-exported: the plan's mounts are `emulator.container.Mount`s
 
 @dataclass(frozen=True)
 class GroupPlan:
@@ -59,7 +56,6 @@ class HostPlan:
     name: str
     group: str
     instance_type: str
-    container_name: str
     host_dir: str
     channels: tuple[str, ...]
     # channel -> files of that channel this host gets (S3 keys: relative to the channel's source,
@@ -68,17 +64,14 @@ class HostPlan:
     # of a single-file channel (so the channel's folder is read-only too), or every file of a folder
     # whose symlinks leave it (`TrainingInput.links_out`: a plain bind mount would show them dangling).
     shards: Mapping[str, tuple[str, ...]]
-    mounts: tuple[Mount, ...]
-    environment: Mapping[str, str] = field(repr=False)  # secrets: see emulator/secrets.py
-    labels: Mapping[str, str]
     # path relative to the host's /opt/ml -> file content
     files: Mapping[str, str]
-    # The container's memory limit in bytes (swap included, as instances have none); None = no limit.
-    memory_bytes: int | None = None
     # Pipe channel -> the files (keys, in order) streamed into its FIFOs on this host: the same list
     # File mode would stage (a ShardedByS3Key channel's share). Neither mounted nor staged:
     # `emulator.pipes` feeds them at /opt/ml/input/data/<channel>_<epoch>.
-    pipes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    pipes: Mapping[str, tuple[str, ...]]
+    # The container itself, for any engine: image, mounts, environment, limits...
+    container: ContainerSpec
 
 
 @dataclass(frozen=True)
@@ -100,6 +93,9 @@ class Plan:
     # every host; None when the toolkit installs no requirements.txt. The runner builds it first.
     wheelhouse: str | None
     spec: JobSpec = field(compare=False, repr=False)
+    # The job's SSH key folder (`SSH_FOLDER`), which staging fills and the hosts of an MPI
+    # distribution mount at `SSH_TARGET`; None when the job runs no MPI.
+    ssh_dir: str | None = None
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -112,7 +108,7 @@ class Plan:
         data = asdict(self)
         data.pop("spec")
         for host in data["hosts"]:
-            host["environment"] = mask_environment(host["environment"])
+            host["container"]["environment"] = mask_environment(host["container"]["environment"])
         return _jsonable(data)  # type: ignore[no-any-return]
 
 
@@ -263,6 +259,17 @@ def make_plan(
         "AWS_DEFAULT_REGION": spec.region,
     }
 
+    if spec.container_entry_point is not None:
+        entrypoint: tuple[str, ...] | None = spec.container_entry_point
+        command = spec.container_arguments or ()
+    else:
+        # The service starts the image with the single argument "train".
+        # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-dockerfile.html
+        entrypoint = None
+        command = spec.container_arguments or ("train",)
+    ssh_groups = mpi_groups(spec)
+    ssh_dir = job_dir / SSH_FOLDER if ssh_groups else None
+
     hosts = []
     for slot in layout:
         host, group = slot.name, slot.group
@@ -285,37 +292,38 @@ def make_plan(
             mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
         if wheels is not None:
             mounts.append(Mount(wheels, wheelhouse.CONTAINER_PATH, read_only=True))
+        if ssh_dir is not None and group.name in ssh_groups:
+            # Read-only: a script cannot swap the keys that let every distribution host log into it.
+            mounts.append(Mount(str(ssh_dir), SSH_TARGET, read_only=True))
+        memory_bytes = memory_limit(memory, group.instance_type)
+        container = ContainerSpec(
+            image=spec.image_uri,
+            command=command,
+            entrypoint=entrypoint,
+            name=container_name(job_name, host),
+            hostname=host,
+            aliases=(host,),
+            extra_hosts=tuple(other.name for other in layout if other.name != host),
+            init=True,
+            labels={**job_labels, LABEL_HOST: host, LABEL_GROUP: group.name, LABEL_INSTANCE_TYPE: group.instance_type},
+            environment=environment,
+            mounts=tuple(mounts),
+            memory_bytes=memory_bytes,
+            shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
+        )
         hosts.append(
             HostPlan(
                 name=host,
                 group=group.name,
                 instance_type=group.instance_type,
-                container_name=container_name(job_name, host),
                 host_dir=str(host_dir),
                 channels=slot.channels,
                 shards=slot.shards,
                 pipes=slot.pipes,
-                mounts=tuple(mounts),
-                environment=environment,
-                labels={
-                    **job_labels,
-                    LABEL_HOST: host,
-                    LABEL_GROUP: group.name,
-                    LABEL_INSTANCE_TYPE: group.instance_type,
-                },
                 files=contract.host_files(spec, job_name, cluster, host, slot.channels),
-                memory_bytes=memory_limit(memory, group.instance_type),
+                container=container,
             )
         )
-
-    if spec.container_entry_point is not None:
-        entrypoint: tuple[str, ...] | None = spec.container_entry_point
-        command = spec.container_arguments or ()
-    else:
-        # The service starts the image with the single argument "train".
-        # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-dockerfile.html
-        entrypoint = None
-        command = spec.container_arguments or ("train",)
 
     return Plan(
         job_name=job_name,
@@ -333,7 +341,16 @@ def make_plan(
         labels=job_labels,
         wheelhouse=wheels,
         spec=spec,
+        ssh_dir=str(ssh_dir) if ssh_dir is not None else None,
     )
+
+
+def mpi_groups(spec: JobSpec) -> tuple[str, ...]:
+    """The groups whose hosts the toolkit links with `mpirun` over SSH: the distribution's instance
+    groups (every group when it names none), when the distribution runs over MPI; else none."""
+    if spec.distribution is None or not contract.launches_over_mpi(spec.distribution):
+        return ()
+    return spec.distribution.instance_groups or tuple(g.instance_group_name for g in spec.instance_groups)
 
 
 MemoryLimit = int | Literal["instance", "none"]
@@ -341,8 +358,6 @@ GIB = 1024**3
 # Below this a Python interpreter and the toolkit cannot even start: a typo such as "512" (bytes)
 # would only give a confusing OOM, so parse_memory refuses it.
 MIN_MEMORY = 6 * 1024**2
-# The engine stores the limit as a signed 64-bit number; nothing real comes near this.
-MAX_MEMORY = 2**62
 
 
 def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
@@ -357,26 +372,15 @@ def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
     return memory
 
 
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
 def parse_memory(text: str) -> MemoryLimit:
     """`--memory` values: "instance", "none", or a size as docker takes it (512m, 2g, 1.5g)."""
     value = text.strip().lower()
     if value in ("instance", "none"):
         return value  # type: ignore[return-value]
-    number, unit = value.rstrip("bkmgti"), value[len(value.rstrip("bkmgti")):]
-    unit = unit.removesuffix("ib").removesuffix("b") if len(unit) > 1 else unit
     try:
-        amount = float(number)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'") from None
-    if unit not in _UNITS or amount != amount or amount in (float("inf"), float("-inf")):
-        raise ValueError(f"{text!r} is not a size: use e.g. 512m, 2g, 'instance' or 'none'")
-    exact = amount * _UNITS[unit]
-    if not math.isfinite(exact) or exact > MAX_MEMORY:
-        raise ValueError(f"{text!r} is too large: the engine takes at most {MAX_MEMORY // 1024**4} TiB")
-    size = int(exact)
+        size = parse_size(text)
+    except ValueError as err:
+        raise ValueError(str(err).replace("512m or 2g", "512m, 2g, 'instance' or 'none'")) from None
     if size < MIN_MEMORY:
         raise ValueError(f"{text!r} is less than {MIN_MEMORY // 1024**2} MiB: too little to start a host")
     return size

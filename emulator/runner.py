@@ -148,9 +148,9 @@ class Run:
         self.options = options
         self.now = now
         self.image_builder = image_builder
-        self.names = [h.container_name for h in plan.hosts]
-        self.masker = secrets.Masker(*(h.environment for h in plan.hosts))
-        self.host_of = {h.container_name: h for h in plan.hosts}
+        self.names = [h.container.name for h in plan.hosts]
+        self.masker = secrets.Masker(*(h.container.environment for h in plan.hosts))
+        self.host_of = {h.container.name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
         self.exit_times: dict[str, float] = {}
         self.oom: set[str] = set()
@@ -244,9 +244,11 @@ class Run:
                     self.created_network = True
                     for host in plan.hosts:
                         self.backend.create_container(plan, host)
-                        self.created.append(host.container_name)
+                        self.created.append(host.container.name)
                         # Attached before the start: every byte a host writes is read, however fast it exits.
-                        self.backend.follow_logs(host.container_name, logs)
+                        self.backend.follow_logs(host.container.name, logs)
+                    for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
+                        reporter.warn(note)
                     reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
                     self.started = True
                     self.backend.start(self.names)
@@ -515,7 +517,7 @@ class Run:
     def host_results(self, t0: float, logs: LogCollector) -> tuple[HostResult, ...]:
         results = []
         for host in self.plan.hosts:
-            name = host.container_name
+            name = host.container.name
             code = self.exit_codes.get(name)
             reason = None
             exited = name in self.exit_codes

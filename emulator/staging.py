@@ -15,9 +15,9 @@ import os
 import shutil
 from pathlib import Path
 
-from emulator import hostfiles
+from emulator import hostfiles, sshkeys
 from emulator.errors import JobFolderTaken, UsageError
-from emulator.plan import Plan, share_dir
+from emulator.plan import SSH_FOLDER, Plan, share_dir
 from emulator.spec import s3
 from emulator.spec.rules import SDK_UPLOADS
 
@@ -27,7 +27,7 @@ HOST_FOLDERS = ("model", "output/data", "checkpoints", "input/data", "code")
 
 
 # What a run makes in its job folder; all of it is removed again when staging fails.
-RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json")
+RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json", SSH_FOLDER)
 
 
 def folder_taken(job_dir: Path, s3_output: bool) -> bool:
@@ -84,6 +84,9 @@ def stage(plan: Plan) -> None:
 def _lay_out(plan: Plan, job_dir: Path) -> None:
     (job_dir / "logs").mkdir(exist_ok=True)
     (job_dir / "output").mkdir()
+    if plan.ssh_dir is not None:
+        # New keys for every job (render too, so the compose project runs MPI as `run` does).
+        sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name)
     spec = plan.spec
     for host in plan.hosts:
         root = Path(host.host_dir)

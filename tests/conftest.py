@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,22 @@ def no_leftovers(docker_client: object) -> Iterator[None]:
     yield
     left = set(managed_resources(docker_client)) - before
     assert not left, f"left behind: {sorted(left)}"
+
+
+@pytest.fixture(scope="session")
+def unlimited_memlock_allowed(docker_client: Any, training_image: str) -> bool:
+    """Whether the engine starts a container with memlock unlimited, asked of it directly (`docker run
+    --ulimit memlock=-1 IMAGE true`): an engine confined below that (dockerd in a sandbox) refuses to
+    start such a container at all, and the emulator then leaves the limit out with a warning."""
+    import docker
+
+    container = docker_client.containers.create(training_image, entrypoint=["true"], network_mode="none",
+                                                ulimits=[docker.types.Ulimit(name="memlock", soft=-1, hard=-1)])
+    try:
+        container.start()
+    except docker.errors.APIError as err:
+        assert "setting rlimit" in str(err), err
+        return False
+    finally:
+        container.remove(force=True)
+    return True

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,10 +21,11 @@ import docker
 import docker.errors
 import requests
 
-from emulator.backend import ContainerState, LineSink, Resource
+from emulator.backend import ContainerState, LineSink, Resource, ulimits
 from emulator.backend.liveness import current_driver, driver_alive
 from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
+from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
 from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
@@ -107,6 +109,57 @@ def _interrupts_deferred() -> Iterator[None]:
             signal.raise_signal(held[0])  # the restored handler runs now (KeyboardInterrupt)
 
 
+@dataclass(frozen=True)
+class ContainerOptions:
+    """docker-py's arguments for one host: `APIClient.create_container`'s (`create`, without the host and
+    networking configs), `create_host_config`'s (`host_config`) and `create_endpoint_config`'s (`endpoint`)."""
+
+    create: dict[str, Any]
+    host_config: dict[str, Any]
+    endpoint: dict[str, Any]
+
+
+def container_options(container: ContainerSpec, network: str, addresses: Mapping[str, str],
+                      driver: str) -> ContainerOptions:
+    """A host's `ContainerSpec` in docker-py's terms, every field translated once (compose.service is
+    the other translation; tests/unit/test_container.py checks both). Pure: no engine is asked.
+    `addresses` are the job network's fixed addresses by host name (see create_network)."""
+    create = {
+        "image": container.image,
+        "command": list(container.command),
+        "entrypoint": list(container.entrypoint) if container.entrypoint is not None else None,
+        "name": container.name,
+        "hostname": container.hostname,
+        "environment": dict(container.environment),
+        "labels": {**container.labels, LABEL_DRIVER: driver},
+        "working_dir": None,
+    }
+    host_config = {
+        "mounts": [docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
+                   for m in container.mounts],
+        "init": container.init,
+        "extra_hosts": {name: addresses[name] for name in container.extra_hosts if name in addresses},
+        # Swap limited to the same figure: an instance has no swap, so running out of memory is
+        # an OOM kill, not a slow crawl. (Not privileged, no added capabilities, no Docker
+        # socket, no host network: the engine's defaults, checked by tests/faults.)
+        "mem_limit": container.memory_bytes,
+        "memswap_limit": container.memory_bytes,
+        "shm_size": container.shm_bytes,
+        "ulimits": [docker.types.Ulimit(name=u.name, soft=u.soft, hard=u.hard) for u in container.ulimits],
+        "devices": [d.spec() for d in container.devices] or None,
+        "network_mode": network,
+        # The emulator reads each host's output over an attach made before the start (see
+        # follow_logs), which gets every byte as written. No engine log driver: an engine's
+        # default one may rotate (json-file with max-size drops what a slow reader has not
+        # read), and it holds a line without a newline until 16 KiB have gathered
+        # (moby daemon/logger/copier.go), so a `\r` progress bar could not be shown live;
+        # it also halves how fast a host can write (measured: 82 vs 37-48 MB/s).
+        "log_config": docker.types.LogConfig(type=docker.types.LogConfig.types.NONE),
+    }
+    endpoint = {"aliases": list(container.aliases), "ipv4_address": addresses.get(container.hostname)}
+    return ContainerOptions(create, host_config, endpoint)
+
+
 class DockerBackend:
     """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses."""
 
@@ -123,6 +176,9 @@ class DockerBackend:
         # instead of waiting for one timeout per container.
         self._engine_lost = False
         self._driver = current_driver()
+        self._engine_id: str | None = None
+        # Per job: what the engine could not give as the plan says (read by the runner, which warns).
+        self.notes: dict[str, list[str]] = {}
 
     @property
     def client(self) -> docker.DockerClient:
@@ -254,51 +310,19 @@ class DockerBackend:
     @_engine_call
     def create_container(self, plan: Plan, host: HostPlan) -> None:
         api = self.api
-        addresses = self._addresses.get(plan.job_name, {})
-        host_config = api.create_host_config(
-            mounts=[
-                docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in host.mounts
-            ],
-            # A tiny init as PID 1 forwards SIGTERM to `train`, so stopping a job takes a moment, not
-            # the whole grace period (PID 1 ignores signals it installs no handler for).
-            init=True,
-            extra_hosts={name: address for name, address in addresses.items() if name != host.name},
-            # Swap limited to the same figure: an instance has no swap, so running out of memory is
-            # an OOM kill, not a slow crawl. (Not privileged, no added capabilities, no Docker
-            # socket, no host network: the engine's defaults, checked by tests/faults.)
-            mem_limit=host.memory_bytes,
-            memswap_limit=host.memory_bytes,
-            network_mode=plan.network,
-            # The emulator reads each host's output over an attach made before the start (see
-            # follow_logs), which gets every byte as written. No engine log driver: an engine's
-            # default one may rotate (json-file with max-size drops what a slow reader has not
-            # read), and it holds a line without a newline until 16 KiB have gathered
-            # (moby daemon/logger/copier.go), so a `\r` progress bar could not be shown live;
-            # it also halves how fast a host can write (measured: 82 vs 37-48 MB/s).
-            log_config=docker.types.LogConfig(type=docker.types.LogConfig.types.NONE),
-        )
-        networking = api.create_networking_config(
-            {plan.network: api.create_endpoint_config(aliases=[host.name], ipv4_address=addresses.get(host.name))}
-        )
+        options = container_options(self._within_engine_limits(plan, host.container), plan.network,
+                                    self._addresses.get(plan.job_name, {}), self._driver)
+        host_config = api.create_host_config(**options.host_config)
+        networking = api.create_networking_config({plan.network: api.create_endpoint_config(**options.endpoint)})
         # Created and recorded together: a Ctrl-C waits the few milliseconds until the engine's
         # answer is recorded, so teardown and the watcher know every container that exists.
         with _interrupts_deferred():
             try:
-                created = api.create_container(
-                    plan.image,
-                    command=list(plan.command),
-                    entrypoint=list(plan.entrypoint) if plan.entrypoint is not None else None,
-                    name=host.container_name,
-                    hostname=host.name,
-                    environment=dict(host.environment),
-                    labels={**host.labels, LABEL_DRIVER: self._driver},
-                    host_config=host_config,
-                    networking_config=networking,
-                    working_dir=None,
-                )
+                created = api.create_container(**options.create, host_config=host_config,
+                                               networking_config=networking)
             except docker.errors.ImageNotFound:
                 raise ImageMissing(
-                    f"image {plan.image} is not in the Docker engine",
+                    f"image {host.container.image} is not in the Docker engine",
                     hint="build it (docker build / `hetero-emu image build` for the default image); "
                     "no registry is reachable to pull from",
                 ) from None
@@ -307,9 +331,54 @@ class DockerBackend:
                 if err.status_code == 409:
                     hint = "a container of that name is left from an earlier run: `hetero-emu clean`"
                 raise EnvironmentProblem(
-                    f"cannot create container {host.container_name}: {_first_line(err)}", hint=hint
+                    f"cannot create container {host.container.name}: {_first_line(err)}", hint=hint
                 ) from None
             self._track(plan, "container", created["Id"])
+
+    @_engine_call
+    def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
+        """The ulimits of `wanted` this engine cannot give a container (backend/ulimits.py)."""
+        if not wanted:
+            return set()
+        if self._engine_id is None:
+            self._engine_id = str(self.client.info().get("ID") or "unknown")
+        return ulimits.refused(self._engine_id, wanted, lambda some: self._probe_ulimits(plan, some))
+
+    def _within_engine_limits(self, plan: Plan, container: ContainerSpec) -> ContainerSpec:
+        """The container without the ulimits this engine refuses, noting each for the runner to warn."""
+        refused = self.refused_ulimits(plan, container.ulimits)
+        notes = self.notes.setdefault(plan.job_name, [])
+        notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
+        return container.without_ulimits(refused)
+
+    def _probe_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> bool | None:
+        """Whether the engine starts a container of the job's image with these ulimits (a throwaway
+        `true`, no network; tracked like the job's containers, so a Ctrl-C leaves nothing behind).
+        An image without `true` fails after the limits are set: that counts as accepted. None when
+        no container could be made (no such image): no verdict."""
+        api = self.api
+        with _interrupts_deferred():
+            try:
+                created = api.create_container(
+                    plan.image, entrypoint=["true"], command=[], labels={**plan.labels, LABEL_DRIVER: self._driver},
+                    host_config=api.create_host_config(
+                        network_mode="none", ulimits=[docker.types.Ulimit(name=u.name, soft=u.soft, hard=u.hard)
+                                                      for u in wanted],
+                        log_config=docker.types.LogConfig(type=docker.types.LogConfig.types.NONE)),
+                )
+            except docker.errors.APIError:
+                return None  # not a verdict on the limits: the job's own create will say what is wrong
+            self._track(plan, "container", created["Id"])
+        try:
+            api.start(created["Id"])
+            api.wait(created["Id"], timeout=60)
+            return True
+        except docker.errors.APIError as err:
+            return ulimits.REFUSED not in str(err)
+        finally:
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+                api.remove_container(created["Id"], force=True)
+                self._untrack(plan, [created["Id"]])
 
     @_engine_call
     def start(self, names: Sequence[str]) -> None:

@@ -123,6 +123,7 @@ JOB_KEYS = (
     "container_log_level",
     "region",
     "local_s3_root",
+    "shm_size",
 )
 GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count")
 CHANNEL_KEYS = (
@@ -234,6 +235,9 @@ class JobSpec:
     source_archive: bool = False
     # The code's requirements.txt when the toolkit will pip-install it (emulator.wheelhouse.find).
     requirements: Requirements | None = None
+    # The size of every host's /dev/shm in bytes (`shm_size: 2g`); None: half the host's memory
+    # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.
+    shm_size: int | None = None
 
     @property
     def host_count(self) -> int:

@@ -22,7 +22,9 @@ from typing import Any
 from emulator import wheelhouse
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
+from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.sizes import MAX_SIZE, parse_size
 from emulator.spec import s3
 from emulator.spec.fields import FieldReader, as_written
 from emulator.spec.model import (
@@ -299,6 +301,7 @@ class Validator(FieldReader):
         max_run = self.integer(raw, "max_run", "max_run")
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
+        shm_size = self.shm_size(raw)
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
         uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
         log_level = self.integer(raw, "container_log_level", "container_log_level")
@@ -337,7 +340,29 @@ class Validator(FieldReader):
             region=region,
             spec_dir=self.base_dir,
             source_archive=self.source_archive,
+            shm_size=shm_size,
         )
+
+    def shm_size(self, raw: Mapping[str, Any]) -> int | None:
+        """`shm_size`: a size as Docker takes it (2g, 512m) or a number of bytes."""
+        value = self.typed(raw, "shm_size", "shm_size", (str, int))
+        if value is None:
+            return None
+        hint = "a size such as 512m or 2g; leave it out for half the host's memory limit"
+        try:
+            size = parse_size(value) if isinstance(value, str) else value
+        except ValueError as err:
+            self.fail("shm_size", str(err), hint)
+            return None
+        if size < MIN_SHM:
+            self.fail("shm_size", f"{preview(value)} is less than {MIN_SHM // 1024**2} MiB: too small for /dev/shm",
+                      hint)
+            return None
+        if size > MAX_SIZE:
+            self.fail("shm_size", f"{preview(value)} is too large: the engine takes at most "
+                      f"{MAX_SIZE // 1024**4} TiB", hint)
+            return None
+        return size
 
     def no_overlap(
         self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput],

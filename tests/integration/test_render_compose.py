@@ -32,7 +32,7 @@ CONFIG_FILES = ("resourceconfig.json", "hyperparameters.json", "inputdataconfig.
 # peer lookups: compose starts the services one by one and nothing waits for the others, unlike the
 # toolkit's `train`; the hello-hetero test below covers name resolution through its TCP hop.)
 PROBE = '''\
-import errno, json, os, socket
+import errno, json, os, resource, socket
 from pathlib import Path
 
 config = Path("/opt/ml/input/config")
@@ -48,6 +48,9 @@ print("SEEN " + json.dumps({
     "files": {p.name: p.read_text() for p in sorted(config.iterdir())},
     "channels": {c.name: sorted(f.name for f in c.iterdir()) for c in sorted(data.iterdir())},
     "job": os.environ.get("TRAINING_JOB_NAME"),
+    "shm_bytes": os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize,
+    "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK),
+    "ssh": sorted(os.listdir("/root/.ssh")) if os.path.isdir("/root/.ssh") else None,
 }, sort_keys=True), flush=True)
 '''
 
@@ -83,7 +86,7 @@ def seen_lines(output: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def test_rendered_probe_project_runs_under_compose(tmp_path: Path) -> None:
+def test_rendered_probe_project_runs_under_compose(tmp_path: Path, unlimited_memlock_allowed: bool) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "probe.py").write_text(PROBE)
     (tmp_path / "data").mkdir()
@@ -98,12 +101,13 @@ def test_rendered_probe_project_runs_under_compose(tmp_path: Path) -> None:
             {"instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge", "instance_count": 1},
         ],
         "inputs": {"training": {"s3_data": "data", "content_type": "text/plain", "instance_groups": ["data_group"]}},
+        "distribution": {"mpi": {"enabled": True}, "instance_groups": ["data_group"]},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
     job = f"render-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "rendered"
 
-    rendered = cli("render", str(tmp_path / "job.yaml"), "-o", str(out), "--job-name", job)
+    rendered = cli("render", str(tmp_path / "job.yaml"), "-o", str(out), "--job-name", job, "--shm-size", "300m")
     assert rendered.returncode == 0, rendered.stderr
     doc = yaml.safe_load((out / "compose.yaml").read_text())
     assert sorted(doc["services"]) == ["algo-1", "algo-2", "algo-3"]
@@ -124,6 +128,16 @@ def test_rendered_probe_project_runs_under_compose(tmp_path: Path) -> None:
     assert seen["algo-3"]["channels"] == {}
     # As under `run`: /opt/ml/input/data is read-only, with channels (algo-1, 2) or without (algo-3).
     assert {name: info["add_to_input_data"] for name, info in seen.items()} == dict.fromkeys(seen, "EROFS")
+    # The container description's limits, as compose applied them: --shm-size, memlock unlimited.
+    assert {info["shm_bytes"] for info in seen.values()} == {300 * 1024**2}
+    # (An engine that may not give it gets none, and render says so, as run does.)
+    memlocks = {tuple(info["memlock"]) for info in seen.values()}
+    assert (memlocks == {(-1, -1)}) is unlimited_memlock_allowed, memlocks
+    assert ("may not raise ulimit memlock" in rendered.stderr) is not unlimited_memlock_allowed
+    # The MPI distribution's group gets the job's SSH keys; the other group does not.
+    keys = ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub", "ssh_host_ed25519_key",
+            "ssh_host_ed25519_key.pub"]
+    assert {name: info["ssh"] for name, info in seen.items()} == {"algo-1": keys, "algo-2": keys, "algo-3": None}
 
 
 def test_rendered_hello_hetero_runs_under_compose(tmp_path: Path) -> None:

@@ -196,14 +196,14 @@ class FakeBackend:
             self.networks_created.append(plan.network)
 
     def create_container(self, plan: Plan, host: HostPlan) -> None:
-        self._record("create_container", host.container_name)
+        self._record("create_container", host.container.name)
         with self._lock:
             assert plan.network in self.networks, "container created before its network"
             if host.name in self.fail_create:
                 raise self.fail_create[host.name]
-            if host.container_name in self.containers:
-                raise EnvironmentProblem(f"cannot create container {host.container_name}: name in use (409)")
-            for mount in host.mounts:
+            if host.container.name in self.containers:
+                raise EnvironmentProblem(f"cannot create container {host.container.name}: name in use (409)")
+            for mount in host.container.mounts:
                 if not Path(mount.source).exists():
                     raise EnvironmentProblem(f"bind source path does not exist: {mount.source}")
             self.mounts_seen[host.name] = {
@@ -212,13 +212,13 @@ class FakeBackend:
                 )
                 if Path(m.source).is_dir()
                 else [Path(m.source).name]
-                for m in host.mounts
+                for m in host.container.mounts
             }
-            self.containers[host.container_name] = FakeContainer(
-                host.container_name, plan.job_name, dict(host.labels), self.scripts.get(host.name, HostScript()),
-                host,
+            self.containers[host.container.name] = FakeContainer(
+                host.container.name, plan.job_name, dict(host.container.labels),
+                self.scripts.get(host.name, HostScript()), host,
             )
-            self.created.append(host.container_name)
+            self.created.append(host.container.name)
 
     def start(self, names: Sequence[str]) -> None:
         self._record("start", tuple(names))

@@ -156,7 +156,7 @@ def test_secrets_are_listed_by_name_only(load: Any, valid_raw: dict[str, Any], t
         assert env["MY_VAR"] == "plain"
         assert env["TRAINING_JOB_NAME"] == "hetero-test"
     assert secret_variables(plan) == ["DB_URL", "MY_API_KEY"]
-    assert plan.hosts[0].environment["MY_API_KEY"] == SECRET  # the plan itself keeps the real value
+    assert plan.hosts[0].container.environment["MY_API_KEY"] == SECRET  # the plan itself keeps the real value
 
     text = compose_yaml(plan)
     assert SECRET not in text
@@ -180,10 +180,10 @@ def test_plan_to_dict_masks_secrets(load: Any, valid_raw: dict[str, Any], tmp_pa
     data = plan.to_dict()
     assert SECRET not in json.dumps(data)
     for host in data["hosts"]:
-        assert host["environment"]["MY_API_KEY"] == MASK
-        assert host["environment"]["DB_URL"] == f"https://me:{MASK}@db"
-        assert host["environment"]["MY_VAR"] == "plain"
-    assert dict(plan.hosts[0].environment)["MY_API_KEY"] == SECRET
+        assert host["container"]["environment"]["MY_API_KEY"] == MASK
+        assert host["container"]["environment"]["DB_URL"] == f"https://me:{MASK}@db"
+        assert host["container"]["environment"]["MY_VAR"] == "plain"
+    assert dict(plan.hosts[0].container.environment)["MY_API_KEY"] == SECRET
 
 
 def test_render_writes_and_prints_no_secret(
@@ -206,7 +206,7 @@ def test_render_writes_and_prints_no_secret(
     assert {"plan.json", "compose.yaml"} <= {p.name for p in files}
     for path in files:
         assert SECRET.encode() not in path.read_bytes(), path
-    assert json.loads((out / "plan.json").read_text())["hosts"][0]["environment"]["MY_API_KEY"] == MASK
+    assert json.loads((out / "plan.json").read_text())["hosts"][0]["container"]["environment"]["MY_API_KEY"] == MASK
 
 
 def test_compose_containers_say_no_driver_runs_them(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def test_each_host_of_a_sharded_pipe_channel_streams_its_share(tmp_path: Path, d
     assert [h.pipes for h in plan.hosts] == [{"train": keys[0::2]}, {"train": keys[1::2]}]
     for h in plan.hosts:
         assert h.shards == {}  # nothing staged
-        assert not any(m.target.startswith("/opt/ml/input/data/train") for m in h.mounts)
+        assert not any(m.target.startswith("/opt/ml/input/data/train") for m in h.container.mounts)
         assert "Pipe" in h.files["input/config/inputdataconfig.json"]
         (Path(h.host_dir) / "input" / "data").mkdir(parents=True)
     warnings: list[str] = []

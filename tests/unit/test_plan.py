@@ -57,8 +57,8 @@ def config(plan: Plan, host: str, name: str) -> Any:
 
 
 def mount_at(plan: Plan, host: str, target: str) -> Mount:
-    matches = [m for m in plan.host(host).mounts if m.target == target]
-    assert len(matches) == 1, f"{host}: expected one mount at {target}, got {plan.host(host).mounts}"
+    matches = [m for m in plan.host(host).container.mounts if m.target == target]
+    assert len(matches) == 1, f"{host}: expected one mount at {target}, got {plan.host(host).container.mounts}"
     return matches[0]
 
 
@@ -295,7 +295,7 @@ def test_channels_go_only_to_the_hosts_of_their_groups(with_channels: JobSpec) -
         h = plan.host(host)
         assert h.channels == (channel,)
         assert set(config(plan, host, "inputdataconfig.json")) == {channel}
-        targets = {m.target for m in h.mounts}
+        targets = {m.target for m in h.container.mounts}
         assert data + channel in targets
         assert not any(t.startswith(data + other) for t in targets)
 
@@ -317,7 +317,7 @@ def test_data_is_mounted_read_only_and_opt_ml_writable(with_channels: JobSpec, p
     root = project.resolve()
     for host in names(3):
         # The code is copied into the host's own /opt/ml/code (staging), never mounted from the user.
-        assert not [m for m in plan.host(host).mounts if m.target == "/opt/ml/code"]
+        assert not [m for m in plan.host(host).container.mounts if m.target == "/opt/ml/code"]
         opt_ml = mount_at(plan, host, "/opt/ml")
         assert opt_ml.read_only is False
         assert opt_ml.source == str(root / "output" / JOB / "hosts" / host)
@@ -338,7 +338,7 @@ def test_input_data_itself_is_read_only_on_every_host_even_without_channels(
         for host in plan.hosts:
             mount = mount_at(plan, host.name, "/opt/ml/input/data")
             assert mount == Mount(host.host_dir + "/input/data", "/opt/ml/input/data", read_only=True)
-            below = [m for m in host.mounts if m.target.startswith("/opt/ml/input/data/")]
+            below = [m for m in host.container.mounts if m.target.startswith("/opt/ml/input/data/")]
             assert {m.target.rsplit("/", 1)[1] for m in below} == set(host.channels)
             assert all(m.read_only for m in below)
 
@@ -361,7 +361,7 @@ def test_single_file_channel_is_staged_so_its_folder_is_read_only_too(
     assert mount.read_only is True
     assert mount.source == str(staging_dir(plan.job_dir, "training", EVERY_HOST))
     assert host.shards["training"] == ("single.csv",)
-    assert not any(m.source == str((project / "data" / "single.csv").resolve()) for m in host.mounts)
+    assert not any(m.source == str((project / "data" / "single.csv").resolve()) for m in host.container.mounts)
 
 
 def test_single_file_channel_that_is_a_symlink_keeps_the_links_name(
@@ -428,14 +428,14 @@ def test_sharding_is_over_the_keys_so_links_do_not_move_files_between_hosts(
 
 def test_container_names_are_job_dash_host(with_channels: JobSpec) -> None:
     plan = make_plan(with_channels, JOB)
-    assert [h.container_name for h in plan.hosts] == ["hetero-test-algo-1", "hetero-test-algo-2", "hetero-test-algo-3"]
+    assert [h.container.name for h in plan.hosts] == ["hetero-test-algo-1", "hetero-test-algo-2", "hetero-test-algo-3"]
 
 
 def test_labels_name_job_host_and_group(with_channels: JobSpec) -> None:
     plan = make_plan(with_channels, JOB)
     expected = {"algo-1": "data_group", "algo-2": "data_group", "algo-3": "dnn_group"}
     for host, grp in expected.items():
-        labels = plan.host(host).labels
+        labels = plan.host(host).container.labels
         assert labels[LABEL_JOB] == "hetero-test"
         assert labels[LABEL_HOST] == host
         assert labels[LABEL_GROUP] == grp
@@ -447,7 +447,7 @@ def test_environment_has_training_job_variables_and_the_spec_environment(load: C
     spec = load(hetero(("a", "ml.c5.xlarge", 2), environment={"MY_VAR": "value"}, region="eu-west-1"))
     plan = make_plan(spec, JOB)
     for host in plan.hosts:
-        env = host.environment
+        env = host.container.environment
         assert env["TRAINING_JOB_NAME"] == "hetero-test"
         assert env["AWS_REGION"] == "eu-west-1"
         assert env["MY_VAR"] == "value"
@@ -557,19 +557,19 @@ def test_every_host_gets_its_memory_limit(three_groups: JobSpec) -> None:
     assert set(by_type.values()) == {"ml.c5.xlarge", "ml.p3.2xlarge", "ml.m5.large"}
 
     default = make_plan(three_groups, JOB)  # "instance"
-    assert {h.name: h.memory_bytes for h in default.hosts} == {
+    assert {h.name: h.container.memory_bytes for h in default.hosts} == {
         name: int(published_memory_gib(t) * GIB) for name, t in by_type.items()
     }
     fixed = make_plan(three_groups, JOB, memory=2 * GIB)
-    assert [h.memory_bytes for h in fixed.hosts] == [2 * GIB] * 6
+    assert [h.container.memory_bytes for h in fixed.hosts] == [2 * GIB] * 6
     unlimited = make_plan(three_groups, JOB, memory="none")
-    assert [h.memory_bytes for h in unlimited.hosts] == [None] * 6
+    assert [h.container.memory_bytes for h in unlimited.hosts] == [None] * 6
     assert make_plan(three_groups, JOB, memory="instance") == default
 
 
 def test_memory_limit_is_in_plan_json(three_groups: JobSpec) -> None:
     data = make_plan(three_groups, JOB, memory=2 * GIB).to_dict()
-    assert {h["memory_bytes"] for h in data["hosts"]} == {2 * GIB}
+    assert {h["container"]["memory_bytes"] for h in data["hosts"]} == {2 * GIB}
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,7 @@ def test_the_sdks_channels_are_each_hosts_writable_copy_the_users_data_a_read_on
     plan = make_plan(load(root, v3_request()), JOB)
     job_dir = root / BUCKET / "hetero" / JOB
     for host in plan.hosts:
-        mounts = {m.target: (m.source, m.read_only) for m in host.mounts}
+        mounts = {m.target: (m.source, m.read_only) for m in host.container.mounts}
         for name in ("code", "sm_drivers"):
             assert mounts[f"{INPUT_DATA}/{name}"] == (str(job_dir / ".staging" / name / host.name), False), host.name
         if host.group == "data":
@@ -158,7 +158,7 @@ def test_the_job_runs_in_the_services_region_unless_the_request_names_one(
         with s3.given_root(root, "test"):
             spec = validate_request(ticket["Request"], root.parent, "CreateTrainingJob", ticket["Overrides"])
         assert spec.region == region, name
-        environment = make_plan(spec, name).hosts[0].environment
+        environment = make_plan(spec, name).hosts[0].container.environment
         assert environment["AWS_REGION"] == region and f":{region}:" in environment["TRAINING_JOB_ARN"], name
         deadline = time.monotonic() + 60  # the driver ends (its engine does not exist) before the test does
         while sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress":

@@ -213,7 +213,7 @@ def _staged_plan(project: Path) -> Plan:
 
 def _view(plan: Plan, host: str, channel: str) -> Path:
     """The folder a host sees at /opt/ml/input/data/<channel>."""
-    (mount,) = [m for m in plan.host(host).mounts if m.target == f"/opt/ml/input/data/{channel}"]
+    (mount,) = [m for m in plan.host(host).container.mounts if m.target == f"/opt/ml/input/data/{channel}"]
     return Path(mount.source)
 
 

@@ -55,7 +55,7 @@ def _container_view(spec: JobSpec) -> tuple[dict[str, str], dict[str, Any]]:
     decodes it (json.loads of the file, then json.loads of each value: sagemaker_training/mapping.py)."""
     host = make_plan(spec, "values-as-written").hosts[0]
     document = json.loads(host.files["input/config/hyperparameters.json"])
-    return dict(host.environment), {k: json.loads(v) for k, v in document.items()}
+    return dict(host.container.environment), {k: json.loads(v) for k, v in document.items()}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -165,8 +165,8 @@ def test_the_plan_mounts_the_wheelhouse_read_only_on_every_host(
     folder = str(tmp_path / "wheels" / wheelhouse.cache_key(spec.requirements.digest, TAG))  # type: ignore[union-attr]
     assert plan.wheelhouse == folder
     for host in plan.hosts:
-        assert Mount(folder, wheelhouse.CONTAINER_PATH, read_only=True) in host.mounts
-        assert {k: host.environment[k] for k in PIP_VARS} == PIP_VARS
+        assert Mount(folder, wheelhouse.CONTAINER_PATH, read_only=True) in host.container.mounts
+        assert {k: host.container.environment[k] for k in PIP_VARS} == PIP_VARS
     # Pure: the same arguments, an equal plan.
     assert plan == make_plan(spec, "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
 
@@ -177,16 +177,16 @@ def test_without_requirements_no_mount_and_no_pip_variables(
     plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
     assert plan.wheelhouse is None
     for host in plan.hosts:
-        assert all(m.target != wheelhouse.CONTAINER_PATH for m in host.mounts)
-        assert not set(PIP_VARS) & set(host.environment)
+        assert all(m.target != wheelhouse.CONTAINER_PATH for m in host.container.mounts)
+        assert not set(PIP_VARS) & set(host.container.environment)
 
 
 def test_the_specs_own_pip_variables_win(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path
 ) -> None:
     plan = make_plan(load({**valid_raw, "environment": {"PIP_NO_INDEX": "0"}}), "job", python_tag=TAG)
-    assert plan.hosts[0].environment["PIP_NO_INDEX"] == "0"
-    assert plan.hosts[0].environment["PIP_FIND_LINKS"] == wheelhouse.CONTAINER_PATH
+    assert plan.hosts[0].container.environment["PIP_NO_INDEX"] == "0"
+    assert plan.hosts[0].container.environment["PIP_FIND_LINKS"] == wheelhouse.CONTAINER_PATH
 
 
 def test_render_and_compose_show_the_mount_and_the_variables(
