@@ -47,10 +47,14 @@ def _key_pair(comment: str) -> tuple[bytes, bytes]:
     return private, public + f" {comment}\n".encode()
 
 
-def write_keys(folder: Path, job_name: str) -> None:
+def write_keys(folder: Path, job_name: str, client_config: bool = True) -> None:
     """Make `folder` (which must not exist; 0700, as ~/.ssh) with a new user key and host key for the job.
 
-    Each private file is created 0600 (O_EXCL), so it is never readable by others, not even for a moment."""
+    Each private file is created 0600 (O_EXCL), so it is never readable by others, not even for a moment.
+    Without `client_config` there is no `config`: the ssh client refuses to start at all when
+    ~/.ssh/config belongs to a user other than root or itself ("Bad owner or permissions", OpenSSH
+    readconf.c), which is what a file written by a driver that is not root is, seen from the
+    container's root; the default image's /etc/ssh/ssh_config.d holds the same settings."""
     folder.mkdir(mode=0o700)
     user_private, user_public = _key_pair(f"hetero-emu-{job_name}")
     host_private, host_public = _key_pair(f"hetero-emu-{job_name}-host")
@@ -62,6 +66,8 @@ def write_keys(folder: Path, job_name: str) -> None:
         HOST_KEY: (host_private, PRIVATE_MODE),
         f"{HOST_KEY}.pub": (host_public, PUBLIC_MODE),
     }
+    if not client_config:
+        del contents[CONFIG]
     for name, (data, mode) in contents.items():
         fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "wb") as out:

@@ -85,8 +85,11 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
     (job_dir / "logs").mkdir(exist_ok=True)
     (job_dir / "output").mkdir()
     if plan.ssh_dir is not None:
-        # New keys for every job (render too, so the compose project runs MPI as `run` does).
-        sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name)
+        # New keys for every job (render too, so the compose project runs MPI as `run` does). The files
+        # are the driver's: `config` only when that is root (see sshkeys.write_keys). Under rootless
+        # Docker the driver's user is the container's root and could have it too; it is left out
+        # there as well, which the default image's own ssh configuration makes up for.
+        sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name, client_config=os.getuid() == 0)
     spec = plan.spec
     for host in plan.hosts:
         root = Path(host.host_dir)

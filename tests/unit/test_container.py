@@ -301,3 +301,12 @@ def test_refused_ulimits_are_probed_once_per_engine_and_remembered(
     assert len(probes) == 3  # remembered: no second probe
     assert ulimits.refused("engine-b", MPI_ULIMITS, lambda wanted: True) == set()  # another engine: its own verdict
     assert json.loads(ulimits.cache_path().read_text())["engine-a memlock=-1:-1"] is False
+
+
+def test_a_driver_that_is_not_root_writes_no_client_config(
+    load: Load, valid_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ssh refuses a ~/.ssh/config owned by another user than root: a non-root driver's file would be.
+    monkeypatch.setattr(staging.os, "getuid", lambda: 1000)
+    staging.stage(_mpi_plan(load, valid_raw, tmp_path / "job"))
+    assert sorted(p.name for p in (tmp_path / "job" / "ssh").iterdir()) == sorted(set(sshkeys.FILES) - {"config"})
