@@ -128,13 +128,16 @@ def launches_over_mpi(distribution: Distribution | None) -> bool:
     """Whether the toolkit starts the script with `mpirun` over SSH: an enabled `mpi`
     (sagemaker_training/trainer.py `train`: `sagemaker_mpi_enabled` picks the MPI runner), smdistributed
     data parallel (its runner, sagemaker_training/smdataparallel.py, is `mpirun` too; `pytorchddp` is
-    rewritten to it) or model parallel (which runs on MPI: the SDK docs have it enabled with `mpi`)."""
+    rewritten to it) or model parallel v1 (which runs on MPI: the SDK docs have it enabled with `mpi`).
+    Model parallel v2 comes with `torch_distributed` and runs under torchrun instead."""
     if distribution is None:
         return False
     options = _sdk_options(distribution)
     smd = options.get("smdistributed")
     smd = smd if isinstance(smd, Mapping) else {}
-    return any(_enabled(block) for block in (options.get("mpi"), smd.get("dataparallel"), smd.get("modelparallel")))
+    if _enabled(options.get("mpi")) or _enabled(smd.get("dataparallel")):
+        return True
+    return _enabled(smd.get("modelparallel")) and not _enabled(options.get("torch_distributed"))
 
 
 def _enabled(options: Any) -> bool:

@@ -225,6 +225,14 @@ def test_homogeneous_mpi_gives_every_host_the_keys_when_enabled(load: Load, tmp_
     assert (plan.ssh_dir is not None) is enabled
 
 
+def test_model_parallel_v2_runs_under_torchrun_and_gets_no_keys(load: Load, tmp_path: Path) -> None:
+    raw = {"job_name": "smp2", "entry_point": "train.py", "source_dir": "./code", "instance_type": "ml.c5.xlarge",
+           "instance_count": 2, "distribution": {"torch_distributed": {"enabled": True},
+                                                 "smdistributed": {"modelparallel": {"enabled": True}}}}
+    plan = make_plan(load(raw), "smp2", job_dir=tmp_path / "job")
+    assert plan.ssh_dir is None and all(not mounts for mounts in _ssh_mounts(plan).values())
+
+
 def _mpi_plan(load: Load, valid_raw: dict[str, Any], job_dir: Path, name: str = "hetero-test") -> Plan:
     raw = {**copy.deepcopy(valid_raw), "distribution": {"mpi": {"enabled": True}, "instance_groups": ["dnn_group"]}}
     return make_plan(load(raw), name, job_dir=job_dir)
