@@ -176,7 +176,6 @@ class DockerBackend:
         # instead of waiting for one timeout per container.
         self._engine_lost = False
         self._driver = current_driver()
-        self._engine_id: str | None = None
         # Per job: what the engine could not give as the plan says (read by the runner, which warns).
         self.notes: dict[str, list[str]] = {}
 
@@ -340,9 +339,7 @@ class DockerBackend:
         """The ulimits of `wanted` this engine cannot give a container (backend/ulimits.py)."""
         if not wanted:
             return set()
-        if self._engine_id is None:
-            self._engine_id = str(self.client.info().get("ID") or "unknown")
-        return ulimits.refused(self._engine_id, wanted, lambda some: self._probe_ulimits(plan, some))
+        return ulimits.refused(ulimits.engine_key(), wanted, lambda some: self._probe_ulimits(plan, some))
 
     def _within_engine_limits(self, plan: Plan, container: ContainerSpec) -> ContainerSpec:
         """The container without the ulimits this engine refuses, noting each for the runner to warn."""

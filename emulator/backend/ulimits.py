@@ -5,8 +5,9 @@ that may raise a hard limit (root with CAP_SYS_RESOURCE, as dockerd usually is) 
 confined below them (dockerd in a sandbox whose own hard memlock is 8 MiB) refuses to start such a
 container at all: runc's "error setting rlimits ... operation not permitted". A job must not fail for
 a limit it may never need, so each ulimit is tried once in a throwaway container; one the engine
-refuses is left to the engine's default, with a warning, and the verdict is kept per engine ID in the
-state folder (`emulator.jobs.state_dir`), so the 1-2 s probe is paid once per engine, not per job.
+refuses is left to the engine's default, with a warning, and the verdict is kept per engine address
+in the state folder (`emulator.jobs.state_dir`), so the 1-2 s probe is paid once per engine, not per
+job, and a known verdict costs no call to the engine (a busy engine can take seconds to answer any).
 """
 
 from __future__ import annotations
@@ -24,12 +25,17 @@ from emulator.jobs import state_dir
 REFUSED = "setting rlimit"
 
 
+def engine_key() -> str:
+    """The engine's address, as docker-py's `from_env` picks it: DOCKER_HOST, else the default socket."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
 def cache_path() -> Path:
     return state_dir() / "engine-ulimits.json"
 
 
-def _key(engine_id: str, ulimit: Ulimit) -> str:
-    return f"{engine_id} {ulimit.name}={ulimit.soft}:{ulimit.hard}"
+def _key(engine: str, ulimit: Ulimit) -> str:
+    return f"{engine} {ulimit.name}={ulimit.soft}:{ulimit.hard}"
 
 
 def _read() -> dict[str, bool]:
@@ -54,22 +60,22 @@ def _write(verdicts: dict[str, bool]) -> None:
         pass
 
 
-def refused(engine_id: str, wanted: Sequence[Ulimit],
+def refused(engine: str, wanted: Sequence[Ulimit],
             probe: Callable[[Sequence[Ulimit]], bool | None]) -> set[Ulimit]:
-    """The ulimits of `wanted` the engine refuses. `probe(ulimits)` starts a container with them and
-    says whether the engine accepted them (None: it could not tell, e.g. no image to try with: nothing
-    is refused and nothing remembered). Known verdicts come from the cache; when none is known, all
-    are tried at once and, only if refused, one by one."""
+    """The ulimits of `wanted` the engine at `engine` (`engine_key`) refuses. `probe(ulimits)` starts a
+    container with them and says whether the engine accepted them (None: it could not tell, e.g. no
+    image to try with: nothing is refused and nothing remembered). Known verdicts come from the cache;
+    when none is known, all are tried at once and, only if refused, one by one."""
     verdicts = _read()
-    unknown = [u for u in wanted if _key(engine_id, u) not in verdicts]
+    unknown = [u for u in wanted if _key(engine, u) not in verdicts]
     if unknown and (together := probe(unknown)) is not None:
         if together or len(unknown) == 1:
             found: dict[Ulimit, bool | None] = dict.fromkeys(unknown, together)
         else:
             found = {u: probe([u]) for u in unknown}
-        verdicts.update({_key(engine_id, u): ok for u, ok in found.items() if ok is not None})
+        verdicts.update({_key(engine, u): ok for u, ok in found.items() if ok is not None})
         _write(verdicts)
-    return {u for u in wanted if verdicts.get(_key(engine_id, u)) is False}
+    return {u for u in wanted if verdicts.get(_key(engine, u)) is False}
 
 
 def refusal_notes(refused: Iterable[Ulimit]) -> list[str]:

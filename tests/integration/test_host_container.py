@@ -27,12 +27,16 @@ if [ -d /root/.ssh ]; then
   ssh=$(ls /root/.ssh | tr '\n' ' ')
   modes=$(stat -c '%n=%a' /root/.ssh/id_ed25519 /root/.ssh/ssh_host_ed25519_key | tr '\n' ' ')
   if touch /root/.ssh/x 2>/dev/null; then writable=yes; else writable=no; fi
+  # The toolkit's MPI runner checks each worker with paramiko and the keys of /root/.ssh.
+  paramiko=$(/opt/venv/bin/python -c "import paramiko
+k = paramiko.Ed25519Key.from_private_key_file('/root/.ssh/id_ed25519')
+print(k.get_base64() == open('/root/.ssh/authorized_keys').read().split()[1])")
 else
-  ssh=""; modes=""; writable=""
+  ssh=""; modes=""; writable=""; paramiko=""
 fi
 printf 'PROBE {"host": "%s", "shm": %s, "memlock": "%s", "stack": "%s", ' \
   "$(hostname)" "$shm" "$(ulimit -l)" "$(ulimit -s)"
-printf '"ssh": "%s", "modes": "%s", "writable": "%s"}\n' "$ssh" "$modes" "$writable"
+printf '"ssh": "%s", "modes": "%s", "writable": "%s", "paramiko": "%s"}\n' "$ssh" "$modes" "$writable" "$paramiko"
 """
 
 
@@ -81,6 +85,7 @@ def test_hosts_see_half_their_memory_as_shm_the_mpi_ulimits_and_keys_on_mpi_host
         assert seen[name]["ssh"] == keys
         assert seen[name]["modes"] == "/root/.ssh/id_ed25519=600 /root/.ssh/ssh_host_ed25519_key=600 "
         assert seen[name]["writable"] == "no"
+        assert seen[name]["paramiko"] == "True"
 
 
 def test_shm_size_of_the_spec_is_what_hosts_see(tmp_path: Path) -> None:
