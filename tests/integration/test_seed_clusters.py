@@ -6,7 +6,8 @@ or a wrong order shows up here as a wrong `current_instance_group` or `distribut
 
 A: examples/hello-hetero as is (2 x ml.c5.18xlarge with channel `training` + 1 x ml.p3dn.24xlarge).
 B: 1 x ml.c5.18xlarge + 2 x ml.p3dn.24xlarge with MPI (8 processes per host) on instance_group_2;
-   the image has no MPI, so a probe script replaces the toolkit's `train` (which would run mpirun).
+   a probe script replaces the toolkit's `train` to read what every host is told; MPI itself runs
+   under the real `train` in test_mpi_in_containers.py.
 """
 
 from __future__ import annotations
