@@ -24,6 +24,7 @@ from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.container import Ulimit
 from emulator.errors import EmulatorError, UsageError
+from emulator.launchers import required_launchers
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
@@ -112,7 +113,7 @@ def _within_engine_limits(plan: Plan, engine_name: str, warn: Callable[[str], No
         refused = ask(plan, plan.hosts[0].container.ulimits if plan.hosts else ())
     except EmulatorError:
         return plan  # no engine here: render needs none
-    for note in ulimits.refusal_notes(refused):
+    for note in ulimits.refusal_notes(refused) if required_launchers(plan.spec) else ():
         warn(note)
     return replace(plan, hosts=tuple(replace(h, container=h.container.without_ulimits(refused)) for h in plan.hosts))
 

@@ -27,6 +27,7 @@ from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
+from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
@@ -345,7 +346,9 @@ class DockerBackend:
         """The container without the ulimits this engine refuses, noting each for the runner to warn."""
         refused = self.refused_ulimits(plan, container.ulimits)
         notes = self.notes.setdefault(plan.job_name, [])
-        notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
+        if required_launchers(plan.spec):
+            # Only a distributed job pins memory; telling every other job would be noise.
+            notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
         return container.without_ulimits(refused)
 
     def _probe_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> bool | None:

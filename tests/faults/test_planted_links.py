@@ -66,6 +66,8 @@ if HOST == "algo-1":
 else:
     config.write_text("{{not json")
 print("PLANTED", HOST, flush=True)
+if HOST == "algo-2":
+    time.sleep(3)  # the first exit stops the other host: let algo-1 plant everything first
 sys.exit(1)
 """
 
