@@ -16,6 +16,9 @@ import os
 from pathlib import Path
 
 DEFAULT_IMAGE = "hetero-emu/training:py311"
+#: The PyTorch variant (images/pytorch/, `hetero-emu image build --variant pytorch`): the default
+#: image plus PyTorch and the sagemaker-pytorch-training toolkit; AWS's PyTorch images map to it.
+PYTORCH_IMAGE = "hetero-emu/pytorch-training:py311"
 
 
 def default_cache_dir() -> Path:

@@ -74,6 +74,17 @@ def training_image(docker_client: object) -> str:
     return report.image
 
 
+@pytest.fixture(scope="session")
+def pytorch_image(docker_client: object, training_image: str) -> str:
+    """The PyTorch variant (images/pytorch/), built once per machine and skipped when up to date. Its
+    first build fetches ~2.7 GB of wheels into the build cache; scripts/test.sh builds it beforehand."""
+    from emulator.backend.image import build_image
+    from emulator.recipes import load_recipe
+
+    report = build_image(docker_client, load_recipe("pytorch"), progress=lambda m: None)  # type: ignore[arg-type]
+    return report.image
+
+
 def managed_resources(client: object) -> list[str]:
     """Names of every container and network carrying the emulator's label, except those of a job
     another process is running right now (someone else's tests or jobs on a shared engine): a

@@ -31,7 +31,7 @@ from test_seed_clusters import (
     log_tagged,
 )
 
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.sagemaker import EmulatorSession
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
@@ -79,6 +79,7 @@ def job_dir(session: EmulatorSession, name: str) -> Path:
     return Path(session.training.found(name).job_dir)
 
 
+@pytest.mark.usefixtures("pytorch_image")
 def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
         project: Path, session: EmulatorSession, capsys: pytest.CaptureFixture[str]) -> None:
     estimator = PyTorch(
@@ -113,7 +114,8 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
     # The framework's ECR image as the SDK resolved it; the local image that ran it beside it.
     assert described["AlgorithmSpecification"]["TrainingImage"].endswith("/pytorch-training:2.1.0-gpu-py310")
-    assert described["Emulator"]["Image"] == DEFAULT_IMAGE
+    # The PyTorch estimator's image maps to the PyTorch variant (emulator/aws/images.py).
+    assert described["Emulator"]["Image"] == PYTORCH_IMAGE
     assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
         ("algo-1", G1, 0), ("algo-2", G2, 0), ("algo-3", G2, 0)]
 
@@ -146,6 +148,7 @@ def test_the_guides_tensorflow_estimator_with_mpi_on_one_group(
     assert estimator.model_data.endswith("/guide-tf-mpi/output/model.tar.gz")
 
 
+@pytest.mark.usefixtures("pytorch_image")
 def test_a_failing_script_raises_the_sdks_unexpected_status_exception(
         project: Path, session: EmulatorSession) -> None:
     estimator = PyTorch(

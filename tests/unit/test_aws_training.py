@@ -17,7 +17,7 @@ from emulator import jobs
 from emulator.aws import stub
 from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
 from emulator.aws.training import SageMakerTraining
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310"
 
@@ -131,7 +131,13 @@ def test_list_training_jobs_filters_sorts_and_pages(project: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "table", "expected"), [
-    (ECR, DEFAULT_IMAGE_MAP, DEFAULT_IMAGE),
+    (ECR, DEFAULT_IMAGE_MAP, PYTORCH_IMAGE),  # AWS's PyTorch images run as the PyTorch variant
+    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311", DEFAULT_IMAGE_MAP,
+     PYTORCH_IMAGE),
+    ("520713654638.dkr.ecr.us-west-2.amazonaws.com/sagemaker-pytorch:1.0.0-cpu-py3", DEFAULT_IMAGE_MAP,
+     PYTORCH_IMAGE),
+    ("763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.13-cpu-py310", DEFAULT_IMAGE_MAP,
+     DEFAULT_IMAGE),
     (ECR, {"pytorch-training": "mine:torch", "*": "other"}, "mine:torch"),
     (ECR, {"pytorch-training:2.1.0-gpu-py310": "exact:tag", "pytorch-training": "repo"}, "exact:tag"),
     (ECR, {ECR: "whole", "pytorch-training:2.1.0-gpu-py310": "tag"}, "whole"),

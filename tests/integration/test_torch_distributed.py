@@ -1,0 +1,112 @@
+"""`distribution: torch_distributed` in the PyTorch variant (images/pytorch/), through the real toolkits
+(issue 9, parts 3 and 6b): sagemaker-training's `train` hands the job to
+sagemaker_pytorch_container.training:main, whose TorchDistributedRunner starts `torchrun` on the
+distribution group's hosts; every rank runs a gloo all_reduce across hosts and checks the sum itself.
+
+What the other group does is the toolkits' doing too: for torch_distributed the SDK writes no
+`sagemaker_distribution_instance_groups` (docs/contract.md), so sagemaker-training's
+`Environment.get_distribution_instance_groups_from_resource_config` names each host's own group, and
+the other group's host also runs `torchrun`, as a one-host world of its own, never joining the first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.console import RecordingReporter
+from emulator.runner import run_job
+from emulator.spec import load_spec_file
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
+
+# Each rank: the torchrun environment, then a gloo all_reduce of rank+1 over the world. The script
+# checks the sum itself (a wrong one fails the job) and leaves what it saw in its host's output/data.
+SCRIPT = """
+import json, os, socket, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+want = world * (world + 1) / 2
+seen = {"host": socket.gethostname(), "group": os.environ["SM_CURRENT_INSTANCE_GROUP"], "rank": rank,
+        "world": world, "local_rank": int(os.environ["LOCAL_RANK"]), "master": os.environ["MASTER_ADDR"],
+        "port": os.environ["MASTER_PORT"], "sum": value.item(), "want": want}
+with open(f"/opt/ml/output/data/rank-{rank}.json", "w") as out:
+    json.dump(seen, out)
+dist.destroy_process_group()
+if value.item() != want:
+    sys.exit(f"all_reduce gave {value.item()}, want {want}")
+"""
+
+SPEC = """\
+job_name: {name}
+image_uri: {image}
+entry_point: train.py
+source_dir: code
+output_path: out
+instance_groups:
+  - {{instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}}
+  - {{instance_group_name: dnn_group, instance_type: ml.g5.xlarge, instance_count: 2}}
+distribution:
+  torch_distributed: {{enabled: true}}
+  instance_groups: [dnn_group]
+"""
+
+
+def ranks_seen(job_dir: Path) -> list[dict[str, Any]]:
+    files = sorted((job_dir / "hosts").glob("algo-*/output/data/rank-*.json"))
+    return [json.loads(f.read_text()) for f in files]
+
+
+@pytest.mark.parametrize("host_order", ["spec", "shuffled"])
+def test_torchrun_all_reduce_across_the_distribution_group(tmp_path: Path, pytorch_image: str,
+                                                           host_order: str) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SCRIPT)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(SPEC.format(name=f"torchrun-{host_order}", image=pytorch_image))
+    reporter = RecordingReporter()
+    result = run_job(load_spec_file(spec_file), reporter=reporter, host_order=host_order, seed=7)
+    assert result.status == "Completed", result.failure_reason
+    group_of = {h.host: h.group for h in result.hosts}
+    dnn_hosts = sorted((h for h, g in group_of.items() if g == "dnn_group"), key=lambda h: int(h.split("-")[1]))
+    (data_host,) = [h for h, g in group_of.items() if g == "data_group"]
+    # The distribution group's order is the resource config's (sorted), so its first host is the master.
+    master = dnn_hosts[0]
+
+    # The command each host's toolkit logged: torchrun, one process per host (no GPU here, so the
+    # toolkit's default, as on a CPU instance), node ranks in the group's host order.
+    commands = {host: line.strip() for host, _, line in reporter.lines if line.strip().startswith("torchrun ")}
+    for node_rank, host in enumerate(dnn_hosts):
+        assert commands[host] == (f"torchrun --nnodes 2 --nproc_per_node 1 --master_addr {master} "
+                                  f"--master_port 7777 --node_rank {node_rank} train.py")
+    assert commands[data_host] == "torchrun --nnodes 1 --nproc_per_node 1 train.py"
+
+    seen = ranks_seen(result.job_dir)
+    dnn = sorted((s for s in seen if s["group"] == "dnn_group"), key=lambda s: s["rank"])
+    # One world of 2 hosts x 1 process across the containers, summed by gloo.
+    assert [(s["host"], s["rank"], s["world"], s["local_rank"]) for s in dnn] == \
+        [(host, rank, 2, 0) for rank, host in enumerate(dnn_hosts)]
+    assert all(s["sum"] == 3.0 and s["master"] == master and s["port"] == "7777" for s in dnn)
+    # The other group's host ran alone: a world of its own that never joined the distribution group's.
+    (data,) = [s for s in seen if s["group"] == "data_group"]
+    assert (data["host"], data["rank"], data["world"], data["sum"]) == (data_host, 0, 1, 1.0)
+
+
+def test_the_image_carries_torch_and_the_pytorch_toolkit(docker_client: Any, pytorch_image: str) -> None:
+    """The toolkit's entry is what AWS's PyTorch images set, and the bytes dropped from the CUDA build
+    (images/pytorch/Dockerfile) are none a CPU job needs: torch imports and trains a step."""
+    env = docker_client.images.get(pytorch_image).attrs["Config"]["Env"]
+    assert "SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main" in env
+    probe = ("import torch, sagemaker_pytorch_container.training, sagemaker_training; "
+             "m = torch.nn.Conv2d(3, 4, 3); m(torch.randn(2, 3, 8, 8)).sum().backward(); "
+             "print(torch.__version__, torch.cuda.is_available(), m.weight.grad.shape)")
+    output = docker_client.containers.run(pytorch_image, ["python", "-c", probe], remove=True)
+    assert output.decode().split() == ["2.15.0+cu132", "False", "torch.Size([4,", "3,", "3,", "3])"]
