@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command that runs every test, on a fresh machine with only a Docker engine running:
-# installs what is missing, lints, type-checks, builds the default training image offline, and
+# installs what is missing, lints, type-checks, builds the training images offline, and
 # runs the unit and the Docker integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,10 @@ echo "== mypy"
 
 echo "== building the default training image (offline; skipped when up to date)"
 .venv/bin/hetero-emu image build
+# The PyTorch variant, for tests/integration/test_torch_distributed.py and the SDK tests' PyTorch
+# estimators; its first build fetches ~2.7 GB of wheels (kept in the build cache).
+echo "== building the PyTorch variant (offline; skipped when up to date)"
+.venv/bin/hetero-emu image build --variant pytorch
 
 echo "== pytest"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
