@@ -81,6 +81,18 @@ def variant_names() -> tuple[str, ...]:
     return tuple(sorted(p.parent.name for p in root.glob(f"*/{RECIPE_FILE}")))
 
 
+def variant_for_tag(tag: str) -> str | None:
+    """The variant whose recipe builds `tag` (so a missing image can be named with its build command),
+    None when no readable recipe does."""
+    for name in variant_names():
+        try:
+            if load_recipe(name).tag == tag:
+                return name
+        except ImageBuildError:
+            continue
+    return None
+
+
 def load_recipe(name: str) -> Recipe:
     """Read `images/<name>/recipe.yaml`. UsageError for an unknown variant, ImageBuildError for a bad file."""
     import yaml  # deferred: the planner imports this module's label helpers without needing yaml

@@ -39,6 +39,7 @@ from emulator.errors import (
 from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.recipes import variant_for_tag
 from emulator.spec import JobSpec
 
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
@@ -396,9 +397,13 @@ class Run:
         if self.backend.image_present(image):
             return
         if image != DEFAULT_IMAGE:
+            # A recipe's image (the PyTorch variant an SDK PyTorch estimator maps to, say) is not
+            # built on the fly like the default one: it is large (images/README.md); say how to build it.
+            variant = variant_for_tag(image)
             raise ImageMissing(
                 f"image {image} is not in the Docker engine",
-                hint="build or load it first (docker build / docker load); no registry is reachable here",
+                hint=f"build it with `hetero-emu image build --variant {variant}`" if variant else
+                "build or load it first (docker build / docker load); no registry is reachable here",
             )
         if not self.options.build_image or self.image_builder is None:
             raise ImageMissing(f"the default image {image} is not built yet", hint="run `hetero-emu image build`")

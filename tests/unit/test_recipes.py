@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import emulator.recipes as recipes
 from emulator.backend import image
 from emulator.cli import app
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageBuildError, UsageError
 from emulator.recipes import (
     LAUNCHERS_LABEL,
@@ -24,6 +24,7 @@ from emulator.recipes import (
     load_recipe,
     parse_package_list,
     parse_recipe,
+    variant_for_tag,
     variant_names,
 )
 
@@ -73,6 +74,30 @@ def test_training_recipe_builds_the_default_image_with_mpi() -> None:
     assert {"Dockerfile", "recipe.yaml", "packages.txt", "requirements.txt", "sshd.conf", "ssh.conf"} <= {
         p.name for p in recipe.files()
     }
+
+
+def test_pytorch_recipe_builds_the_image_pytorch_ecr_names_map_to() -> None:
+    recipe = load_recipe("pytorch")
+    assert recipe.tag == PYTORCH_IMAGE  # emulator/aws/images.py sends AWS's PyTorch images there
+    assert recipe.base_recipe == "training" and recipe.debian is None
+    # Only what is new to the training image's venv is fetched: every line pinned, nothing twice.
+    assert recipe.pip_wheel_args == ("--no-deps",)
+    pins = parse_package_list((recipe.folder / "requirements.txt").read_text())
+    assert all("==" in line for line in pins)
+    training = {line.split("==")[0] for line in
+                parse_package_list((load_recipe("training").folder / "requirements.txt").read_text())}
+    assert {"torch", "sagemaker-pytorch-training"} <= {line.split("==")[0] for line in pins}
+    assert not training & {line.split("==")[0] for line in pins}
+    # Its label: torchrun, and the training image's MPI launchers under it.
+    assert image.all_launchers(recipe) == ("mpirun", "sshd", "torchrun")
+    assert "ENV SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main" in \
+        (recipe.folder / "Dockerfile").read_text()
+
+
+def test_variant_for_tag_names_the_recipe_that_builds_it() -> None:
+    assert variant_for_tag(PYTORCH_IMAGE) == "pytorch"
+    assert variant_for_tag(DEFAULT_IMAGE) == "training"
+    assert variant_for_tag("my/custom-trainer:1") is None
 
 
 def test_training_sshd_uses_the_mounted_host_key_and_no_pam() -> None:

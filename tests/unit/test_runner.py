@@ -26,7 +26,7 @@ from emulator import runner
 from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.console import RecordingReporter
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
@@ -580,6 +580,19 @@ def test_missing_custom_image_is_refused_before_anything_is_created(
     assert built == []
     assert not {"create_network", "create_container", "start"} & set(fake.call_names())
     assert not (proj / "out" / JOB).exists()
+
+
+def test_missing_variant_image_is_refused_with_its_build_command(spec_of: Callable[..., JobSpec]) -> None:
+    built: list[object] = []
+    fake = FakeBackend(images=())
+    spec = spec_of(HETERO + f"image_uri: {PYTORCH_IMAGE}\n")
+
+    with pytest.raises(ImageMissing) as info:
+        run_job(spec, backend=fake, reporter=RecordingReporter(), image_builder=built.append)
+
+    assert info.value.hint == "build it with `hetero-emu image build --variant pytorch`"
+    assert built == []  # a large variant is never built on the fly, unlike the default image
+    assert not {"create_network", "create_container", "start"} & set(fake.call_names())
 
 
 def test_missing_default_image_is_built_with_the_image_builder(spec_of: Callable[..., JobSpec]) -> None:
