@@ -9,7 +9,7 @@ import yaml
 from fake_backend import FakeBackend
 
 from emulator.console import RecordingReporter
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageMissing
 from emulator.launchers import missing_launchers, required_launchers
 from emulator.recipes import LAUNCHERS_LABEL, load_recipe
@@ -70,7 +70,8 @@ def test_a_distribution_on_an_image_without_its_launcher_fails_before_anything_s
     assert info.value.exit_code == 3
     assert info.value.message == (f"distribution.torch_distributed needs torchrun, which image {DEFAULT_IMAGE} "
                                   "does not have (it has: mpirun, sshd)")
-    assert "image_uri:" in (info.value.hint or "") or info.value.hint == "use an image that has it"
+    # The PyTorch variant's recipe carries torchrun (images/pytorch/recipe.yaml).
+    assert info.value.hint == f"use image_uri: {PYTORCH_IMAGE} (`hetero-emu image build --variant pytorch`)"
     assert "create_network" not in fake.call_names() and "create_container" not in fake.call_names()
     assert not (tmp_path / "out" / "launchers").exists()
 
