@@ -12,6 +12,7 @@ home of the launchers label, which the runner reads to refuse a distribution an 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -64,8 +65,11 @@ def images_dir() -> Path:
     # checkout (editable install, PYTHONPATH) has it next to the package.
     candidates = (_PACKAGE / "images", _PACKAGE.parent / "images")
     for candidate in candidates:
-        if any(candidate.glob(f"*/{RECIPE_FILE}")):
-            return candidate
+        # A folder this user may not enter (a checkout under root's 0700 temp folder, run by another
+        # user) holds no recipe for them: the run goes on, and only a build says none was found.
+        with contextlib.suppress(OSError):
+            if any(candidate.glob(f"*/{RECIPE_FILE}")):
+                return candidate
     raise ImageBuildError(
         f"no image recipes found (no */{RECIPE_FILE} in {' or '.join(map(str, candidates))})",
         hint="reinstall hetero-emu; its images/ folder is part of the package",

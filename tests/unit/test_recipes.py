@@ -245,3 +245,17 @@ def test_pyproject_lists_every_package_and_maps_images() -> None:
     on_disk = set(find_packages(str(ROOT), include=["emulator*"]))
     assert set(config["packages"]) == on_disk | {"emulator.images"}
     assert config["package-dir"] == {"emulator.images": "images"}
+
+
+def test_recipes_in_a_folder_the_user_may_not_enter_are_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout under root's 0700 temp folder run by another user: `run` must not crash on the lookup
+    (the CLI's --help lists the variants); only a build says that no recipe was found."""
+
+    def refused(self: Path, pattern: str) -> object:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "glob", refused)
+    assert recipes.variant_names() == ()
+    assert recipes.variant_for_tag(DEFAULT_IMAGE) is None
+    with pytest.raises(ImageBuildError, match="no image recipes found"):
+        recipes.images_dir()
