@@ -106,6 +106,8 @@ def scan(source: Path) -> Listing:
     if kind != "dir":
         return Listing(special=((str(source), kind),) if kind in SPECIAL_KINDS else ())
     root = os.path.realpath(source)
+    if _system_folder(root):
+        return Listing(broken=((str(source), SYSTEM_FOLDER),))
     files: list[str] = []
     special: list[tuple[str, str]] = []
     broken: list[tuple[str, str]] = []
@@ -133,15 +135,21 @@ def scan(source: Path) -> Listing:
             if kind == "file":
                 files.append(key)
             elif kind == "dir":
-                identity = _identity(full)
+                try:
+                    identity = _identity(full)
+                except OSError:
+                    continue  # gone since it was listed (a folder that changes as it is read)
+                if entry.is_symlink() and _system_folder(os.path.realpath(full)):
+                    broken.append((full, SYSTEM_FOLDER))
+                    continue
                 if identity in above:
-                    broken.append((full, f"a symlink to a folder above it ({os.readlink(full)}): a loop"))
+                    broken.append((full, f"a symlink to a folder above it ({_link_text(full)}): a loop"))
                 else:
                     stack.append((full, key + "/", above | {identity}))
             elif kind in SPECIAL_KINDS:
                 special.append((full, kind))
             elif kind == "missing" and entry.is_symlink():
-                broken.append((full, f"a symlink that leads nowhere ({os.readlink(full)}): dangling or a loop"))
+                broken.append((full, f"a symlink that leads nowhere ({_link_text(full)}): dangling or a loop"))
     return Listing(tuple(sorted(files)), tuple(special), tuple(broken), links_out)
 
 
@@ -150,6 +158,24 @@ def given_name(text: str, resolved: Path) -> str:
     it is followed; the resolved path's name when the text ends in `..` or names no component."""
     name = Path(parse_uri(text)[1] if "://" in text else text).name
     return name if name not in ("", os.pardir) else resolved.name
+
+
+# Not data: /proc, /sys and /dev are the kernel's, and "/" is everything. A walk of them never ends in
+# practice: /proc/self/root leads back to "/", and every task under /proc/self/task to it again.
+SYSTEM_ROOTS = ("/proc", "/sys", "/dev")
+SYSTEM_FOLDER = "the whole file system or a system folder (/proc, /sys, /dev), not data"
+
+
+def _system_folder(real: str) -> bool:
+    return real == "/" or any(real == top or real.startswith(top + "/") for top in SYSTEM_ROOTS)
+
+
+def _link_text(link: str) -> str:
+    """What a symlink says, or "?" when it is gone since it was listed."""
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "?"
 
 
 def _identity(path: str | Path) -> tuple[int, int]:

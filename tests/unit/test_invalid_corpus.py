@@ -305,6 +305,27 @@ def test_symlink_loop_as_a_path_is_a_problem_not_a_crash(project: Path) -> None:
     assert any(p.startswith("source_dir:") for p in found), found
 
 
+@pytest.mark.parametrize("where", ["/", "/proc/self", "link-to-proc"])
+def test_the_whole_file_system_or_a_system_folder_is_not_data(project: Path, where: str) -> None:
+    """Listing /proc/self would never end (its `root` leads back to "/", each task's again): refused
+    at once, also behind a link inside the job's own folders."""
+    if where == "link-to-proc":
+        (project / "data" / "proc").symlink_to("/proc/self")
+        where = "data"
+    found = [p for p in problems_of(raw_spec(inputs={"training": where}), project)
+             if p.startswith("inputs.training.s3_data:")]
+    assert len(found) == 1 and "system folder (/proc, /sys, /dev), not data" in found[0], found
+
+
+def test_a_link_gone_while_the_folder_is_listed_is_a_problem_not_a_crash(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "data" / "gone").symlink_to(project / "nowhere")
+    monkeypatch.setattr(os, "readlink", lambda path: (_ for _ in ()).throw(FileNotFoundError(2, "gone", path)))
+    found = [p for p in problems_of(raw_spec(), project) if p.startswith("inputs.training.s3_data:")]
+    assert len(found) == 1 and "a symlink that leads nowhere (?)" in found[0], found
+
+
 # --------------------------------------------------------------------------------------------------
 # Spec files that are not ordinary files
 
