@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.spec import Distribution, JobSpec, TrainingInput
+from emulator.spec.model import strategy_enabled as _enabled
 
 CODE_DIR = "/opt/ml/code"
 CONFIG_DIR = "input/config"  # relative to /opt/ml
@@ -139,10 +140,6 @@ def launches_over_mpi(distribution: Distribution | None) -> bool:
         return True
     return _enabled(smd.get("modelparallel")) and not _enabled(options.get("torch_distributed"))
 
-
-def _enabled(options: Any) -> bool:
-    """A strategy's `enabled` flag, False when absent (the SDK's `.get("enabled", False)`)."""
-    return isinstance(options, Mapping) and options.get("enabled", False) is True
 
 
 def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:

@@ -15,13 +15,11 @@ from collections.abc import Mapping
 
 from emulator.recipes import LAUNCHERS_LABEL, image_launchers, load_recipe, variant_names
 from emulator.spec.model import JobSpec
+from emulator.spec.model import strategy_enabled as _enabled
 
 MPI_LAUNCHERS = ("mpirun", "sshd")
 TORCH_LAUNCHERS = ("torchrun",)
 
-
-def _enabled(block: object) -> bool:
-    return isinstance(block, Mapping) and block.get("enabled") is True
 
 
 def required_launchers(spec: JobSpec) -> dict[str, tuple[str, ...]]:

@@ -98,6 +98,12 @@ STRATEGY_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 SMDISTRIBUTED_STRATEGIES = ("dataparallel", "modelparallel")
 
+
+def strategy_enabled(block: object) -> bool:
+    """A strategy block's `enabled` flag, False when absent or not a mapping (the SDK's
+    `.get("enabled", False)`, e.g. Framework._distribution_configuration)."""
+    return isinstance(block, Mapping) and block.get("enabled", False) is True
+
 JOB_KEYS = (
     "job_name",
     "base_job_name",

@@ -66,6 +66,7 @@ from emulator.spec.model import (
     JobSpec,
     TrainingInput,
 )
+from emulator.spec.model import strategy_enabled as _enabled
 from emulator.spec.paths import BadPath, Listing, folder_problem, given_name, kind_of, parse_uri, resolve_path, scan
 from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
@@ -835,10 +836,6 @@ class Validator(FieldReader):
         return env
 
 
-
-def _enabled(block: Any) -> bool:
-    """A strategy's `enabled` flag, False when absent (the SDK's `.get("enabled", False)`)."""
-    return isinstance(block, Mapping) and block.get("enabled") is True
 
 
 def _launches_on_groups(distribution: Mapping[str, Any]) -> bool:
