@@ -26,6 +26,7 @@ from emulator.container import Ulimit
 from emulator.errors import EmulatorError, UsageError
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.progress import StepReporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
@@ -71,7 +72,7 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
     returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
     host_order ("spec" | "shuffled"), seed, keep, grace, build_image (build the engine's default image
-    when missing; default True), memory."""
+    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory."""
     backend = engine(engine_name)
     builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
     return run_job(spec, backend=backend, image_builder=builder, **options)
@@ -242,11 +243,13 @@ def clean(job: str | None = None, *, everything: bool = False,
 
 
 def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
-                progress: Callable[[str], None] = lambda message: None) -> Any:
+                progress: StepReporter | Callable[[str], None] = lambda message: None, verbose: bool = False) -> Any:
     """Build the image of a recipe in images/ (default: the training image) in the Docker engine
-    (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes)."""
+    (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes,
+    waited_seconds). `progress` gets one line per step (an `emulator.progress.StepPrinter` draws them
+    live); the tools' output goes to a log file it names, and to `progress` too when `verbose`."""
     from emulator.backend.docker import connect
     from emulator.backend.image import build_image as build
 
     recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
-    return build(connect(), recipe, rebuild=rebuild, progress=progress)
+    return build(connect(), recipe, rebuild=rebuild, progress=progress, verbose=verbose)

@@ -30,6 +30,7 @@ from emulator.plan import (
     parse_memory,
     render,
 )
+from emulator.progress import StepPrinter
 from emulator.recipes import DEFAULT_VARIANT, variant_names
 from emulator.runner import DEFAULT_GRACE
 from emulator.spec import JobSpec, request
@@ -66,6 +67,9 @@ class _State:
 SpecArg = Annotated[Path, typer.Argument(help="The job spec (YAML), or a CreateTrainingJob request (JSON or YAML).",
                                          show_default=False, metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream the image build's tool output (mmdebstrap, "
+                                          "pip wheel, docker build) instead of only its steps; it always goes to "
+                                          "the build log file too.")]
 EngineOpt = Annotated[str, typer.Option("--engine", help="The container engine to use (registered engines: docker).",
                                         envvar="HETERO_EMU_ENGINE")]
 HostOrderOpt = Annotated[
@@ -122,11 +126,12 @@ def _memory(text: str) -> MemoryLimit:
 
 
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
-         quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE) -> JobResult:
+         quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE, verbose: bool = False,
+         build: bool = True) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
-    reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet)
+    reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet, verbose=verbose)
     result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
-                     keep=keep, grace=grace, memory=memory)
+                     keep=keep, grace=grace, memory=memory, build_image=build)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
@@ -185,6 +190,9 @@ def run(
     as_json: JsonOpt = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
     s3_root: S3RootOpt = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="Never build the default image: exit 3 when it is "
+                                           "missing.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
@@ -193,7 +201,7 @@ def run(
     limit = _memory(memory)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
-                  memory=limit, engine_name=engine_name)
+                  memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build)
     raise typer.Exit(result.exit_code)
 
 
@@ -285,10 +293,12 @@ def image_build(
         help=f"The recipe to build, a folder of images/: {', '.join(variant_names()) or DEFAULT_VARIANT}.")]
     = DEFAULT_VARIANT,
     as_json: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Build an image offline from its recipe (default: the training image, Debian rootfs + the real
-    sagemaker-training toolkit + Open MPI)."""
-    report = api.build_image(variant=variant, rebuild=rebuild, progress=lambda m: typer.echo(m, err=True))
+    sagemaker-training toolkit + Open MPI): one line per step, the tools' output in a log file."""
+    report = api.build_image(variant=variant, rebuild=rebuild, progress=StepPrinter(sys.stderr, verbose=verbose),
+                             verbose=verbose)
     if as_json:
         _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
                     "size_bytes": report.size_bytes})

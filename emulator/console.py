@@ -4,13 +4,17 @@ host (as docker compose does), warnings. The runner talks to a `Reporter`; tests
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import sys
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, TextIO
+
+from emulator.progress import LogFile, StepPrinter, Task
 
 # docker compose's palette order: easy to tell neighbours apart.
 _COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
@@ -22,6 +26,11 @@ class Reporter(Protocol):
         """Learn the (host, group) pairs before the first log line, to align and colour prefixes."""
 
     def step(self, message: str) -> None: ...
+
+    def task(self, title: str, total: int | None = None, log: LogFile | None = None) \
+            -> AbstractContextManager[Task]:
+        """A numbered step shown as running while the `with` block runs (`emulator.progress`), then
+        as done (`✓ [3] title (1.2 s)`) or failed."""
 
     def info(self, message: str) -> None: ...
 
@@ -55,6 +64,7 @@ class ConsoleReporter:
         colour: bool | None = None,
         quiet: bool = False,
         live: bool | None = None,
+        verbose: bool = False,
     ) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -68,10 +78,12 @@ class ConsoleReporter:
         # `docker compose pull` draw theirs); `_drawn` lines of the terminal hold them right now.
         self._bars: dict[str, str] = {}
         self._drawn = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._step = 0
         self._prefixes: dict[str, str] = {}
         self.set_hosts(hosts)
+        # The running step's line (a spinner on a terminal) on stderr, below everything else.
+        self.printer = StepPrinter(self.err, live=live, quiet=quiet, verbose=verbose, lock=self._lock)
 
     def set_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
         """Fix the prefix width and colour of each host: aligned `algo-2 (data_group) |` columns."""
@@ -85,6 +97,7 @@ class ConsoleReporter:
 
     def _write(self, stream: TextIO, text: str, host: str | None = None) -> None:
         with self._lock:
+            self.printer.clear()
             self._erase_bars()
             if host is not None:
                 # The host's next line ends its bar: a finished bar reads as its last state.
@@ -92,6 +105,7 @@ class ConsoleReporter:
             stream.write(text + "\n")
             stream.flush()
             self._draw_bars()
+            self.printer.redraw()
 
     def _erase_bars(self) -> None:
         if self._drawn:
@@ -116,6 +130,11 @@ class ConsoleReporter:
         if not self.quiet:
             self._write(self.err, self._bold(f"[{self._step}] {message}"))
 
+    def task(self, title: str, total: int | None = None, log: LogFile | None = None) \
+            -> AbstractContextManager[Task]:
+        self._step += 1
+        return self.printer.task(f"[{self._step}] {title}", total, log)
+
     def info(self, message: str) -> None:
         if not self.quiet:
             self._write(self.err, message)
@@ -136,9 +155,11 @@ class ConsoleReporter:
             return
         with self._lock:
             self._prefixes.setdefault(host, f"{host} ({group}) |")
+            self.printer.clear()
             self._erase_bars()
             self._bars[host] = text
             self._draw_bars()
+            self.printer.redraw()
 
     def _prefix(self, host: str, group: str) -> str:
         return self._prefixes.get(host) or f"{host} ({group}) |"
@@ -158,12 +179,19 @@ class RecordingReporter:
         self.updates: list[tuple[str, str, str]] = []
         self.progress_interval = 0.0
         self._lock = threading.Lock()
+        # Steps run as they would on a console that shows nothing; their titles go to `steps`.
+        self._printer = StepPrinter(io.StringIO(), live=False, quiet=True)
 
     def set_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
         self.hosts = list(hosts)
 
     def step(self, message: str) -> None:
         self.steps.append(message)
+
+    def task(self, title: str, total: int | None = None, log: LogFile | None = None) \
+            -> AbstractContextManager[Task]:
+        self.steps.append(title)
+        return self._printer.task(title, total, log)
 
     def info(self, message: str) -> None:
         self.infos.append(message)

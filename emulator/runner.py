@@ -240,19 +240,21 @@ class Run:
                 # Pipe channels' epoch-0 FIFOs exist before any host starts; every feeder is stopped
                 # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
                 with pipes.serve(plan, reporter.warn):
-                    reporter.step(f"creating network {plan.network} and {len(plan.hosts)} containers")
-                    self.backend.create_network(plan)
-                    self.created_network = True
-                    for host in plan.hosts:
-                        self.backend.create_container(plan, host)
-                        self.created.append(host.container.name)
-                        # Attached before the start: every byte a host writes is read, however fast it exits.
-                        self.backend.follow_logs(host.container.name, logs)
+                    with reporter.task(f"creating network {plan.network} and {len(plan.hosts)} containers",
+                                       total=len(plan.hosts)) as creating:
+                        self.backend.create_network(plan)
+                        self.created_network = True
+                        for host in plan.hosts:
+                            self.backend.create_container(plan, host)
+                            self.created.append(host.container.name)
+                            # Attached before the start: every byte a host writes is read, however fast it exits.
+                            self.backend.follow_logs(host.container.name, logs)
+                            creating.advance()
                     for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
                         reporter.warn(note)
-                    reporter.step(f"starting {', '.join(h.name for h in plan.hosts)} together")
-                    self.started = True
-                    self.backend.start(self.names)
+                    with reporter.task(f"starting {', '.join(h.name for h in plan.hosts)} together"):
+                        self.started = True
+                        self.backend.start(self.names)
                     t0 = time.monotonic()
                     start = self.now()  # TrainingStartTime: the hosts run
                     self.transition("Training", "Training image download completed. Training in progress.",
@@ -317,10 +319,11 @@ class Run:
                               f"remove them with `hetero-emu clean --job {plan.job_name}`")
             else:
                 staging.unstage(plan)
-                if self.created or self.created_network:
-                    reporter.step(f"removing {len(self.created)} containers and network {plan.network}")
+                removing = (reporter.task(f"removing {len(self.created)} containers and network {plan.network}")
+                            if self.created or self.created_network else contextlib.nullcontext())
                 try:
-                    self.backend.remove(plan)
+                    with removing:
+                        self.backend.remove(plan)
                 except EmulatorError as err:
                     # The job's own outcome stands; what could not be removed is left to the watcher
                     # (backend.guard) and found by label later.
@@ -405,9 +408,14 @@ class Run:
                 hint=f"build it with `hetero-emu image build --variant {variant}`" if variant else
                 "build or load it first (docker build / docker load); no registry is reachable here",
             )
-        if not self.options.build_image or self.image_builder is None:
+        if not self.options.build_image:
+            raise ImageMissing(f"the default image {image} is not built yet (and --no-build builds nothing)",
+                               hint="build it with `hetero-emu image build`, or run without --no-build")
+        if self.image_builder is None:
             raise ImageMissing(f"the default image {image} is not built yet", hint="run `hetero-emu image build`")
-        self.reporter.step(f"the default image {image} is missing: building it (once)")
+        # The builder says what comes of it: built (its steps and its log file), or found built by
+        # another process that held the build lock meanwhile ("waited 93 s for another build").
+        self.reporter.step(f"the default image {image} is missing")
         self.image_builder(self.reporter)
 
     def ensure_wheels(self) -> None:

@@ -197,7 +197,7 @@ class DockerBackend:
         """Build the default training image offline, reporting progress (`run` does this when missing)."""
         from emulator.backend.image import build_default_image
 
-        build_default_image(self.client, progress=reporter.info)
+        build_default_image(self.client, progress=reporter)
 
     def image_present(self, image: str) -> bool:
         from emulator.backend.image import image_present

@@ -23,16 +23,13 @@ import hashlib
 import io
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +41,7 @@ import docker.errors
 
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
+from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
 from emulator.recipes import (
     DEFAULT_VARIANT,
     LAUNCHERS_LABEL,
@@ -94,9 +92,8 @@ SECURITY_MIRROR_ENV = "HETERO_EMU_DEBIAN_SECURITY_MIRROR"
 
 _STEPS = 4
 _CYCLE_LIMIT = 8
-_HEARTBEAT_SECONDS = 15.0
-_TAIL_LINES = 20
-_INDENT = "      "
+#: `Step 3/12 : RUN ...`: the classic builder's progress through the Dockerfile.
+_DOCKERFILE_STEP = re.compile(r"^Step (\d+)/(\d+) :")
 
 
 @dataclass(frozen=True)
@@ -108,6 +105,8 @@ class BuildReport:
     seconds: float
     size_bytes: int
     steps: tuple[str, ...]
+    #: Seconds spent waiting for another build (another process) to finish first; None: no wait.
+    waited_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,66 +167,101 @@ def build_image(
     recipe: Recipe,
     *,
     rebuild: bool = False,
-    progress: Progress = print,
+    progress: StepReporter | Progress = print,
     cache_dir: Path | None = None,
+    verbose: bool = False,
 ) -> BuildReport:
     """Build the recipe's image offline, or do nothing when it is already up to date.
 
     Idempotent: an image with the tag and the current recipe label is kept (built=False) unless
     `rebuild`, which also ignores the cached rootfs tarball and wheels of this recipe (an image it
-    is based on is built only when out of date). Raises ImageBuildError.
+    is based on is built only when out of date). Each step is reported to `progress` (a
+    `StepReporter`, or a function that prints a line) as one line; the tools' output goes to a log
+    file under <cache>/logs/ whose path is reported first (with `verbose`, also to `progress`).
+    Raises ImageBuildError, naming the log file.
     """
     started = time.monotonic()
+    steps = as_step_reporter(progress, verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
     want = recipe_hash(recipe)
     if not rebuild and _up_to_date(client, recipe, want):
-        return _skipped(client, recipe, want, started, progress)
+        return _skipped(client, recipe, want, started, steps)
     _mkdir(cache)
-    # Two builds at once (parallel test workers, two terminals) would race on the cache and the
-    # tags; the second waits and then usually finds the image up to date.
-    with _build_lock(cache / "build.lock", progress):
-        return _build_locked(client, recipe, cache, rebuild=rebuild, progress=progress, started=started)
+    # Two builds at once (parallel test workers, two terminals, two runs) would race on the cache
+    # and the tags; the second waits and then usually finds the image up to date.
+    with _build_lock(cache / "build.lock", steps) as waited:
+        if waited is not None and not rebuild and _up_to_date(client, recipe, want):
+            steps.info(f"waited {waited:.0f} s for another build of {recipe.tag} to finish")
+            return BuildReport(recipe.tag, False, time.monotonic() - started, _image_size(client, recipe.tag), (),
+                               waited)
+        if waited is not None:
+            steps.info(f"waited {waited:.0f} s for another image build to finish")
+        try:
+            log = new_log(cache / "logs", f"build-{recipe.name}")
+        except OSError as exc:
+            raise ImageBuildError(f"cannot create the build log under {cache / 'logs'}: {exc.strerror}",
+                                  hint="set XDG_CACHE_HOME to a writable directory") from exc
+        steps.info(f"building {recipe.tag} from {recipe.folder}; the tools' output goes to {log.path}")
+        try:
+            report = _build_locked(client, recipe, cache, rebuild=rebuild, steps=steps, log=log, started=started)
+        except ImageBuildError as err:
+            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
+        finally:
+            log.close()
+        return BuildReport(report.image, report.built, report.seconds, report.size_bytes, report.steps, waited)
 
 
 def build_default_image(
     client: docker.DockerClient,
     *,
     rebuild: bool = False,
-    progress: Progress = print,
+    progress: StepReporter | Progress = print,
     cache_dir: Path | None = None,
+    verbose: bool = False,
 ) -> BuildReport:
     """Build the default training image (DEFAULT_IMAGE, images/training/): `build_image` of that recipe."""
     recipe = load_recipe(DEFAULT_VARIANT)
-    return build_image(client, recipe, rebuild=rebuild, progress=progress, cache_dir=cache_dir)
+    return build_image(client, recipe, rebuild=rebuild, progress=progress, cache_dir=cache_dir, verbose=verbose)
 
 
 def _build_locked(
-    client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress, started: float
+    client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, steps: StepReporter, log: LogFile,
+    started: float,
 ) -> BuildReport:
     want = recipe_hash(recipe)
     if recipe.base_recipe is not None:
         # The image this one starts FROM comes first (and only when out of date, even on --rebuild:
         # rebuilding a variant should not redo the default image under it).
         base = load_recipe(recipe.base_recipe)
-        progress(f"[{recipe.name} 1/{_STEPS}] base: image {base.tag} of recipe {base.name} ...")
-        base_report = _build_locked(client, base, cache, rebuild=False, progress=progress, started=started)
-        progress(f"[{recipe.name} 2/{_STEPS}] import: nothing to do (based on {base.tag})")
+        base_report = _build_locked(client, base, cache, rebuild=False, steps=steps, log=log, started=started)
         base_step = f"base: {base.tag} " + ("built" if base_report.built else "up to date")
+        _skip(steps, recipe, 1, f"base: image {base.tag} of recipe {base.name} "
+              + ("built" if base_report.built else "is up to date"))
+        _skip(steps, recipe, 2, f"import: nothing to do (based on {base.tag})")
     if not rebuild and _up_to_date(client, recipe, want):
-        return _skipped(client, recipe, want, started, progress)
+        return _skipped(client, recipe, want, started, steps)
     if recipe.base_recipe is None:
-        base_step = _step_base(client, recipe, cache, rebuild=rebuild, progress=progress)
+        base_step = _step_base(client, recipe, cache, rebuild=rebuild, steps=steps, log=log)
     old_image = _image_id(client, recipe.tag)
-    steps = (
+    done = (
         base_step,
-        _step_wheels(recipe, cache, rebuild=rebuild, progress=progress),
-        _step_build(client, recipe, _wheels_dir(recipe, cache), want, rebuild, progress),
+        _step_wheels(recipe, cache, rebuild=rebuild, steps=steps, log=log),
+        _step_build(client, recipe, _wheels_dir(recipe, cache), want, rebuild, steps, log),
     )
     _remove_quietly(client, old_image, keep=_image_id(client, recipe.tag))
     size = _image_size(client, recipe.tag)
     seconds = time.monotonic() - started
-    progress(f"image {recipe.tag} built in {seconds:.1f}s ({size / 1e6:.0f} MB)")
-    return BuildReport(recipe.tag, True, seconds, size, steps)
+    steps.info(f"image {recipe.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
+    return BuildReport(recipe.tag, True, seconds, size, done)
+
+
+def _skip(steps: StepReporter, recipe: Recipe, number: int, text: str) -> None:
+    """A step with nothing to do (cached, up to date): one line, no time."""
+    steps.info(f"✓ {_title(recipe, number, text)}")
+
+
+def _title(recipe: Recipe, number: int, text: str) -> str:
+    return f"[{recipe.name} {number}/{_STEPS}] {text}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,39 +372,47 @@ def _dedupe(sources: Iterable[AptSource]) -> list[AptSource]:
 # step 1+2: base rootfs and its import
 
 
-def _step_base(client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress) -> str:
+def _step_base(client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, steps: StepReporter,
+               log: LogFile) -> str:
     key = _rootfs_key(recipe)
     base = base_image(recipe)
     if not rebuild and _labels(client, base).get(ROOTFS_LABEL) == key:
-        progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: image {base} is up to date")
-        progress(f"[{recipe.name} 2/{_STEPS}] import: nothing to do")
+        _skip(steps, recipe, 1, f"base rootfs: image {base} is up to date")
+        _skip(steps, recipe, 2, "import: nothing to do")
         return f"base: {base} up to date"
     tarball = cache / "rootfs" / f"{recipe.debian}-{key[:16]}.tar"
     if tarball.is_file() and not rebuild:
-        progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: cached {tarball}")
+        _skip(steps, recipe, 1, f"base rootfs: cached {tarball}")
         rootfs_note = "rootfs cached"
     else:
-        _make_rootfs(recipe, tarball, progress)
+        _make_rootfs(recipe, tarball, steps, log)
         rootfs_note = "rootfs built"
-    progress(f"[{recipe.name} 2/{_STEPS}] import: docker import {tarball.name} as {base} ...")
     old_base = _image_id(client, base)
-    _import_rootfs(client, tarball, key, base, progress)
+    with steps.task(_title(recipe, 2, f"import: docker import {tarball.name} as {base}"), log=log):
+        _import_rootfs(client, tarball, key, base)
     _remove_quietly(client, old_base, keep=_image_id(client, base))
     return f"base: {rootfs_note}, imported as {base}"
 
 
-def _make_rootfs(recipe: Recipe, tarball: Path, progress: Progress) -> None:
+def _make_rootfs(recipe: Recipe, tarball: Path, steps: StepReporter, log: LogFile) -> None:
     suite = str(recipe.debian)
     mirrors = host_debian_mirrors(suite=suite)
     tool = _rootfs_tool()
     used = mirrors if tool == "mmdebstrap" else [m for m in mirrors if m.suite == suite]
     where = ", ".join(f"{m.uri} {m.suite}" for m in used)
-    progress(f"[{recipe.name} 1/{_STEPS}] base rootfs: {suite} minbase via {tool} from {where} ...")
+    title = _title(recipe, 1, f"base rootfs: Debian {suite} minbase + {len(recipe.packages)} packages ({tool})")
+    with steps.task(title, log=log) as task:
+        task.log(f"{tool} from {where}")
+        _make_rootfs_with(recipe, tarball, tool, mirrors, task)
+
+
+def _make_rootfs_with(recipe: Recipe, tarball: Path, tool: str, mirrors: Sequence[AptSource], task: Task) -> None:
+    suite = str(recipe.debian)
     _mkdir(tarball.parent)
     partial = tarball.with_name(tarball.name + ".part")
     hint = (
         f"{tool} needs root (or, for mmdebstrap, unprivileged user namespaces) and the Debian "
-        "mirror from the host's apt sources; check the output above"
+        "mirror from the host's apt sources; see its output above"
     )
     try:
         if tool == "mmdebstrap":
@@ -387,9 +429,9 @@ def _make_rootfs(recipe: Recipe, tarball: Path, progress: Progress) -> None:
                 str(partial),
                 *(m.line() for m in mirrors),
             ]
-            _run_tool(cmd, what="mmdebstrap", hint=hint, progress=progress)
+            _run_tool(cmd, what="mmdebstrap", hint=hint, task=task)
         else:
-            _debootstrap(recipe, partial, mirrors, hint, progress)
+            _debootstrap(recipe, partial, mirrors, hint, task)
         partial.replace(tarball)
     finally:
         partial.unlink(missing_ok=True)
@@ -405,9 +447,7 @@ def _rootfs_tool() -> str:
     )
 
 
-def _debootstrap(
-    recipe: Recipe, partial: Path, mirrors: Sequence[AptSource], hint: str, progress: Progress
-) -> None:
+def _debootstrap(recipe: Recipe, partial: Path, mirrors: Sequence[AptSource], hint: str, task: Task) -> None:
     # debootstrap takes a single mirror: the main archive. Security updates are not applied in this
     # fallback; mmdebstrap is preferred because it takes the host's full list.
     suite = str(recipe.debian)
@@ -423,7 +463,7 @@ def _debootstrap(
             str(root),
             main.uri,
         ]
-        _run_tool(cmd, what="debootstrap", hint=hint, progress=progress)
+        _run_tool(cmd, what="debootstrap", hint=hint, task=task)
         (root / "etc/apt/sources.list").write_text("".join(m.line() + "\n" for m in mirrors))
         conf = root / "etc/apt/apt.conf.d/99hetero-emu"
         conf.write_text("".join(opt + ";\n" for opt in APT_OPTIONS))
@@ -435,11 +475,11 @@ def _debootstrap(
             ["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."],
             what="tar of the debootstrap rootfs",
             hint=hint,
-            progress=progress,
+            task=task,
         )
 
 
-def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, base: str, progress: Progress) -> None:
+def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, base: str) -> None:
     repository, tag = base.rsplit(":", 1)
     # An imported rootfs has no config at all; give it the PATH and shell every image expects.
     changes = [
@@ -448,11 +488,8 @@ def _import_rootfs(client: docker.DockerClient, tarball: Path, key: str, base: s
         'CMD ["/bin/bash"]',
     ]
 
-    def call() -> Any:
-        return client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
-
     try:
-        answer = _with_heartbeat(call, "docker import", progress)
+        answer = client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
     except docker.errors.DockerException as exc:
         raise ImageBuildError(
             f"docker import of {tarball} failed: {_one_line(exc)}",
@@ -474,14 +511,14 @@ def _wheels_dir(recipe: Recipe, cache: Path) -> Path | None:
     return None if recipe.requirements is None else cache / "wheels" / _wheels_key(recipe)
 
 
-def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progress) -> str:
+def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, steps: StepReporter, log: LogFile) -> str:
     target = _wheels_dir(recipe, cache)
     if target is None:
-        progress(f"[{recipe.name} 3/{_STEPS}] wheels: none (the recipe names no requirements)")
+        _skip(steps, recipe, 3, "wheels: none (the recipe names no requirements)")
         return "wheels: none"
     done = target / ".complete"
     if done.is_file() and not rebuild:
-        progress(f"[{recipe.name} 3/{_STEPS}] wheels: cached {target}")
+        _skip(steps, recipe, 3, f"wheels: cached {target}")
         return "wheels: cached"
     if sys.version_info[:2] != (3, 11) or sys.implementation.name != "cpython":
         raise ImageBuildError(
@@ -490,7 +527,22 @@ def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progre
             hint="run hetero-emu with a CPython 3.11 interpreter",
         )
     python = Path(sys.executable).name
-    progress(f"[{recipe.name} 3/{_STEPS}] wheels: {python} -m pip wheel -r {recipe.requirements} ...")
+    pins = _requirement_count(_recipe_file(recipe, str(recipe.requirements)))
+    title = _title(recipe, 3, f"wheels: {python} -m pip wheel -r {recipe.requirements} ({pins} requirements)")
+    with steps.task(title, log=log) as task:
+        _pip_wheel(recipe, target, task)
+    count = len(list(target.glob("*.whl")))
+    return f"wheels: built {count}"
+
+
+def _requirement_count(text: bytes) -> int:
+    """The requirement lines of a requirements file (not comments, blank lines or pip options)."""
+    lines = (line.split(b"#", 1)[0].strip() for line in text.splitlines())
+    return sum(1 for line in lines if line and not line.startswith(b"-"))
+
+
+def _pip_wheel(recipe: Recipe, target: Path, task: Task) -> None:
+    done = target / ".complete"
     _mkdir(target.parent)
     partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".part-"))
     try:
@@ -515,15 +567,13 @@ def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progre
             what="pip wheel",
             hint="the host needs PyPI (or a pip index) plus gcc and the Python 3.11 headers to "
             "build sagemaker-training (apt-get install gcc python3-dev)",
-            progress=progress,
+            task=task,
         )
         shutil.rmtree(target, ignore_errors=True)
         (partial / "wheels").replace(target)
         done.write_text(f"{time.time()}\n")
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    count = len(list(target.glob("*.whl")))
-    return f"wheels: built {count}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,16 +581,24 @@ def _step_wheels(recipe: Recipe, cache: Path, *, rebuild: bool, progress: Progre
 
 
 def _step_build(
-    client: docker.DockerClient, recipe: Recipe, wheels: Path | None, want: str, rebuild: bool, progress: Progress
+    client: docker.DockerClient, recipe: Recipe, wheels: Path | None, want: str, rebuild: bool, steps: StepReporter,
+    log: LogFile,
 ) -> str:
     base = base_image(recipe)
-    progress(f"[{recipe.name} 4/{_STEPS}] docker build {recipe.tag} FROM {base} ...")
+    with steps.task(_title(recipe, 4, f"docker build {recipe.tag} FROM {base}"), log=log) as task:
+        _docker_build(client, recipe, wheels, want, rebuild, task)
+    return f"build: {recipe.tag}"
+
+
+def _docker_build(
+    client: docker.DockerClient, recipe: Recipe, wheels: Path | None, want: str, rebuild: bool, task: Task
+) -> None:
+    base = base_image(recipe)
     labels = {
         RECIPE_LABEL: want,
         VARIANT_LABEL: recipe.name,
         LAUNCHERS_LABEL: launchers_label(all_launchers(recipe)),
     }
-    tail: deque[str] = deque(maxlen=_TAIL_LINES)
     error: str | None = None
     with tempfile.TemporaryFile() as context:
         _write_context(context, recipe, wheels)
@@ -559,12 +617,13 @@ def _step_build(
                 decode=True,
                 timeout=None,  # a streamed build is legitimately silent for a while
             )
-            for chunk in _heartbeat_iter(stream, "docker build", progress):
+            for chunk in stream:
                 text = chunk.get("stream") or chunk.get("status") or ""
                 for line in str(text).splitlines():
                     if line.strip():
-                        tail.append(line)
-                        progress(_INDENT + line)
+                        task.log(line)
+                        if match := _DOCKERFILE_STEP.match(line):
+                            task.update(int(match[1]) - 1, int(match[2]))
                 if "error" in chunk:
                     error = str(chunk.get("error", "")).strip()
         except docker.errors.DockerException as exc:
@@ -572,10 +631,11 @@ def _step_build(
     _prune_leftovers(client)
     if error is not None or _labels(client, recipe.tag).get(RECIPE_LABEL) != want:
         raise ImageBuildError(
-            f"docker build of {recipe.tag} failed: {error or 'no image with the new label'}" + _format_tail(tail),
+            f"docker build of {recipe.tag} failed: {error or 'no image with the new label'}",
             hint=f"fix the cause above, then run `hetero-emu image build --variant {recipe.name} --rebuild`",
         )
-    return f"build: {recipe.tag}"
+    if task.total is not None:
+        task.update(task.total)
 
 
 def _write_context(fileobj: Any, recipe: Recipe, wheels: Path | None) -> None:
@@ -675,8 +735,10 @@ def _up_to_date(client: docker.DockerClient, recipe: Recipe, want: str) -> bool:
     return _labels(client, recipe.tag).get(RECIPE_LABEL) == want
 
 
-def _skipped(client: docker.DockerClient, recipe: Recipe, want: str, started: float, progress: Progress) -> BuildReport:
-    progress(f"image {recipe.tag} is up to date (recipe {want[:12]}); nothing to build")
+def _skipped(
+    client: docker.DockerClient, recipe: Recipe, want: str, started: float, steps: StepReporter
+) -> BuildReport:
+    steps.info(f"image {recipe.tag} is up to date (recipe {want[:12]}); nothing to build")
     size = _image_size(client, recipe.tag)
     return BuildReport(recipe.tag, False, time.monotonic() - started, size, ())
 
@@ -726,27 +788,31 @@ def _mkdir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path, progress: Progress) -> Iterator[None]:
+def _build_lock(path: Path, steps: StepReporter) -> Iterator[float | None]:
+    """Hold the build lock; yields how many seconds another build held it first (None: it was free)."""
     if sys.platform == "win32":  # no flock; the builder needs a Linux host anyway
-        yield
+        yield None
         return
     import fcntl
 
     with open(path, "a") as handle:
+        waited: float | None = None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            progress(f"waiting for another image build to finish (lock {path}) ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            with steps.task(f"waiting for another image build to finish (lock {path})") as task:
+                task.show_success = False  # the caller says what the wait came to
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            waited = task.seconds
         try:
-            yield
+            yield waited
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run_tool(cmd: Sequence[str], *, what: str, hint: str, progress: Progress) -> None:
-    """Run a build tool, forwarding its output lines; ImageBuildError with its tail on failure."""
-    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+def _run_tool(cmd: Sequence[str], *, what: str, hint: str, task: Task) -> None:
+    """Run a build tool, its output lines into the step's log; ImageBuildError when it fails (the
+    step shows the output's last lines)."""
     try:
         proc = subprocess.Popen(
             list(cmd),
@@ -760,67 +826,22 @@ def _run_tool(cmd: Sequence[str], *, what: str, hint: str, progress: Progress) -
     except OSError as exc:
         raise ImageBuildError(f"{what}: cannot run {cmd[0]}: {exc.strerror}", hint=hint) from exc
     assert proc.stdout is not None
+    task.log("$ " + " ".join(cmd))
     try:
-        for line in _heartbeat_iter(proc.stdout, what, progress):
+        for line in proc.stdout:
             line = line.rstrip()
             if line:
-                tail.append(line)
-                progress(_INDENT + line)
+                task.log(line)
         code = proc.wait()
     except BaseException:
-        # Ctrl-C or a failing progress callback: do not leave the tool running behind us.
+        # Ctrl-C or a failing log: do not leave the tool running behind us.
         proc.kill()
         proc.wait()
         raise
+    finally:
+        proc.stdout.close()
     if code != 0:
-        raise ImageBuildError(f"{what} failed with exit code {code}" + _format_tail(tail), hint=hint)
-
-
-def _heartbeat_iter(items: Iterable[Any], what: str, progress: Progress) -> Iterator[Any]:
-    """Yield `items` (read in a thread); report 'still running' whenever they pause a while."""
-    box: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def pump() -> None:
-        try:
-            for item in items:
-                box.put(("item", item))
-        except BaseException as exc:  # handed over to the consuming thread
-            box.put(("error", exc))
-        else:
-            box.put(("end", None))
-
-    threading.Thread(target=pump, name=f"hetero-emu {what}", daemon=True).start()
-    started = time.monotonic()
-    while True:
-        try:
-            kind, value = box.get(timeout=_HEARTBEAT_SECONDS)
-        except queue.Empty:
-            progress(f"{_INDENT}... {what} still running ({time.monotonic() - started:.0f}s)")
-            continue
-        if kind == "end":
-            return
-        if kind == "error":
-            raise value
-        yield value
-
-
-def _with_heartbeat(call: Callable[[], Any], what: str, progress: Progress) -> Any:
-    result: list[Any] = []
-
-    def run() -> Iterator[None]:
-        result.append(call())
-        yield from ()
-
-    for _ in _heartbeat_iter(run(), what, progress):
-        pass
-    return result[0]
-
-
-def _format_tail(tail: Iterable[str]) -> str:
-    lines = list(tail)
-    if not lines:
-        return ""
-    return "; last output:\n" + "\n".join(_INDENT + line for line in lines)
+        raise ImageBuildError(f"{what} failed with exit code {code}", hint=hint)
 
 
 def _one_line(exc: BaseException) -> str:

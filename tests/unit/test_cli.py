@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_backend import FakeBackend
 from typer.testing import CliRunner
 
+from emulator import cli as cli_module
+from emulator.backend import registry
 from emulator.cli import app
 
 COMMANDS = [
@@ -334,3 +337,39 @@ def test_a_ctrl_c_that_typer_would_swallow_still_gets_one_line_and_exit_130(tmp_
                           check=False)
     assert done.returncode == 130
     assert done.stderr == "stopped by the user during `hetero-emu validate spec.yaml`\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# run --no-build (in process, against the in-memory engine: `main()` maps the error to the exit code)
+
+
+def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
+    proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake = FakeBackend(images=())
+    built: list[object] = []
+    fake.build_default_image = built.append  # type: ignore[attr-defined]  # what `run` would build with
+    monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
+    monkeypatch.setattr(cli_module.signal, "signal", lambda *args: None)  # leave pytest's handlers alone
+    monkeypatch.chdir(proj)
+    monkeypatch.setattr(sys, "argv", ["hetero-emu", "run", "good.yaml", "--no-build", "--engine", "fake"])
+
+    with pytest.raises(SystemExit) as info:
+        cli_module.main()
+
+    err = capsys.readouterr().err
+    assert info.value.code == 3, err
+    assert err.splitlines() == [
+        "error: the default image hetero-emu/training:py311 is not built yet (and --no-build builds nothing)",
+        "hint: build it with `hetero-emu image build`, or run without --no-build",
+    ]
+    assert built == []
+    assert not {"create_network", "create_container", "start"} & set(fake.call_names())
+    assert not (proj / "out").exists()
+
+
+def test_run_and_image_build_offer_verbose_and_run_no_build() -> None:
+    run_help = CliRunner().invoke(app, ["run", "--help"], terminal_width=200).output
+    build_help = CliRunner().invoke(app, ["image", "build", "--help"], terminal_width=200).output
+    assert "--no-build" in run_help and "--verbose" in run_help
+    assert "--verbose" in build_help

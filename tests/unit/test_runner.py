@@ -9,9 +9,11 @@ algo-1, algo-2 in data_group (ml.c5.xlarge) and algo-3 in dnn_group (ml.p3.2xlar
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import os
+import re
 import tarfile
 import time
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from fake_backend import FakeBackend, HostScript, exits, oom_killed, runs_until_
 from emulator import runner
 from emulator.artifacts import JobResult
 from emulator.backend import Resource
-from emulator.console import RecordingReporter
+from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.runner import run_job
@@ -1278,3 +1280,65 @@ def test_a_log_file_that_could_not_be_written_is_reported(spec_of: Callable[...,
     assert result.status == "Completed"  # the job's outcome does not depend on its log file
     assert "logs/algo-2.log is incomplete: writing it failed (OSError: [Errno 28] No space left on device)" \
         in reporter.warnings
+
+
+# ---------------------------------------------------------------------------------------------------
+# progress of start and teardown (emulator.progress through ConsoleReporter)
+
+
+def test_create_start_and_remove_are_steps_with_counts_and_seconds(spec_of: Callable[..., JobSpec]) -> None:
+    err = io.StringIO()
+    reporter = ConsoleReporter(out=io.StringIO(), err=err, colour=False, live=False)
+    run(spec_of(), FakeBackend(), reporter=reporter)
+
+    lines = err.getvalue().splitlines()
+    network = next(line for line in lines if "creating network" in line).split()[3]
+    seconds = r"\(\d+\.\d s\)"
+    for start, end in [
+        (rf"\[\d\] creating network {network} and 3 containers \.\.\.",
+         rf"✓ \[\d\] creating network {network} and 3 containers 3/3 {seconds}"),
+        (r"\[\d\] starting algo-1, algo-2, algo-3 together \.\.\.",
+         rf"✓ \[\d\] starting algo-1, algo-2, algo-3 together {seconds}"),
+        (rf"\[\d\] removing 3 containers and network {network} \.\.\.",
+         rf"✓ \[\d\] removing 3 containers and network {network} {seconds}"),
+    ]:
+        first = next(i for i, line in enumerate(lines) if re.fullmatch(start, line))
+        assert any(re.fullmatch(end, line) for line in lines[first + 1:]), (end, lines)
+
+
+def test_quiet_run_prints_no_progress(spec_of: Callable[..., JobSpec]) -> None:
+    err = io.StringIO()
+    run(spec_of(), FakeBackend(), reporter=ConsoleReporter(out=io.StringIO(), err=err, live=True, quiet=True))
+    assert err.getvalue() == ""
+
+
+def test_a_failed_create_ends_its_step_with_a_cross(spec_of: Callable[..., JobSpec]) -> None:
+    err = io.StringIO()
+    fake = FakeBackend(fail_create={"algo-2": EnvironmentProblem("no room")})
+    with pytest.raises(EnvironmentProblem):
+        run_job(spec_of(), backend=fake, reporter=ConsoleReporter(out=io.StringIO(), err=err, live=False))
+    assert re.search(r"^✗ \[\d\] creating network \S+ and 3 containers 1/3 \(\d+\.\d s\)$", err.getvalue(), re.M)
+
+
+def test_no_build_refuses_a_missing_default_image_and_says_how_to_build_it(
+    spec_of: Callable[..., JobSpec], proj: Path,
+) -> None:
+    built: list[object] = []
+    fake = FakeBackend(images=())
+    with pytest.raises(ImageMissing) as info:
+        run_job(spec_of(), backend=fake, reporter=RecordingReporter(), build_image=False, image_builder=built.append)
+    assert info.value.exit_code == 3
+    assert "--no-build" in info.value.message
+    assert "hetero-emu image build" in (info.value.hint or "")
+    assert built == []
+    assert not {"create_network", "create_container"} & set(fake.call_names())
+    assert not (proj / "out" / JOB).exists()
+
+
+def test_a_run_that_builds_the_default_image_says_only_that_it_is_missing(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(images=())
+    reporter = RecordingReporter()
+    run(spec_of(), fake, reporter=reporter, image_builder=lambda rep: fake.images.add(DEFAULT_IMAGE))
+    # What came of it (built, or waited for another build) is the builder's to say.
+    assert reporter.steps[0] == f"the default image {DEFAULT_IMAGE} is missing"
+    assert not any("building it" in step for step in reporter.steps)
