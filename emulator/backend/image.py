@@ -233,10 +233,12 @@ def _build_locked(
         # The image this one starts FROM comes first (and only when out of date, even on --rebuild:
         # rebuilding a variant should not redo the default image under it).
         base = load_recipe(recipe.base_recipe)
-        base_report = _build_locked(client, base, cache, rebuild=False, steps=steps, log=log, started=started)
-        base_step = f"base: {base.tag} " + ("built" if base_report.built else "up to date")
+        built = not _up_to_date(client, base, recipe_hash(base))
+        if built:  # its own steps, under its own name
+            _build_locked(client, base, cache, rebuild=False, steps=steps, log=log, started=started)
+        base_step = f"base: {base.tag} " + ("built" if built else "up to date")
         _skip(steps, recipe, 1, f"base: image {base.tag} of recipe {base.name} "
-              + ("built" if base_report.built else "is up to date"))
+              + ("built" if built else "is up to date"))
         _skip(steps, recipe, 2, f"import: nothing to do (based on {base.tag})")
     if not rebuild and _up_to_date(client, recipe, want):
         return _skipped(client, recipe, want, started, steps)
@@ -626,8 +628,10 @@ def _docker_build(
                             task.update(int(match[1]) - 1, int(match[2]))
                 if "error" in chunk:
                     error = str(chunk.get("error", "")).strip()
+                    task.log(f"error: {error}")
         except docker.errors.DockerException as exc:
             error = _one_line(exc)
+            task.log(f"error: {error}")
     _prune_leftovers(client)
     if error is not None or _labels(client, recipe.tag).get(RECIPE_LABEL) != want:
         raise ImageBuildError(

@@ -76,6 +76,33 @@ def test_missing_image_exits_3(tmp_path: Path, docker_client: Any) -> None:
     assert job_dirs(out) == []
 
 
+def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
+    tmp_path: Path, docker_client: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The real default image is there (and must stay): the run is pointed at a default tag the engine
+    # does not have, in process, so `--no-build` meets a missing default image on the real engine.
+    from emulator import cli as cli_module
+    from emulator import runner
+
+    missing = f"hetero-emu/no-such-default:{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(runner, "DEFAULT_IMAGE", missing)
+    monkeypatch.setattr(cli_module.signal, "signal", lambda *args: None)  # leave pytest's handlers alone
+    spec = write_spec(tmp_path, "print('never runs')\n", image_uri=missing, base_job_name="no-build")
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["hetero-emu", "run", str(spec), "--output-path", str(out), "--no-build"])
+
+    with pytest.raises(SystemExit) as info:
+        cli_module.main()
+
+    err = capsys.readouterr().err
+    assert info.value.code == 3, err
+    assert f"error: the default image {missing} is not built yet (and --no-build builds nothing)" in err
+    assert "hint: build it with `hetero-emu image build`" in err
+    assert "building" not in err and "Traceback" not in err
+    assert not docker_client.images.list(name=missing.split(":")[0])
+    assert job_dirs(out) == []
+
+
 def test_no_docker_engine_exits_3(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = cli("run", str(HELLO_SPEC), "--output-path", str(out), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
