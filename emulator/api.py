@@ -81,11 +81,12 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
            memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
            engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None) -> Plan:
-    """Write `out/plan.json`, `out/compose.yaml` and `out/hosts/algo-N/` (each host's /opt/ml) without
-    an engine; returns the plan. A requirements.txt's wheelhouse is built too (its lines to
-    `progress`), as compose.yaml mounts it. With `engine_name`, the engine of that name is asked, if
-    one answers, which ulimits it cannot give, and those are left out (and warned about) as `run`
-    leaves them out, so that the compose project starts on it."""
+    """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
+    cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
+    `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
+    wheelhouse is built too (its lines to `progress`), as compose.yaml mounts it. With `engine_name`,
+    the engine of that name is asked, if one answers, which ulimits it cannot give, and those are left
+    out (and warned about) as `run` leaves them out, so that the compose project starts on it."""
     out = out.resolve()
     check_render_target(spec, out)
     seed = choose_seed(host_order, seed)
@@ -100,6 +101,12 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     staging.stage(plan)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
     (out / "compose.yaml").write_text(compose.compose_yaml(plan))
+    # Imported here: the graphviz package is needed by render alone, not by every command's startup.
+    from emulator import diagram
+
+    note = diagram.write(plan, out)
+    if note is not None:
+        warn(note)
     return plan
 
 

@@ -258,7 +258,8 @@ def render_cmd(
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
-    DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml). `docker-compose -f
+    DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml), and the cluster's diagram
+    DIR/cluster.dot (and DIR/cluster.svg when Graphviz is installed). `docker-compose -f
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
     limit = _memory(memory)
@@ -281,7 +282,8 @@ def render_cmd(
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
                       warn=lambda message: typer.echo(f"warning: {message}", err=True))
     typer.echo(render(plan))
-    typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml and {out}/hosts/")
+    pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
+    typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")
 
 
 @image_app.command("build")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator import artifacts, hostfiles, jobs, pipes, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
@@ -41,6 +41,9 @@ from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
 from emulator.recipes import variant_for_tag
 from emulator.spec import JobSpec
+
+if TYPE_CHECKING:
+    from emulator.timeline import Span
 
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
 POLL_SECONDS = 0.2
@@ -154,6 +157,8 @@ class Run:
         self.host_of = {h.container.name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
         self.exit_times: dict[str, float] = {}
+        # The engine's own start and exit times of each exited host, for the timeline.
+        self.engine_times: dict[str, tuple[float | None, float | None]] = {}
         self.oom: set[str] = set()
         self.stopped_by_us: set[str] = set()
         self.first_failed: str | None = None
@@ -302,6 +307,7 @@ class Run:
                 failed = self.host_of[self.first_failed].name if self.first_failed else None
                 reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
 
+            self.write_timeline(status, t0)
             # The last transition is stored with the final status only after job.json is written (in
             # execute): a reader that sees the final status always finds the whole description.
             self.transition(secondary, FINAL_MESSAGES.get(secondary, secondary), at=packed, record=False)
@@ -488,10 +494,50 @@ class Run:
             return
         self.exit_codes[state.name] = state.exit_code
         self.exit_times[state.name] = time.monotonic()
+        self.engine_times[state.name] = (state.started_at, state.finished_at)
         if state.oom_killed:
             self.oom.add(state.name)
         if state.error:
             self.errors[state.name] = state.error
+
+    def write_timeline(self, status: str, t0: float) -> None:
+        """timeline.svg beside job.json (written before it, so a reader that finds job.json finds
+        the chart too). A chart that cannot be written costs a warning, never the job's outcome."""
+        # Imported here: the chart's XML modules are needed once, at the end of a run, not at startup.
+        from emulator import timeline
+
+        plan = self.plan
+        failed = self.host_of[self.first_failed].name if status == "Failed" and self.first_failed else None
+        groups = [timeline.Group(g.name, g.instance_type) for g in plan.groups]
+        try:
+            timeline.write(Path(plan.job_dir) / timeline.FILE_NAME, plan.job_name, status, self.timeline_spans(t0),
+                           groups, failed)
+        except OSError as err:
+            self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
+
+    def timeline_spans(self, t0: float) -> list[Span]:
+        """Each host's start and end: the engine's own times when it told them for every host that
+        exited (Docker's State.StartedAt/FinishedAt: exact, and the start of each host as it happened),
+        else the driver's clock (the hosts' common start, each exit when a poll saw it)."""
+        from emulator.timeline import Span
+
+        exact = bool(self.engine_times) and all(
+            started is not None and ended is not None and ended >= started
+            for started, ended in self.engine_times.values())
+        spans = []
+        for host in self.plan.hosts:
+            name = host.container.name
+            if exact:
+                # A host never seen exiting (the engine stopped answering) ran from the common start.
+                first = min(started for started, _ in self.engine_times.values() if started is not None)
+                started, ended = self.engine_times.get(name, (first if self.started else None, None))
+            else:
+                started = t0 if self.started else None
+                ended = self.exit_times.get(name) if self.started else None
+            note = "out of memory" if name in self.oom else self.errors.get(name, "")
+            spans.append(Span(host.name, host.group, started, ended, self.exit_codes.get(name),
+                              name in self.stopped_by_us, note))
+        return spans
 
     def stop_running(self, announce: bool = True) -> None:
         running = self.running()

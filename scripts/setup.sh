@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sourced by test.sh and demo.sh: install what a fresh machine with only a Docker engine lacks:
-# Debian's mmdebstrap (the offline image build) and docker-compose, and a .venv with hetero-emu
+# Debian's mmdebstrap (the offline image build), docker-compose and graphviz, and a .venv with hetero-emu
 # and its dev tools. Safe to run again: it skips what is there.
 # The image build needs no MPI package on the host: Open MPI comes from Debian into the image's rootfs
 # and mpi4py is a binary wheel that works with it (images/README.md, MPI).
@@ -8,6 +8,8 @@
 need_apt=()
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+# Graphviz's dot draws render's cluster.svg (emulator/diagram.py); the tests require it in CI.
+command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]} (apt)"
   sudo_cmd=""

@@ -25,6 +25,9 @@ class ContainerState:
     error: str = ""
     # When it exited (seconds since the epoch), to blame the first of several hosts that fail at once.
     finished_at: float | None = None
+    # When its process started (same clock as finished_at; None: never started or not told), for
+    # each run's timeline (emulator.timeline): the engine's own times, not when the driver polled.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -493,6 +493,7 @@ class DockerBackend:
                     oom_killed=bool(state.get("OOMKilled")),
                     error=str(state.get("Error") or ""),
                     finished_at=None if running else _epoch(state.get("FinishedAt")),
+                    started_at=_epoch(state.get("StartedAt")),
                 )
             )
         return out

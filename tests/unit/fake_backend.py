@@ -316,7 +316,7 @@ class FakeBackend:
                     out.append(ContainerState(name, running=True))
                 else:
                     out.append(ContainerState(name, running=False, exit_code=c.exit_code, oom_killed=c.oom,
-                                              finished_at=c.finished_at))
+                                              finished_at=c.finished_at, started_at=c.started_at))
             return out
 
     def stop(self, names: Sequence[str], grace: float) -> None:

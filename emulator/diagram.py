@@ -1,0 +1,133 @@
+"""The cluster as a diagram (`render` writes cluster.dot, and cluster.svg when Graphviz is installed).
+
+The job's Docker network encloses one box per instance group (its instance type and count, its hosts
+algo-N in the group's colour, `emulator.palette`); each input channel is a node outside it, with an
+edge to every group whose hosts get the channel (labelled with its S3 distribution and input mode);
+the group(s) the `distribution` applies to have a bold border and say the strategy and its launcher.
+
+Built from the plan alone (pure): the same plan gives the same DOT text. Laying it out needs
+Graphviz's `dot` program, which `write` runs when it is there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import graphviz
+
+from emulator import contract
+from emulator.palette import group_colours
+from emulator.plan import Plan
+
+DOT_FILE = "cluster.dot"
+SVG_FILE = "cluster.svg"
+FONT = "Helvetica,Arial,sans-serif"
+INK = "#1f2328"
+MUTED = "#5f6670"
+
+
+def _label(*lines: str, left: bool = False) -> str:
+    """Lines as one DOT label: each line's backslashes kept as text (a group may be named `a\\nb`),
+    joined by DOT's centred line break (`left`: left-justified ones)."""
+    if left:
+        return "".join(graphviz.escape(line) + r"\l" for line in lines)
+    return r"\n".join(graphviz.escape(line) for line in lines)
+
+
+def launcher(plan: Plan) -> str:
+    """How the toolkit starts the script on the distribution's hosts, for the diagram."""
+    distribution = plan.spec.distribution
+    if distribution is None:
+        return ""
+    if contract.launches_over_mpi(distribution):
+        return "mpirun over SSH"
+    return "torchrun" if distribution.strategy == "torch_distributed" else ""
+
+
+def distribution_groups(plan: Plan) -> tuple[str, ...]:
+    """The groups the distribution applies to: its instance_groups, every group when it names none."""
+    distribution = plan.spec.distribution
+    if distribution is None:
+        return ()
+    return distribution.instance_groups or tuple(g.name for g in plan.groups)
+
+
+def channel_groups(plan: Plan, channel: str) -> list[str]:
+    """The groups (in spec order) whose hosts get `channel`, as planned."""
+    return [g.name for g in plan.groups if any(channel in plan.host(h).channels for h in g.hosts)]
+
+
+def graph(plan: Plan) -> graphviz.Digraph:
+    """The diagram of a plan."""
+    spec = plan.spec
+    colours = group_colours([g.name for g in plan.groups])
+    distributed = distribution_groups(plan)
+    font = {"fontname": FONT, "fontcolor": INK}
+    dot = graphviz.Digraph(
+        "cluster",
+        graph_attr={"rankdir": "LR", "compound": "true", "nodesep": "0.25", "ranksep": "0.9",
+                    "labelloc": "t", "labeljust": "l", "fontsize": "16", "pad": "0.3",
+                    "label": _label(f"job {plan.job_name}", f"image {plan.image}", left=True), **font},
+        node_attr={"shape": "box", "style": "rounded,filled", "fillcolor": "white", "fontsize": "12",
+                   "margin": "0.15,0.06", **font},
+        edge_attr={"fontsize": "10", "color": MUTED, "arrowsize": "0.7", **font},
+    )
+    cluster_of: dict[str, tuple[str, str]] = {}  # group -> (its cluster's id, a host node inside it)
+    with dot.subgraph(name="cluster_network") as network:
+        isolated = " (isolated: no route out)" if plan.network_isolation else ""
+        network.attr(label=_label(f"network {plan.network}{isolated}"), style="dashed,rounded", color=MUTED,
+                     fontsize="12", margin="16")
+        for index, group in enumerate(plan.groups):
+            cluster = f"cluster_group_{index}"
+            colour = colours[group.name]
+            lines = [group.name, f"{group.instance_type} x {len(group.hosts)}"]
+            bold = spec.distribution is not None and group.name in distributed
+            if spec.distribution is not None and bold:
+                how = launcher(plan)
+                lines.append(f"distribution: {spec.distribution.strategy}" + (f" ({how})" if how else ""))
+            with network.subgraph(name=cluster) as box:
+                box.attr(label=_label(*lines), style="filled,rounded", fillcolor=colour.fill, color=colour.stroke,
+                         penwidth="3.5" if bold else "1.2", fontsize="13", margin="12",
+                         **({"fontname": f"{FONT.split(',')[0]}-Bold"} if bold else {}))
+                for host in group.hosts:
+                    box.node(f"host_{host}", _label(host, *_shares(plan, host)), color=colour.stroke)
+            if group.hosts:
+                cluster_of[group.name] = (cluster, f"host_{group.hosts[0]}")
+    for index, (name, channel) in enumerate(spec.inputs.items()):
+        node = f"channel_{index}"
+        files = len(channel.files)
+        dot.node(node, _label(f"channel {name}", channel.s3_data, f"{files} file" + ("" if files == 1 else "s")),
+                 shape="cylinder", style="filled", fillcolor="#f3f4f6", color=MUTED)
+        for group_name in channel_groups(plan, name):
+            cluster, inside = cluster_of[group_name]
+            dot.edge(node, inside, lhead=cluster,
+                     label=_label(channel.distribution, spec.channel_mode(name)))
+    return dot
+
+
+def _shares(plan: Plan, host: str) -> Iterable[str]:
+    """A host's share of each ShardedByS3Key channel: its file count under the host's name."""
+    for name, files in plan.host(host).shards.items():
+        if plan.spec.inputs[name].distribution == "ShardedByS3Key":
+            yield f"{name}: {len(files)} file" + ("" if len(files) == 1 else "s")
+    for name, files in plan.host(host).pipes.items():
+        if plan.spec.inputs[name].distribution == "ShardedByS3Key":
+            yield f"{name}: {len(files)} file" + ("" if len(files) == 1 else "s") + " (pipe)"
+
+
+def write(plan: Plan, out: Path) -> str | None:
+    """Write out/cluster.dot, and out/cluster.svg when Graphviz's `dot` runs here. Returns why there
+    is no SVG (one line with the way to get it), None when there is one."""
+    diagram = graph(plan)
+    (out / DOT_FILE).write_text(diagram.source)
+    try:
+        (out / SVG_FILE).write_bytes(diagram.pipe(format="svg"))
+    except graphviz.ExecutableNotFound:
+        return (f"{SVG_FILE} not drawn: Graphviz's `dot` is not installed (apt-get install graphviz); "
+                f"{DOT_FILE} is there")
+    except subprocess.CalledProcessError as err:
+        detail = (err.stderr or b"").decode(errors="replace").strip().splitlines()
+        return f"{SVG_FILE} not drawn: `dot` failed" + (f" ({detail[-1]})" if detail else "")
+    return None
