@@ -534,7 +534,7 @@ class Run:
             else:
                 started = t0 if self.started else None
                 ended = self.exit_times.get(name) if self.started else None
-            note = "out of memory" if name in self.oom else self.errors.get(name, "")
+            note = "out of memory" if name in self.oom else self.masker.mask(self.errors.get(name, ""))
             spans.append(Span(host.name, host.group, started, ended, self.exit_codes.get(name),
                               name in self.stopped_by_us, note))
         return spans
