@@ -12,7 +12,7 @@ Graphviz's `dot` program, which `write` runs when it is there.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import graphviz
@@ -20,6 +20,7 @@ import graphviz
 from emulator import contract
 from emulator.palette import group_colours
 from emulator.plan import Plan
+from emulator.spec.model import strategy_enabled
 
 DOT_FILE = "cluster.dot"
 SVG_FILE = "cluster.svg"
@@ -47,9 +48,15 @@ def launcher(plan: Plan) -> str:
 
 
 def distribution_groups(plan: Plan) -> tuple[str, ...]:
-    """The groups the distribution applies to: its instance_groups, every group when it names none."""
+    """The groups the distribution applies to: its instance_groups, every group when it names none;
+    none when its strategy is not enabled (`mpi: {enabled: false}` distributes nothing)."""
     distribution = plan.spec.distribution
     if distribution is None:
+        return ()
+    block = distribution.options.get(distribution.strategy)
+    # smdistributed enables its libraries one level down: {dataparallel: {enabled: true}}.
+    nested = block.values() if distribution.strategy == "smdistributed" and isinstance(block, Mapping) else ()
+    if not strategy_enabled(block) and not any(strategy_enabled(b) for b in nested):
         return ()
     return distribution.instance_groups or tuple(g.name for g in plan.groups)
 

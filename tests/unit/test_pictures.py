@@ -366,6 +366,30 @@ def test_only_the_distribution_group_is_bold(spec: JobSpec) -> None:
     assert "penwidth=3.5" not in found["cluster_group_0"][0]
 
 
+@pytest.mark.parametrize(("distribution", "marked"), [
+    ("smdistributed: {dataparallel: {enabled: true}}", "distribution: smdistributed (mpirun over SSH)"),
+    ("torch_distributed: {enabled: true}", "distribution: torch_distributed (torchrun)"),
+])
+def test_the_distribution_marker_names_the_strategy_and_its_launcher(project: Path, distribution: str,
+                                                                     marked: str) -> None:
+    (project / "job.yaml").write_text(HETERO.replace("mpi: {enabled: true}", distribution))
+    found = clusters(diagram.graph(plan_of(load_spec_file(project / "job.yaml"))).source)
+
+    assert f'\\n{marked}"' in found["cluster_group_1"][0] and "penwidth=3.5" in found["cluster_group_1"][0]
+    assert "distribution" not in found["cluster_group_0"][0]
+
+
+def test_a_disabled_strategy_marks_no_group(project: Path) -> None:
+    # Only a homogeneous cluster may carry one (with no instance_groups): it distributes nothing.
+    (project / "job.yaml").write_text("job_name: pic-job\nentry_point: train.py\nsource_dir: code\n"
+                                      "instance_type: ml.c5.xlarge\ninstance_count: 2\n"
+                                      "distribution: {mpi: {enabled: false}}\n")
+    source = diagram.graph(plan_of(load_spec_file(project / "job.yaml"))).source
+
+    assert "homogeneousCluster" in source
+    assert "distribution" not in source and "penwidth=3.5" not in source
+
+
 def test_the_group_colours_are_the_timelines(spec: JobSpec) -> None:
     found = clusters(diagram.graph(plan_of(spec)).source)
     svg = parse(timeline.build("pic-job", "Completed", [Span("algo-1", "data_group", 0, 1, 0),
