@@ -1,5 +1,5 @@
 """The library API: what every front end (the `hetero-emu` CLI, the Python `Job`, the SDK session and
-the pytest plugin to come) does with a job, in one place. Front ends parse their input and print;
+the pytest plugin) does with a job, in one place. Front ends parse their input and print;
 this module loads and checks specs, picks the engine by name from `emulator.backend.registry`, and
 runs, renders, describes, stops, lists and cleans.
 
@@ -11,7 +11,7 @@ its job name (found by the engine's labels while its containers exist, else in t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +29,7 @@ from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_
 from emulator.progress import StepReporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import GROUP_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
+from emulator.spec import GROUP_NAME_PATTERN, JOB_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
@@ -54,11 +54,45 @@ def _load_file(spec_path: Path | str, *, job_name: str | None = None, output_pat
     if shm_size is not None:
         overrides["shm_size"] = shm_size
     path = Path(spec_path)
-    raw = request.read_input(path)
+    return _from_raw(request.read_input(path), path.resolve().parent, str(path), overrides)
+
+
+def load_mapping(raw: Mapping[str, Any], *, base_dir: Path | str, job_name: str | None = None,
+                 output_path: Path | None = None, source: str = "the mapping") -> JobSpec:
+    """Check a spec, or a CreateTrainingJob request, given as a mapping (told apart as in a file);
+    relative paths resolve against `base_dir`. `job_name` and `output_path` override the mapping's."""
+    overrides: dict[str, Any] = {"job_name": job_name} if job_name else {}
+    if output_path is not None:
+        overrides["output_path"] = str(Path(output_path).resolve())
+    return _from_raw(raw, Path(base_dir).resolve(), source, overrides)
+
+
+def _from_raw(raw: Any, base_dir: Path, source: str, overrides: Mapping[str, Any]) -> JobSpec:
     if request.is_request(raw):
-        return request.load_request(raw, path, overrides)
-    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=path.resolve().parent,
-                    source=str(path))
+        return request.validate_request(raw, base_dir, source, overrides)
+    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=base_dir, source=source)
+
+
+def relocate(spec: JobSpec, *, job_name: str, output_path: Path) -> JobSpec:
+    """A checked spec under another job name and output folder (what `load`'s overrides do for a file;
+    the pytest plugin runs a user's JobSpec in the test's own folder this way). The folder is checked
+    as a spec's output_path is: the job must not write into the code or data it reads."""
+    if not JOB_NAME_PATTERN.fullmatch(job_name) or len(job_name) > 63:
+        raise UsageError(f"job name {job_name!r} is not a SageMaker job name",
+                         hint="letters, digits and single hyphens, at most 63 characters")
+    out = Path(output_path).resolve()
+    reader = _reader_above(spec, out)
+    if reader is not None:
+        raise UsageError(f"output folder {out} is inside {reader[0]} ({reader[1]})",
+                         hint="the job would write into the code or data it reads: keep them apart")
+    return replace(spec, job_name=job_name, output_path=out, output_s3_uri=None)
+
+
+def _reader_above(spec: JobSpec, out: Path) -> tuple[str, Path] | None:
+    """The field (and folder) of the first code, checkpoint or channel folder `out` lies in, if any."""
+    readers = [("source_dir", spec.source_dir), ("checkpoint_s3_uri", spec.checkpoint_s3_uri)]
+    readers += [(f"inputs.{name}", channel.source) for name, channel in spec.inputs.items()]
+    return next(((name, read) for name, read in readers if read is not None and out.is_relative_to(read)), None)
 
 
 def as_request(spec: JobSpec, *, job_name: str | None = None) -> dict[str, Any]:
@@ -130,19 +164,23 @@ def check_render_target(spec: JobSpec, out: Path) -> None:
     """-o must be a folder render can make, outside everything the job reads: render copies the code
     and the checkpoints and links the channels' files under it, so -o inside source_dir would copy
     itself forever (RecursionError) and inside a channel would write into the user's data."""
-    readers = [("source_dir", spec.source_dir), ("checkpoint_s3_uri", spec.checkpoint_s3_uri)]
-    readers += [(f"inputs.{name}", channel.source) for name, channel in spec.inputs.items()]
-    for field_name, read in readers:
-        if read is not None and out.is_relative_to(read):
-            raise UsageError(f"-o {out} is inside {field_name} ({read})",
-                             hint="render copies the code, checkpoints and channel files under -o: "
-                             "choose a folder outside the job's code and data")
+    reader = _reader_above(spec, out)
+    if reader is not None:
+        raise UsageError(f"-o {out} is inside {reader[0]} ({reader[1]})",
+                         hint="render copies the code, checkpoints and channel files under -o: "
+                         "choose a folder outside the job's code and data")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"-o {out} exists and is not an empty folder", hint="render into a new folder")
     # An existing (empty) -o is removed and made again, so its parent must be writable too.
     problem = folder_problem(out.parent if out.exists() else out)
     if problem is not None:
         raise UsageError(f"-o: {problem[0]}", hint=problem[1] or "choose another folder")
+
+
+def check_engine(*, engine_name: str = DEFAULT_ENGINE) -> None:
+    """Raise DockerUnavailable unless the engine called `engine_name` answers (the pytest plugin asks
+    once per session, to skip or fail its tests with the reason)."""
+    engine(engine_name).ping()
 
 
 def job_folder(job: str, *, engine_name: str = DEFAULT_ENGINE, ask_engine: bool = True) -> Path:
