@@ -33,7 +33,7 @@ from emulator import api
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import EnvironmentProblem
+from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
 from emulator.spec import JobSpec
 
@@ -221,10 +221,16 @@ class HeteroEmu:
         name = job_name or job_name_for(self.test_name, self.session.worker, self.session.token,
                                         next(self.session.counter))
         out = self.folder / "output"
-        spec = self._spec(job, name, out, Path(base_dir) if base_dir is not None else self.test_dir)
-        if spec.image_uri == DEFAULT_IMAGE and options.get("build_image", True):
-            self.session.ensure_default_image()
-        result = api.run(spec, engine_name=self.session.engine_name, **options)
+        try:
+            spec = self._spec(job, name, out, Path(base_dir) if base_dir is not None else self.test_dir)
+            if spec.image_uri == DEFAULT_IMAGE and options.get("build_image", True):
+                self.session.ensure_default_image()
+            result = api.run(spec, engine_name=self.session.engine_name, **options)
+        except EmulatorError as err:
+            # The CLI prints the hint below the message; pytest shows an exception's notes.
+            if err.hint and hasattr(err, "add_note"):
+                err.add_note(f"hint: {err.hint}")
+            raise
         return TrainingRun(result, self.folder / "unpacked" / result.job_name)
 
     def _spec(self, job: Any, name: str, out: Path, base_dir: Path) -> JobSpec:

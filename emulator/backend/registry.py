@@ -1,5 +1,5 @@
-"""Engines by name. Every front end (the CLI, the Python API, later the SDK session and the pytest
-plugin) asks `engine(name)` through `emulator.api`; none constructs a backend itself, so a second
+"""Engines by name. Every front end (the CLI, the Python API, the SDK session and the pytest plugin)
+asks `engine(name)` through `emulator.api`; none constructs a backend itself, so a second
 engine is one `register` call, with no front end touched (the shape of kind's
 `cluster.NewProvider(...)` and torchx's scheduler registry).
 """

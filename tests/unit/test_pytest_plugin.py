@@ -342,3 +342,26 @@ def test_job(hetero_emu):
     assert state.is_relative_to(pytester.path.parent) and len(list((state / "jobs").glob("*.json"))) == 1
     assert not (tmp_path / "users-state").exists()
     assert "HETERO_EMU_STATE_DIR" not in os.environ  # given back when the session ended
+
+
+def test_an_invalid_job_raises_its_error_with_the_problems_and_the_hint(
+        pytester: pytest.Pytester, fake: FakeBackend) -> None:
+    write_project(pytester, """
+import pytest
+from emulator import api
+from emulator.errors import SpecError, UsageError
+
+def test_invalid_spec(hetero_emu):
+    with pytest.raises(SpecError, match="instance_type"):
+        hetero_emu.run({"entry_point": "train.py", "source_dir": "code"})
+
+def test_output_inside_the_data(hetero_emu, tmp_path):
+    spec = api.load_mapping({"entry_point": "train.py", "source_dir": "code", "instance_type": "ml.c5.xlarge",
+                             "inputs": {"training": str(tmp_path)}}, base_dir=".")
+    hetero_emu.run(spec)
+""")
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["E *UsageError: output folder */hetero-emu/output is inside inputs.training*",
+                                 "E * hint: the job would write into the code or data it reads*"])
+    assert fake.call_names().count("create_container") == 0
