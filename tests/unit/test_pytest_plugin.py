@@ -365,3 +365,38 @@ def test_output_inside_the_data(hetero_emu, tmp_path):
     result.stdout.fnmatch_lines(["E *UsageError: output folder */hetero-emu/output is inside inputs.training*",
                                  "E * hint: the job would write into the code or data it reads*"])
     assert fake.call_names().count("create_container") == 0
+
+
+def test_a_second_worker_waits_for_the_first_workers_build_and_then_finds_the_image_up_to_date(
+        tmp_path: Path) -> None:
+    """What makes "built once per session" hold under pytest-xdist: every worker calls
+    `api.build_image`; the one that finds the build lock taken waits, then finds the image built."""
+    import fcntl
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from emulator.backend import image
+    from emulator.recipes import DEFAULT_VARIANT, load_recipe
+
+    recipe = load_recipe(DEFAULT_VARIANT)
+    labels: dict[str, str] = {}  # the engine's image: out of date until the first worker is done
+    found = SimpleNamespace(labels=labels, id="sha256:built", attrs={"Size": 1})
+    client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: found))
+    lines: list[str] = []
+    reports: list[image.BuildReport] = []
+    with open(tmp_path / "build.lock", "a") as first_worker:
+        fcntl.flock(first_worker, fcntl.LOCK_EX)  # the first worker is building
+        second = threading.Thread(target=lambda: reports.append(
+            image.build_image(client, recipe, progress=lines.append, cache_dir=tmp_path)))  # type: ignore[arg-type]
+        second.start()
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lines and "waiting for another image build" in lines[0], lines
+        assert reports == [] and second.is_alive()  # waiting, not building
+        labels[image.RECIPE_LABEL] = image.recipe_hash(recipe)  # the first worker's build is done
+        fcntl.flock(first_worker, fcntl.LOCK_UN)
+    second.join(10)
+    assert [r.built for r in reports] == [False], lines
+    assert "is up to date" in lines[-1]
