@@ -398,5 +398,5 @@ def test_a_second_worker_waits_for_the_first_workers_build_and_then_finds_the_im
         labels[image.RECIPE_LABEL] = image.recipe_hash(recipe)  # the first worker's build is done
         fcntl.flock(first_worker, fcntl.LOCK_UN)
     second.join(10)
-    assert [r.built for r in reports] == [False], lines
-    assert "is up to date" in lines[-1]
+    assert [(r.built, r.waited_seconds is not None) for r in reports] == [(False, True)], lines
+    assert "for another build of hetero-emu/training:py311 to finish" in lines[-1]
