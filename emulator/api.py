@@ -29,7 +29,7 @@ from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_
 from emulator.progress import StepReporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import GROUP_NAME_PATTERN, JOB_NAME_PATTERN, JobSpec, folder_problem, request, s3, validate
+from emulator.spec import GROUP_NAME_PATTERN, JOB_NAME_PATTERN, JobSpec, folder_problem, request, s3, spec_warnings, validate
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
@@ -106,10 +106,15 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
     returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
     host_order ("spec" | "shuffled"), seed, keep, grace, build_image (build the engine's default image
-    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory."""
+    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory.
+    What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
+    warnings first."""
     backend = engine(engine_name)
     builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
-    return run_job(spec, backend=backend, image_builder=builder, **options)
+    reporter: Reporter = options.pop("reporter", None) or ConsoleReporter()
+    for problem in spec_warnings(spec):
+        reporter.warn(str(problem))
+    return run_job(spec, backend=backend, image_builder=builder, reporter=reporter, **options)
 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
@@ -120,9 +125,13 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
     wheelhouse is built too (its lines to `progress`), as compose.yaml mounts it. With `engine_name`,
     the engine of that name is asked, if one answers, which ulimits it cannot give, and those are left
-    out (and warned about) as `run` leaves them out, so that the compose project starts on it."""
+    out (and warned about) as `run` leaves them out, so that the compose project starts on it. What
+    the spec allows but probably does not mean (`emulator.spec.spec_warnings`) goes to `warn` too, as
+    `run` reports it."""
     out = out.resolve()
     check_render_target(spec, out)
+    for problem in spec_warnings(spec):
+        warn(str(problem))
     seed = choose_seed(host_order, seed)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
                      memory=memory)

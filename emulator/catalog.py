@@ -100,3 +100,8 @@ def suggest(name: str, limit: int = 3) -> list[str]:
     for match in difflib.get_close_matches(wanted, list(by_lower), n=limit + len(result), cutoff=0.6):
         add(by_lower[match])
     return result[:limit]
+
+
+def families() -> frozenset[str]:
+    """Every family of the catalogue (`ml.p3`, `ml.c5`, ...)."""
+    return frozenset(t.family for t in catalog().values())

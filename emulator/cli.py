@@ -11,6 +11,7 @@ import signal
 import sys
 import traceback
 from enum import Enum
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -20,9 +21,9 @@ from emulator import api, secrets
 from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.catalog import catalog
+from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
-from emulator.errors import EmulatorError, Interrupted, SpecError, UsageError
+from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.plan import (
     LABEL_GROUP,
     LABEL_HOST,
@@ -33,7 +34,7 @@ from emulator.plan import (
 from emulator.progress import StepPrinter
 from emulator.recipes import DEFAULT_VARIANT, variant_names
 from emulator.runner import DEFAULT_GRACE
-from emulator.spec import JobSpec, request
+from emulator.spec import JobSpec, request, spec_warnings
 
 app = typer.Typer(
     name="hetero-emu",
@@ -101,16 +102,58 @@ OutputOpt = Annotated[
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's); the package's own when run from a
+    checkout that was never installed."""
+    try:
+        return metadata.version("hetero-emu")
+    except metadata.PackageNotFoundError:
+        from emulator import __version__
+
+        return __version__
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"hetero-emu {_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors (anywhere on the command "
+                                        "line).")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", help="Print the version and exit.",
+                                          callback=_print_version, is_eager=True)] = False,
 ) -> None:
-    _State.debug = debug
+    # main() takes --debug out of the arguments wherever it is; it reaches here only through the app
+    # called directly (typer's CliRunner).
+    _State.debug = _State.debug or debug
 
 
 def _load(spec_path: Path, job_name: str | None = None, output_path: Path | None = None,
-          s3_root: Path | None = None, shm_size: str | None = None) -> JobSpec:
-    return api.load(spec_path, job_name=job_name, output_path=output_path, s3_root=s3_root, shm_size=shm_size)
+          s3_root: Path | None = None, shm_size: str | None = None, *, as_json: bool = False) -> JobSpec:
+    """The checked spec; with `as_json`, an invalid one prints `validate --json`'s document on stdout
+    before the exit code 2, so that `run --json` and `demo --json` say why they did not run."""
+    try:
+        return api.load(spec_path, job_name=job_name, output_path=output_path, s3_root=s3_root, shm_size=shm_size)
+    except SpecError as err:
+        if not as_json:
+            raise
+        _emit_json({"valid": False, "problems": _problems_json(err.problems)})
+        raise typer.Exit(err.exit_code) from None
+
+
+def _problems_json(problems: list[Problem]) -> list[dict[str, str | None]]:
+    return [{"path": p.path, "message": p.message, "hint": p.hint} for p in problems]
+
+
+def _warn_spec(spec: JobSpec) -> list[Problem]:
+    """Print what is allowed but probably not meant (`emulator.spec.spec_warnings`) on stderr."""
+    found = spec_warnings(spec)
+    for problem in found:
+        typer.echo(f"warning: {problem}", err=True)
+    return found
 
 
 def _emit_json(data: Any) -> None:
@@ -199,7 +242,7 @@ def run(
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
     limit = _memory(memory)
-    spec = _load(spec_path, job_name, output_path, s3_root, shm_size)
+    spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
                   memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build)
     raise typer.Exit(result.exit_code)
@@ -215,7 +258,7 @@ def demo(
     """Run the data-offload example: a CPU group serves preprocessed batches to a GPU group's trainer."""
     if not DEMO_SPEC.is_file():
         raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
-    spec = _load(DEMO_SPEC, None, output_path)
+    spec = _load(DEMO_SPEC, None, output_path, as_json=as_json)
     result = _run(spec, host_order=HostOrder.spec, seed=None, keep=keep, grace=DEFAULT_GRACE, as_json=as_json,
                   quiet=False)
     raise typer.Exit(result.exit_code)
@@ -224,18 +267,13 @@ def demo(
 @app.command()
 def validate(spec_path: SpecArg, as_json: JsonOpt = False, s3_root: S3RootOpt = None) -> None:
     """Check a spec against SageMaker's rules without touching Docker; report every problem at once."""
-    try:
-        spec = _load(spec_path, s3_root=s3_root)
-    except SpecError as err:
-        if as_json:
-            _emit_json({"valid": False, "problems": [
-                {"path": p.path, "message": p.message, "hint": p.hint} for p in err.problems]})
-            raise typer.Exit(err.exit_code) from None
-        raise
+    spec = _load(spec_path, s3_root=s3_root, as_json=as_json)
+    warnings = _warn_spec(spec)
     groups = [{"instance_group_name": g.instance_group_name, "instance_type": g.instance_type,
                "instance_count": g.instance_count} for g in spec.instance_groups]
     if as_json:
-        _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs)})
+        _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs),
+                    "warnings": _problems_json(warnings)})
     else:
         typer.echo(f"{spec_path}: valid ({len(groups)} group(s), {spec.host_count} host(s), "
                    f"{len(spec.inputs)} channel(s))")
@@ -407,11 +445,12 @@ def clean(
 
 @app.command("instance-types")
 def instance_types(
-    family: Annotated[str | None, typer.Option("--family", help="Only this family, e.g. ml.p3.")] = None,
+    family: Annotated[str | None, typer.Option("--family", help="Only this family, e.g. p3 or ml.p3.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the instance types the emulator knows (vCPUs, memory, GPUs)."""
-    types = sorted((t for t in catalog().values() if family in (None, t.family)),
+    wanted = None if family is None else _family(family)
+    types = sorted((t for t in catalog().values() if wanted in (None, t.family)),
                    key=lambda t: (t.family, t.vcpus, t.memory_gib))
     if as_json:
         _emit_json([{"name": t.name, "vcpus": t.vcpus, "memory_gib": t.memory_gib, "gpus": t.gpus,
@@ -420,6 +459,18 @@ def instance_types(
     typer.echo(f"{'INSTANCE TYPE':<22} {'VCPUS':>5} {'MEMORY GIB':>10} {'GPUS':>4}  GPU MODEL")
     for t in types:
         typer.echo(f"{t.name:<22} {t.vcpus:>5} {t.memory_gib:>10g} {t.gpus:>4}  {t.gpu_model or '-'}")
+
+
+def _family(text: str) -> str:
+    """`p3`, `ML.P3` or `ml.p3.` -> `ml.p3`; a family the catalogue does not list is a usage error."""
+    name = text.strip().lower().rstrip(".")
+    if not name.startswith("ml."):
+        name = "ml." + name
+    known = families()
+    if name not in known:
+        raise UsageError(f"--family {text!r}: no such instance family",
+                         hint=f"known families: {', '.join(sorted(known))}")
+    return name
 
 
 # --------------------------------------------------------------------------------------------------
@@ -447,12 +498,20 @@ def _is_click_error(err: BaseException) -> bool:
     return callable(getattr(err, "show", None)) and isinstance(getattr(err, "exit_code", None), int)
 
 
+def _without_debug(args: list[str]) -> tuple[list[str], bool]:
+    """The arguments without `--debug`, wherever it stands (before or after the command name, as a user
+    adds it when an error asks for it), and whether it was there. After `--` it is an argument."""
+    end = args.index("--") if "--" in args else len(args)
+    kept = [a for a in args[:end] if a != "--debug"] + args[end:]
+    return kept, len(kept) != len(args)
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
-    _State.debug = "--debug" in sys.argv[1:]
+    args, _State.debug = _without_debug(sys.argv[1:])
     try:
-        code = app(standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
     except EmulatorError as err:
         _fail(err)
     except KeyboardInterrupt:

@@ -8,11 +8,13 @@
 - `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).
 - `wording`: how problems name values.
+- `advice`: warnings about what a valid spec allows but probably does not mean.
 
 The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
 the emulator imports from `emulator.spec`; everything else is in its module.
 """
 
+from emulator.spec.advice import spec_warnings
 from emulator.spec.model import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -42,5 +44,6 @@ __all__ = [
     "folder_problem",
     "load_spec_file",
     "parse_yaml",
+    "spec_warnings",
     "validate",
 ]

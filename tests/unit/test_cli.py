@@ -281,6 +281,106 @@ def test_instance_types_family_filter() -> None:
     assert [t["name"] for t in json.loads(proc.stdout)] == ["ml.p3dn.24xlarge"]
 
 
+@pytest.mark.parametrize("family", ["p3", "ml.p3", "ML.P3", "p3."])
+def test_instance_types_family_with_or_without_ml(family: str) -> None:
+    proc = cli("instance-types", "--family", family, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [t["name"] for t in json.loads(proc.stdout)] == ["ml.p3.2xlarge", "ml.p3.8xlarge", "ml.p3.16xlarge"]
+
+
+def test_instance_types_unknown_family_lists_the_known_ones() -> None:
+    proc = cli("instance-types", "--family", "p9")
+    assert_clean_error(proc, 2)
+    assert "--family 'p9': no such instance family" in proc.stderr
+    assert "hint: known families: " in proc.stderr and "ml.p3, " in proc.stderr and "ml.c5, " in proc.stderr
+    assert proc.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------------
+# --version, --debug
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(flag: str) -> None:
+    from importlib import metadata
+
+    proc = cli(flag)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"hetero-emu {metadata.version('hetero-emu')}\n"
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_anywhere_on_the_command_line_shows_the_traceback(proj: Path, where: str) -> None:
+    args = ["--debug", "validate", proj / "nope.yaml"] if where == "before" else ["validate", proj / "nope.yaml",
+                                                                                  "--debug"]
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "spec file not found" in proc.stderr
+    assert "Traceback" in proc.stderr  # what --debug is for
+    assert "No such option" not in proc.stderr
+
+
+def test_without_debug_no_traceback(proj: Path) -> None:
+    proc = cli("validate", proj / "nope.yaml")
+    assert_clean_error(proc, 2)
+
+
+def test_debug_after_a_double_dash_is_an_argument() -> None:
+    from emulator.cli import _without_debug
+
+    assert _without_debug(["run", "--debug", "x.yaml"]) == (["run", "x.yaml"], True)
+    assert _without_debug(["run", "--", "--debug"]) == (["run", "--", "--debug"], False)
+    assert _without_debug(["run", "--debug-host", "algo-1"]) == (["run", "--debug-host", "algo-1"], False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# --json on an invalid spec, warnings
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_json_on_an_invalid_spec_prints_the_problems(proj: Path, command: str) -> None:
+    proc = cli(command, "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert_clean_error(proc, 2)
+    doc = json.loads(proc.stdout)
+    assert doc["valid"] is False
+    assert sorted(p["path"] for p in doc["problems"]) == sorted(BAD_PATHS)
+
+
+def test_run_json_and_validate_json_print_the_same_document(proj: Path) -> None:
+    ran = cli("run", "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    validated = cli("validate", "--json", proj / "bad.yaml")
+    assert ran.stdout == validated.stdout
+
+
+WARNED = GOOD.replace("training: {s3_data: data, content_type: text/csv, instance_groups: [data_group]}",
+                      "training: {s3_data: data, distribution: ShardedByS3Key, instance_groups: [data_group]}")
+
+
+def test_validate_prints_warnings_and_still_passes(proj: Path) -> None:
+    (proj / "warned.yaml").write_text(WARNED)
+    proc = cli("validate", proj / "warned.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "valid" in proc.stdout
+    assert "warning: inputs.training: ShardedByS3Key over 2 hosts but only 1 file: 1 host gets no file" \
+        in proc.stderr
+
+
+def test_validate_json_has_the_warnings(proj: Path) -> None:
+    (proj / "warned.yaml").write_text(WARNED)
+    doc = json.loads(cli("validate", "--json", proj / "warned.yaml").stdout)
+    assert doc["valid"] is True
+    assert [(w["path"], w["message"]) for w in doc["warnings"]] == [
+        ("inputs.training", "ShardedByS3Key over 2 hosts but only 1 file: 1 host gets no file")]
+    assert json.loads(cli("validate", "--json", proj / "good.yaml").stdout)["warnings"] == []
+
+
+def test_render_prints_warnings(proj: Path, tmp_path: Path) -> None:
+    (proj / "warned.yaml").write_text(WARNED)
+    proc = cli("render", proj / "warned.yaml", "-o", tmp_path / "r", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: inputs.training: ShardedByS3Key over 2 hosts" in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------------
 # no engine
 
