@@ -521,6 +521,11 @@ class Validator(FieldReader):
             except BadPath as err:
                 self.fail("entry_point", f"{preview(entry_point)} is {err}")
                 return None, None
+            if kind_of(script) == "dir":
+                self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
+                          "set source_dir to that folder and entry_point to the script in it, relative to it "
+                          "(e.g. source_dir: src, entry_point: train.py)")
+                return None, None
             if kind_of(script) != "file":
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
@@ -528,6 +533,10 @@ class Validator(FieldReader):
             # The name as given, not its link target's: the SDK tars the script under its basename
             # (sagemaker/utils.py create_tar_file, arcname=os.path.basename) with links dereferenced.
             return given_name(entry_point, script), script
+        if source_dir is not None and kind_of(source_dir / entry_point) == "dir":
+            self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
+                      "name the script to run, relative to source_dir (e.g. src/train.py for src/ in it)")
+            return None, source_dir
         if source_dir is not None and kind_of(source_dir / entry_point) != "file":
             self.fail("entry_point", f"{preview(entry_point)} not found in source_dir {source_dir}")
             return None, source_dir

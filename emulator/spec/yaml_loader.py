@@ -84,6 +84,11 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
             tag = (err.problem or "").rsplit("tag ", 1)[-1]
             raise SpecError([Problem("", f"{where}the YAML tag {tag} is not allowed: a spec holds plain data only",
                                      "remove the tag")], source) from None
+        if mark is not None and _tab_at(text, mark.line, err):
+            # PyYAML's own words ("found character '\\t' that cannot start any token") do not say
+            # what to do: YAML forbids tabs in indentation (YAML 1.2, 6.1 "Indentation Spaces").
+            raise SpecError([Problem("", f"line {mark.line + 1}: a tab character; YAML indents with spaces",
+                                     "replace the tab with spaces")], source) from None
         raise SpecError(
             [Problem("", f"malformed YAML: {where}{err.problem or err}", "fix the YAML syntax")], source
         ) from None
@@ -99,6 +104,18 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
             source,
         )
     return data
+
+
+def _tab_at(text: str, line: int, err: yaml.MarkedYAMLError) -> bool:
+    """Whether a YAML error comes from a tab: the scanner met one where a token starts, or the line
+    it stopped at is indented with one (a mapping or list then misaligns in other words)."""
+    if "'\\t'" in (err.problem or ""):
+        return True
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    current = lines[line]
+    return "\t" in current[: len(current) - len(current.lstrip(" \t"))]
 
 
 def _too_large(size: str) -> Problem:
