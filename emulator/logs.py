@@ -19,7 +19,9 @@ Two paths with different duties:
   host wait for the console (a terminal or pipe slower than the hosts), its further chunks are not
   shown; every few seconds the console prints `algo-2: 80,000 lines not shown (...), see
   logs/algo-2.log` instead. The host is
-  never slowed down by the terminal, and the job's outcome never depends on it.
+  never slowed down by the terminal, and the job's outcome never depends on it. The training
+  toolkit's ~150-line environment dump is folded there into one line per host
+  (`emulator.toolkit_fold`); the file has it all.
 
 Each stream (stdout, stderr) of a host keeps its own pending line, so a tqdm bar on stderr is not
 glued to a print on stdout; in the file the two are interleaved in arrival order, chunk by chunk.
@@ -36,6 +38,7 @@ from pathlib import Path
 from emulator.console import Reporter
 from emulator.plan import HostPlan, Plan
 from emulator.secrets import Masker
+from emulator.toolkit_fold import EnvironmentFold
 
 TAIL_LINES = 10
 STDOUT, STDERR = 1, 2
@@ -168,6 +171,8 @@ class _ConsoleFeed:
         # The latest progress state not shown yet (throttled), and when each key last showed one.
         self._progress: dict[tuple[str, int], str] = {}
         self._shown_at: dict[tuple[str, int], float] = {}
+        self._folds = {(h.name, stream): EnvironmentFold(f"logs/{Path(paths[h.name]).name}")
+                       for h in hosts for stream in (STDOUT, STDERR)}
         self._thread = threading.Thread(target=self._run, name="console", daemon=True)
         self._thread.start()
 
@@ -209,9 +214,11 @@ class _ConsoleFeed:
             if closing and not batch:
                 break
         # Unterminated last lines are shown as lines; progress states they supersede are not.
-        for (host, _), rest in sorted(self._partial.items()):
+        for (host, stream), rest in sorted(self._partial.items()):
             if rest:
-                self._line(host, rest)
+                self._line((host, stream), rest)
+        for key in self._folds:
+            self._show_held(key)  # the output ended inside what looked like the toolkit's block
 
     def _report_dropped(self, now: float, final: bool) -> None:
         """Say how many lines of each host were not shown: at most every DROP_REPORT_INTERVAL
@@ -232,11 +239,12 @@ class _ConsoleFeed:
             # Output went missing here: a half line before the gap would be glued to one after it.
             self._partial.pop(key, None)
             self._progress.pop(key, None)
+            self._show_held(key)  # a block with a gap in it is not folded
             return
         data = self._partial.pop(key, b"") + chunk
         *lines, rest = data.split(b"\n")
         for raw in lines:
-            self._line(host, raw)
+            self._line(key, raw)
             self._progress.pop(key, None)
         if b"\r" in rest:
             # A progress bar. A state is complete once something follows its `\r` (tqdm writes `\r`,
@@ -253,13 +261,20 @@ class _ConsoleFeed:
                 # Superseded states are never shown again: keep the line's memory bounded.
                 rest = b"\r" + current + (b"\r" if trailing else b"")
         if len(rest) >= CUT_ANYWHERE:
-            self._line(host, rest)  # a line this long is shown in pieces
+            self._line(key, rest)  # a line this long is shown in pieces
             rest = b""
         if rest:
             self._partial[key] = rest
 
-    def _line(self, host: str, raw: bytes) -> None:
-        self.reporter.log_line(host, self.groups[host], self.masker.mask(display_text(raw)))
+    def _line(self, key: tuple[str, int], raw: bytes) -> None:
+        self._show_lines(key[0], self._folds[key].feed(self.masker.mask(display_text(raw))))
+
+    def _show_held(self, key: tuple[str, int]) -> None:
+        self._show_lines(key[0], self._folds[key].flush())
+
+    def _show_lines(self, host: str, lines: list[str]) -> None:
+        for text in lines:
+            self.reporter.log_line(host, self.groups[host], text)
 
     def _show_due_progress(self, now: float, only: tuple[str, int] | None = None) -> None:
         for key in [only] if only is not None else list(self._progress):
