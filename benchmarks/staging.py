@@ -2,7 +2,8 @@
 links followed) and staging its shares (`staging.stage`, hard links) take, for a channel of plain
 files and for the same channel where every file is a symlink into a cache outside it (the DVC /
 Hugging Face layout, which makes a FullyReplicated channel a share of hard links), with a data size
-that shows whether any byte is copied.
+that shows whether any byte is copied. The last row is the same files as source_dir, which every
+host gets a copy of (`staging.copy_code`).
 
     python benchmarks/staging.py [--files 20000] [--size 4096] [--hosts 4]
 """
@@ -48,17 +49,23 @@ def timed(step: object) -> float:
     return time.perf_counter() - start
 
 
-def measure(root: Path, data: Path, hosts: int, distribution: str, repeat: int) -> tuple[float, float, int, int]:
-    """Median seconds to list the channel and to stage the job; hard links and copies in .staging."""
+def measure(root: Path, data: Path, hosts: int, distribution: str | None,
+            repeat: int) -> tuple[float, float, int, int]:
+    """Median seconds to list the channel and to stage the job; hard links and copies in .staging.
+    `distribution` None: `data` is the job's source_dir instead of a channel."""
     listing, stage = [], []
     links = copies = 0
     for n in range(repeat):
         listing.append(timed(lambda: scan(data)))
+        code: dict[str, object] = {"container_entry_point": ["true"]}
+        if distribution is None:
+            code = {"source_dir": str(data), "entry_point": next(p for p in scan(data).files)}
         spec = validate({
-            "job_name": f"bench-{n}", "container_entry_point": ["true"], "output_path": str(root / "out"),
+            "job_name": f"bench-{n}", **code, "output_path": str(root / "out"),
             "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge",
                                  "instance_count": hosts}],
-            "inputs": {"training": {"s3_data": str(data), "distribution": distribution}},
+            "inputs": {} if distribution is None else {"training": {"s3_data": str(data),
+                                                                   "distribution": distribution}},
         }, base_dir=root)
         plan = make_plan(spec, f"bench-{n}")
         stage.append(timed(lambda plan=plan: staging.stage(plan)))
@@ -81,15 +88,16 @@ def main() -> None:
         plain = make_channel(root, args.files, args.size, linked=False)
         linked = make_channel(root, args.files, args.size, linked=True)
         print(f"{args.files} files of {args.size} B, {args.hosts} hosts, median of {args.repeat}")
-        print(f"{'channel':<34} {'list s':>8} {'stage s':>8} {'hard links':>11} {'copies':>7}")
+        print(f"{'channel':<36} {'list s':>8} {'stage s':>8} {'hard links':>11} {'copies':>7}")
         for label, data, distribution in (
             ("plain, FullyReplicated (mount)", plain, "FullyReplicated"),
             ("links out, FullyReplicated", linked, "FullyReplicated"),
             ("plain, ShardedByS3Key", plain, "ShardedByS3Key"),
             ("links out, ShardedByS3Key", linked, "ShardedByS3Key"),
+            ("plain, source_dir (copied per host)", plain, None),
         ):
             listed, staged, links, copies = measure(root, data, args.hosts, distribution, args.repeat)
-            print(f"{label:<34} {listed:>8.3f} {staged:>8.3f} {links:>11} {copies:>7}")
+            print(f"{label:<36} {listed:>8.3f} {staged:>8.3f} {links:>11} {copies:>7}")
 
 
 if __name__ == "__main__":

@@ -123,11 +123,11 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
     cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
-    wheelhouse is built too (its lines to `progress`), as compose.yaml mounts it. With `engine_name`,
-    the engine of that name is asked, if one answers, which ulimits it cannot give, and those are left
-    out (and warned about) as `run` leaves them out, so that the compose project starts on it. What
-    the spec allows but probably does not mean (`emulator.spec.spec_warnings`) goes to `warn` too, as
-    `run` reports it."""
+    wheelhouse is built too (its lines to `progress`, as is a long staging's count of files), as
+    compose.yaml mounts it. With `engine_name`, the engine of that name is asked, if one answers, which
+    ulimits it cannot give, and those are left out (and warned about) as `run` leaves them out, so that
+    the compose project starts on it. What the spec allows but probably does not mean
+    (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it."""
     out = out.resolve()
     check_render_target(spec, out)
     for problem in spec_warnings(spec):
@@ -135,13 +135,14 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     seed = choose_seed(host_order, seed)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
                      memory=memory)
+    progress = progress or ConsoleReporter().info
     if spec.requirements is not None and plan.wheelhouse is not None:
-        wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress or ConsoleReporter().info)
+        wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress)
     if engine_name is not None:
         plan = _within_engine_limits(plan, engine_name, warn)
     if out.exists():
         out.rmdir()  # empty (checked above): stage() creates it afresh
-    staging.stage(plan)
+    staging.stage(plan, progress)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
     (out / "compose.yaml").write_text(compose.compose_yaml(plan))
     # Imported here: the graphviz package is needed by render alone, not by every command's startup.

@@ -190,7 +190,7 @@ class Run:
         self.began = self.now()
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
         try:
-            staging.stage(plan)
+            staging.stage(plan, reporter.info)  # a long staging says how far it is
         except KeyboardInterrupt:
             # staging.stage removed its half-made job folder on the way out.
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "

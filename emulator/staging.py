@@ -13,6 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from emulator import hostfiles, sshkeys
@@ -29,6 +32,41 @@ HOST_FOLDERS = ("model", "output/data", "checkpoints", "input/data", "code")
 # What a run makes in its job folder; all of it is removed again when staging fails.
 RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json", SSH_FOLDER)
 
+# Files copied at once: creating a file costs the filesystem's journal a wait of its own (a few
+# milliseconds each on a busy disk), and copies in parallel share those waits. See
+# benchmarks/staging.py.
+COPY_THREADS = 32
+# A staging that lasts longer than this says how far it is, again at this interval.
+PROGRESS_INTERVAL = 2.0
+
+Progress = Callable[[str], None]
+# A folder's listing: its folders and its files, relative to it (`_listed`).
+Tree = tuple[list[str], list[str]]
+
+
+class _Count:
+    """Files staged so far, told to `report` every PROGRESS_INTERVAL seconds, so that a long staging
+    (20,000 files of code on 4 hosts) shows it is moving; a short one says nothing."""
+
+    def __init__(self, total: int, report: Progress | None) -> None:
+        self.total = total
+        self.done = 0
+        self.report = report
+        self.start = self.last = time.monotonic()
+        self.reported = False
+
+    def add(self, count: int = 1) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.report is not None and now - self.last >= PROGRESS_INTERVAL:
+            self.last = now
+            self.reported = True
+            self.report(f"staging: {self.done:,} of {self.total:,} files")
+
+    def finish(self) -> None:
+        if self.report is not None and self.reported:
+            self.report(f"staged {self.done:,} files in {time.monotonic() - self.start:.1f} s")
+
 
 def folder_taken(job_dir: Path, s3_output: bool) -> bool:
     """Whether a job folder belongs to an earlier job. Under an s3:// output path the folder is the
@@ -41,8 +79,9 @@ def folder_taken(job_dir: Path, s3_output: bool) -> bool:
     return not set(os.listdir(job_dir)) <= set(SDK_UPLOADS)
 
 
-def stage(plan: Plan) -> None:
-    """Create the job folder (never reusing an earlier job's) and every host's /opt/ml tree."""
+def stage(plan: Plan, progress: Progress | None = None) -> None:
+    """Create the job folder (never reusing an earlier job's) and every host's /opt/ml tree; a long
+    staging reports a count of files to `progress` every few seconds."""
     job_dir = Path(plan.job_dir)
     s3_output = plan.spec.output_s3_uri is not None
     made_folder = True
@@ -65,7 +104,7 @@ def stage(plan: Plan) -> None:
         raise UsageError(f"cannot create the output folder {job_dir}: {err.strerror}",
                          hint="check output_path and its permissions") from None
     try:
-        _lay_out(plan, job_dir)
+        _lay_out(plan, job_dir, progress)
     except BaseException as err:
         # What this run made (never reused): a half-made folder would only make the next run with
         # this job name fail with "already exists". The SDK's upload beside it stays.
@@ -81,7 +120,7 @@ def stage(plan: Plan) -> None:
         raise
 
 
-def _lay_out(plan: Plan, job_dir: Path) -> None:
+def _lay_out(plan: Plan, job_dir: Path, progress: Progress | None) -> None:
     (job_dir / "logs").mkdir(exist_ok=True)
     (job_dir / "output").mkdir()
     if plan.ssh_dir is not None:
@@ -91,6 +130,16 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
         # there as well, which the default image's own ssh configuration makes up for.
         sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name, client_config=os.getuid() == 0)
     spec = plan.spec
+    # Each tree is listed once, however many hosts get a copy of it.
+    code = _listed(spec.source_dir) if spec.source_dir is not None and spec.source_dir.is_dir() \
+        and not spec.source_archive else None
+    checkpoints = _listed(spec.checkpoint_s3_uri) if spec.checkpoint_s3_uri is not None \
+        and spec.checkpoint_s3_uri.is_dir() else None
+    # A FullyReplicated channel's one share serves every host: counted once.
+    shares = {share_dir(plan.job_dir, channel, spec.inputs[channel], host.name): len(files)
+              for host in plan.hosts for channel, files in host.shards.items()}
+    per_host = sum(len(tree[1]) for tree in (code, checkpoints) if tree is not None)
+    count = _Count(per_host * len(plan.hosts) + sum(shares.values()), progress)
     for host in plan.hosts:
         root = Path(host.host_dir)
         for folder in HOST_FOLDERS:
@@ -101,7 +150,7 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
         if spec.source_archive and spec.source_dir is not None:
             s3.unpack(spec.source_dir, root / "code")  # sourcedir.tar.gz, as the toolkit unpacks it
         else:
-            copy_code(spec.source_dir, root / "code", spec.entry_point)
+            copy_code(spec.source_dir, root / "code", spec.entry_point, tree=code, done=count.add)
         for relative, content in host.files.items():
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -109,13 +158,16 @@ def _lay_out(plan: Plan, job_dir: Path) -> None:
         for channel, files in host.shards.items():
             share = share_dir(plan.job_dir, channel, spec.inputs[channel], host.name)
             if not share.exists():  # a FullyReplicated channel's one share is staged for its first host
-                link_share(spec.inputs[channel].source, files, share, copy=spec.inputs[channel].copied)
-        if spec.checkpoint_s3_uri is not None and spec.checkpoint_s3_uri.is_dir():
+                link_share(spec.inputs[channel].source, files, share, copy=spec.inputs[channel].copied,
+                           done=count.add)
+        if checkpoints is not None and spec.checkpoint_s3_uri is not None:
             # The service downloads checkpoint_s3_uri into checkpoint_local_path before the job.
-            shutil.copytree(spec.checkpoint_s3_uri, root / "checkpoints", dirs_exist_ok=True)
+            copy_tree(spec.checkpoint_s3_uri, root / "checkpoints", checkpoints, count.add)
+    count.finish()
 
 
-def copy_code(source: Path | None, target: Path, entry_point: str | None = None) -> None:
+def copy_code(source: Path | None, target: Path, entry_point: str | None = None, *, tree: Tree | None = None,
+              done: Callable[[int], None] = lambda count: None) -> None:
     """Give a host its own copy of the code, as the service unpacks sourcedir.tar.gz on each host.
 
     A copy, not a mount: the toolkit writes there (it makes a non-Python entry point executable
@@ -125,16 +177,57 @@ def copy_code(source: Path | None, target: Path, entry_point: str | None = None)
     fw_utils.tar_and_upload_dir), so `common.py -> ../../vendored/common.py` arrives as a regular file
     with the target's contents. The spec refused links that dangle or loop (`spec.paths.scan`).
     A lone script (`source` a file) is copied under the entry point's name, not its link target's.
+    `tree` is the folder's listing when it was made already (`_listed`), `done` counts the files.
     """
     if source is None:
         return
     if source.is_dir():
-        shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
+        copy_tree(source, target, tree or _listed(source), done)
     else:
         shutil.copy2(source, target / (entry_point or source.name))
+        done(1)
 
 
-def link_share(source: Path, files: tuple[str, ...], target: Path, copy: bool = False) -> None:
+def _listed(source: Path) -> Tree:
+    """The folders and the files under `source`, relative to it, parents before children, symlinks
+    followed (a linked folder is entered, a linked file is a file), as copytree(symlinks=False) walks."""
+    folders: list[str] = []
+    files: list[str] = []
+
+    def refuse(err: OSError) -> None:
+        raise err  # an unreadable folder fails the staging, as copytree's would
+
+    for root, dirnames, filenames in os.walk(source, onerror=refuse, followlinks=True):
+        relative = os.path.relpath(root, source)
+        prefix = "" if relative == "." else relative + os.sep
+        folders += [prefix + name for name in sorted(dirnames)]
+        files += [prefix + name for name in sorted(filenames)]
+    return folders, files
+
+
+def copy_tree(source: Path, target: Path, tree: Tree, done: Callable[[int], None] = lambda count: None) -> None:
+    """shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True) over a listing made once
+    (`_listed`), with the files copied COPY_THREADS at a time: each file's contents, mode and times
+    (copy2), then each folder's mode and times, deepest first, as copytree sets them after its
+    contents. `done(1)` after each file. The first error stops it (an OSError)."""
+    folders, files = tree
+    target.mkdir(parents=True, exist_ok=True)
+    for folder in folders:
+        os.makedirs(target / folder, exist_ok=True)
+    with ThreadPoolExecutor(COPY_THREADS) as pool:
+        try:
+            for _ in pool.map(lambda name: shutil.copy2(source / name, target / name), files):
+                done(1)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the copies not begun yet: staging failed anyway
+            raise
+    for folder in reversed(folders):
+        shutil.copystat(source / folder, target / folder)
+    shutil.copystat(source, target)
+
+
+def link_share(source: Path, files: tuple[str, ...], target: Path, copy: bool = False,
+               done: Callable[[int], None] = lambda count: None) -> None:
     """Put a share of a channel under `target`, as hard links where the filesystem allows, or as
     copies when `copy` (a host's writable copy of the SDK's own channel: a write through a hard link,
     chmod too, would change the file in the S3 root).
@@ -156,13 +249,14 @@ def link_share(source: Path, files: tuple[str, ...], target: Path, copy: bool = 
             made.add(folder)
         if copy:
             shutil.copy2(src, dst)
-            continue
-        try:
-            os.link(src, dst)
-        except OSError as err:
-            if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
-                raise
-            shutil.copy2(src, dst)
+        else:
+            try:
+                os.link(src, dst)
+            except OSError as err:
+                if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
+                    raise
+                shutil.copy2(src, dst)
+        done(1)
 
 
 # The kernel's own limit of symlinks followed in one lookup (Linux MAXSYMLINKS), past which ELOOP.

@@ -302,7 +302,7 @@ def test_a_run_shares_its_prefix_with_the_sdks_upload_and_a_failed_staging_leave
     assert not staging.folder_taken(job_dir, s3_output=True)
     assert staging.folder_taken(job_dir, s3_output=False)  # a local output folder is never shared
 
-    def broken(plan: object, folder: Path) -> None:
+    def broken(plan: object, folder: Path, *progress: object) -> None:
         (folder / "hosts").mkdir()
         raise OSError("disk full")
 

@@ -287,3 +287,94 @@ def test_a_link_target_that_refuses_a_hard_link_is_copied(tmp_path: Path, monkey
     target = tmp_path / "share"
     staging.link_share(project / "data" / "out", ("blob.csv",), target)
     assert (target / "blob.csv").read_text() == "blob two\n" and not (target / "blob.csv").is_symlink()
+
+
+# --------------------------------------------------------------------------------------------------
+# Copying the code: copytree's result, in parallel, with a count of files for a long staging.
+
+
+def test_the_parallel_copy_gives_what_copytree_gives(tmp_path: Path) -> None:
+    import shutil
+
+    source = tmp_path / "code"
+    (source / "pkg" / "deep").mkdir(parents=True)
+    (tmp_path / "vendored").mkdir()
+    (tmp_path / "vendored" / "common.py").write_text("shared = 1\n")
+    for i in range(200):
+        (source / "pkg" / f"m{i}.py").write_text(f"x = {i}\n")
+    (source / "run.sh").write_text("echo hi\n")
+    (source / "run.sh").chmod(0o750)
+    (source / "common.py").symlink_to(tmp_path / "vendored" / "common.py")  # followed: a file
+    (source / "linked").symlink_to(tmp_path / "vendored")  # followed: a folder
+    (source / "pkg" / "deep" / "ro.txt").write_text("read only\n")
+    (source / "pkg" / "deep").chmod(0o555)
+    os.utime(source / "pkg", (1_000_000_000, 1_000_000_000))
+    try:
+        ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+        staging.copy_code(source, ours)
+        shutil.copytree(source, theirs, symlinks=False)
+
+        def snapshot(root: Path) -> dict[str, tuple[bool, int, int, bytes]]:
+            return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_mode, int(p.stat().st_mtime),
+                                               b"" if p.is_dir() else p.read_bytes())
+                    for p in root.rglob("*")}
+
+        assert snapshot(ours) == snapshot(theirs)
+        assert len(snapshot(ours)) == 200 + 7
+        assert not (ours / "common.py").is_symlink() and not (ours / "linked").is_symlink()
+    finally:
+        for root in (source, tmp_path / "ours", tmp_path / "theirs"):
+            if (root / "pkg" / "deep").exists():
+                (root / "pkg" / "deep").chmod(0o755)
+
+
+def test_a_file_that_cannot_be_copied_fails_the_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "code"
+    source.mkdir()
+    for i in range(50):
+        (source / f"f{i}.py").write_text("")
+    real_copy = staging.shutil.copy2
+
+    def refuse_one(src: object, dst: object) -> object:
+        if str(src).endswith("f17.py"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(src))
+        return real_copy(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(staging.shutil, "copy2", refuse_one)
+    with pytest.raises(PermissionError, match="Permission denied"):
+        staging.copy_code(source, tmp_path / "target")
+
+
+def _plan_with_many_files(tmp_path: Path, distribution: str) -> Plan:
+    (tmp_path / "code").mkdir()
+    for i in range(30):
+        (tmp_path / "code" / f"m{i}.py").write_text("")
+    (tmp_path / "data").mkdir()
+    for i in range(8):
+        (tmp_path / "data" / f"part-{i}").write_text(f"{i}\n")
+    (tmp_path / "data" / "link").symlink_to(tmp_path / "code" / "m0.py")  # a link out: a staged share
+    spec = validate({"entry_point": "m0.py", "source_dir": "code", "output_path": "out",
+                     "inputs": {"train": {"s3_data": "data", "distribution": distribution}},
+                     "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge",
+                                          "instance_count": 3}]}, base_dir=tmp_path)
+    return make_plan(spec, "progress-test")
+
+
+@pytest.mark.parametrize(("distribution", "total"), [("ShardedByS3Key", 3 * 30 + 9), ("FullyReplicated", 3 * 30 + 9)])
+def test_a_long_staging_reports_a_count_of_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, distribution: str, total: int) -> None:
+    monkeypatch.setattr(staging, "PROGRESS_INTERVAL", 0.0)  # every file is "long" here
+    plan = _plan_with_many_files(tmp_path, distribution)
+    said: list[str] = []
+    staging.stage(plan, said.append)
+    # A FullyReplicated channel's one share is counted once, a sharded one's shares add up to its files.
+    assert said[0] == f"staging: 1 of {total} files"
+    assert said[-2] == f"staging: {total} of {total} files"
+    assert said[-1].startswith(f"staged {total} files in ")
+    assert len(list((Path(plan.job_dir) / "hosts" / "algo-3" / "code").iterdir())) == 30
+
+
+def test_a_short_staging_says_nothing(tmp_path: Path) -> None:
+    said: list[str] = []
+    staging.stage(_plan_with_many_files(tmp_path, "ShardedByS3Key"), said.append)
+    assert said == []
