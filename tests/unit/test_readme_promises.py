@@ -42,7 +42,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 # --------------------------------------------------------------------------------------------------
-# "`--debug` (before the command) shows tracebacks."
+# "`--debug` (anywhere on the command line) shows tracebacks."
 
 
 def test_debug_shows_the_traceback_that_is_hidden_otherwise(
@@ -52,9 +52,10 @@ def test_debug_shows_the_traceback_that_is_hidden_otherwise(
     code, plain = run_cli(["validate", missing], capsys)
     assert code == 2 and "Traceback" not in plain
     assert "no-such-spec.yaml" in plain
-    code, debug = run_cli(["--debug", "validate", missing], capsys)
-    assert code == 2  # the same outcome, with the traceback added
-    assert "Traceback (most recent call last)" in debug and "no-such-spec.yaml" in debug
+    for args in (["--debug", "validate", missing], ["validate", missing, "--debug"]):
+        code, debug = run_cli(args, capsys)
+        assert code == 2  # the same outcome, with the traceback added
+        assert "Traceback (most recent call last)" in debug and "no-such-spec.yaml" in debug
 
 
 # --------------------------------------------------------------------------------------------------
