@@ -29,7 +29,16 @@ from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_
 from emulator.progress import StepReporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
-from emulator.spec import GROUP_NAME_PATTERN, JOB_NAME_PATTERN, JobSpec, folder_problem, request, s3, spec_warnings, validate
+from emulator.spec import (
+    GROUP_NAME_PATTERN,
+    JOB_NAME_PATTERN,
+    JobSpec,
+    folder_problem,
+    request,
+    s3,
+    spec_warnings,
+    validate,
+)
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
