@@ -25,7 +25,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "== installing hetero-emu and its dev tools into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
+# setuptools tells every editable install of a package-dir layout (images/ ships as emulator.images)
+# that folders named like the package may shadow it: an InformationOnly note (a UserWarning), not a
+# problem of this project, so it is not shown.
+PYTHONWARNINGS=ignore::UserWarning .venv/bin/python -m pip install -q -e '.[dev]'
 
 
 # SDK v3 (ModelTrainer) cannot share a venv with v2: tests/integration/test_sdk_v3.py runs its scripts
@@ -40,6 +43,6 @@ else
   echo "== installing hetero-emu and SageMaker SDK v3 ($SDK3_PIN) into .venv-sdk3"
   [ -x .venv-sdk3/bin/python ] || "$PYTHON" -m venv .venv-sdk3
   .venv-sdk3/bin/python -m pip install -q --upgrade pip
-  .venv-sdk3/bin/python -m pip install -q -e '.[sagemaker3]' "$SDK3_PIN"
+  PYTHONWARNINGS=ignore::UserWarning .venv-sdk3/bin/python -m pip install -q -e '.[sagemaker3]' "$SDK3_PIN"
   echo "$sdk3_stamp" > .venv-sdk3/.hetero-emu-stamp
 fi
