@@ -17,12 +17,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, hostfiles, jobs, staging, wheelhouse
+from emulator import compose, contract, debugger, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
 from emulator.backend import Resource, ulimits
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.container import Ulimit
+from emulator.debugger import DebugTarget
 from emulator.errors import EmulatorError, UsageError
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
@@ -115,7 +116,9 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
     returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
     host_order ("spec" | "shuffled"), seed, keep, grace, build_image (build the engine's default image
-    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory.
+    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory,
+    debug (an `emulator.debugger.DebugTarget`: that host's entry point runs under debugpy, published on
+    127.0.0.1; README: Debugging a host).
     What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
     warnings first."""
     backend = engine(engine_name)
@@ -128,7 +131,8 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
            memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
-           engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None) -> Plan:
+           engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None,
+           debug: DebugTarget | None = None) -> Plan:
     """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
     cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
@@ -136,14 +140,17 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     compose.yaml mounts it. With `engine_name`, the engine of that name is asked, if one answers, which
     ulimits it cannot give, and those are left out (and warned about) as `run` leaves them out, so that
     the compose project starts on it. What the spec allows but probably does not mean
-    (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it."""
+    (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it. With `debug`, that host's service
+    runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs)."""
     out = out.resolve()
     check_render_target(spec, out)
     for problem in spec_warnings(spec):
         warn(str(problem))
     seed = choose_seed(host_order, seed)
+    if debug is not None:
+        debugger.check_target(spec, debug)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
-                     memory=memory)
+                     memory=memory, debug=debug)
     progress = progress or ConsoleReporter().info
     if spec.requirements is not None and plan.wheelhouse is not None:
         wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress)

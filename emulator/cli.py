@@ -23,6 +23,7 @@ from emulator.backend import Resource
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
+from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.plan import (
     LABEL_GROUP,
@@ -97,6 +98,16 @@ S3RootOpt = Annotated[
                               "above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and ~/.local/share/hetero-emu/s3.",
                               show_default=False)
 ]
+DebugHostOpt = Annotated[
+    str | None,
+    typer.Option("--debug-host", metavar="HOST", help="Run this host's entry point (e.g. algo-3) under debugpy, "
+                 "its port published on 127.0.0.1 only; prints VS Code's launch.json to attach with.",
+                 show_default=False),
+]
+DebugPortOpt = Annotated[int | None, typer.Option("--debug-port", metavar="PORT", show_default=False,
+                                                  help=f"The port on 127.0.0.1 to attach to (default {DEBUGPY_PORT}).")]
+DebugWaitOpt = Annotated[bool, typer.Option("--debug-wait", help="The debugged script waits for the debugger to "
+                                            "attach before its first line.")]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output-path", help="Where <job_name>/ goes (overrides the spec's output_path).")
 ]
@@ -168,13 +179,23 @@ def _memory(text: str) -> MemoryLimit:
             from None
 
 
+def _debug_target(host: str | None, port: int | None, wait: bool) -> DebugTarget | None:
+    if host is None:
+        if port is not None or wait:
+            option = "--debug-port" if port is not None else "--debug-wait"
+            raise UsageError(f"{option} needs --debug-host", hint="name the host to debug, e.g. --debug-host algo-1")
+        return None
+    return DebugTarget(host, DEBUGPY_PORT if port is None else port, wait)
+
+
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
          quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE, verbose: bool = False,
-         build: bool = True) -> JobResult:
+         build: bool = True, debug: DebugTarget | None = None) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet, verbose=verbose)
     result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
-                     keep=keep, grace=grace, memory=memory, build_image=build)
+                     keep=keep, grace=grace, memory=memory, build_image=build,
+                     debug=debug)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
@@ -236,15 +257,20 @@ def run(
     no_build: Annotated[bool, typer.Option("--no-build", help="Never build the default image: exit 3 when it is "
                                            "missing.")] = False,
     verbose: VerboseOpt = False,
+    debug_host: DebugHostOpt = None,
+    debug_port: DebugPortOpt = None,
+    debug_wait: DebugWaitOpt = False,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
     limit = _memory(memory)
+    debug = _debug_target(debug_host, debug_port, debug_wait)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
-                  memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build)
+                  memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build,
+                  debug=debug)
     raise typer.Exit(result.exit_code)
 
 
@@ -293,6 +319,9 @@ def render_cmd(
     as_request: Annotated[bool, typer.Option("--as-request", help="Write the CreateTrainingJob request (JSON) the "
                                              "spec corresponds to instead: to stdout, or to -o FILE.")] = False,
     s3_root: S3RootOpt = None,
+    debug_host: DebugHostOpt = None,
+    debug_port: DebugPortOpt = None,
+    debug_wait: DebugWaitOpt = False,
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
@@ -301,6 +330,7 @@ def render_cmd(
     DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
     """
     limit = _memory(memory)
+    debug = _debug_target(debug_host, debug_port, debug_wait)
     spec = _load(spec_path, job_name, s3_root=s3_root, shm_size=shm_size)
     if as_request:
         text = request.dumps_request(api.as_request(spec, job_name=job_name))
@@ -318,7 +348,7 @@ def render_cmd(
                          "the request")
     out = out.resolve()
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
-                      warn=lambda message: typer.echo(f"warning: {message}", err=True))
+                      warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug)
     typer.echo(render(plan))
     pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")

@@ -103,6 +103,8 @@ def service(container: ContainerSpec, addresses: Mapping[str, str], project_dir:
         out["memswap_limit"] = container.memory_bytes
     if container.devices:
         out["devices"] = [d.spec() for d in container.devices]
+    if container.ports:
+        out["ports"] = [p.spec() for p in container.ports]
     return out
 
 

@@ -44,6 +44,19 @@ class Ulimit:
 
 
 @dataclass(frozen=True)
+class PortBinding:
+    """A container port published on one address of this machine (`docker run -p IP:PORT:CPORT`)."""
+
+    host_ip: str
+    host_port: int
+    container_port: int
+
+    def spec(self) -> str:
+        """`ip:port:container_port`, the form both `docker run -p` and compose's `ports` take."""
+        return f"{self.host_ip}:{self.host_port}:{self.container_port}"
+
+
+@dataclass(frozen=True)
 class Device:
     """A host device node given to the container (GPUs, later)."""
 
@@ -89,6 +102,8 @@ class ContainerSpec:
     shm_bytes: int = FALLBACK_SHM
     ulimits: tuple[Ulimit, ...] = MPI_ULIMITS
     devices: tuple[Device, ...] = ()
+    # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.debugger).
+    ports: tuple[PortBinding, ...] = ()
 
     def without_ulimits(self, refused: Collection[Ulimit]) -> ContainerSpec:
         """This container without the ulimits an engine refuses (emulator/backend/ulimits.py)."""

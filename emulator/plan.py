@@ -15,8 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator import catalog, contract, wheelhouse
-from emulator.container import ContainerSpec, Mount, default_shm_bytes
+from emulator import catalog, contract, debugger, wheelhouse
+from emulator.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
+from emulator.debugger import DebugTarget
 from emulator.secrets import mask_environment
 from emulator.sizes import parse_size
 from emulator.spec import JobSpec, TrainingInput
@@ -96,6 +97,8 @@ class Plan:
     # The job's SSH key folder (`SSH_FOLDER`), which staging fills and the hosts of an MPI
     # distribution mount at `SSH_TARGET`; None when the job runs no MPI.
     ssh_dir: str | None = None
+    # The host whose script runs under debugpy (`run --debug-host`), None without.
+    debug: DebugTarget | None = None
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -229,13 +232,15 @@ def make_plan(
     memory: MemoryLimit = "instance",
     wheel_cache: Path | None = None,
     python_tag: str | None = None,
+    debug: DebugTarget | None = None,
 ) -> Plan:
     """Spec -> plan. Pure: the same arguments always give an equal plan.
 
     `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR. `memory` is each
     host's memory limit: its instance type's memory (default), "none", or a number of bytes.
     `wheel_cache` and `python_tag` place the wheelhouse of a requirements.txt (default: the cache
-    folder and the interpreter running the emulator, which builds the wheels).
+    folder and the interpreter running the emulator, which builds the wheels). `debug` names the host
+    whose script runs under debugpy: only its container gets the hook, its variables and the port.
 
     The hosts are laid out first (names, groups, order, channels, shares); then the contract is asked
     once per host for that host's /opt/ml files.
@@ -295,6 +300,12 @@ def make_plan(
         if ssh_dir is not None and group.name in ssh_groups:
             # Read-only: a script cannot swap the keys that let every distribution host log into it.
             mounts.append(Mount(str(ssh_dir), SSH_TARGET, read_only=True))
+        host_environment: Mapping[str, str] = environment
+        ports: tuple[PortBinding, ...] = ()
+        if debug is not None and debug.host == host:
+            mounts.append(Mount(str(debugger.HOOK_SOURCE), debugger.HOOK_TARGET, read_only=True))
+            host_environment = debugger.host_environment(spec, debug, environment)
+            ports = (debugger.published_port(debug),)
         memory_bytes = memory_limit(memory, group.instance_type)
         container = ContainerSpec(
             image=spec.image_uri,
@@ -306,10 +317,11 @@ def make_plan(
             extra_hosts=tuple(other.name for other in layout if other.name != host),
             init=True,
             labels={**job_labels, LABEL_HOST: host, LABEL_GROUP: group.name, LABEL_INSTANCE_TYPE: group.instance_type},
-            environment=environment,
+            environment=host_environment,
             mounts=tuple(mounts),
             memory_bytes=memory_bytes,
             shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
+            ports=ports,
         )
         hosts.append(
             HostPlan(
@@ -342,6 +354,7 @@ def make_plan(
         wheelhouse=wheels,
         spec=spec,
         ssh_dir=str(ssh_dir) if ssh_dir is not None else None,
+        debug=debug,
     )
 
 
@@ -428,6 +441,10 @@ def render(plan: Plan) -> str:
         variables = " ".join(f"{k}={v}" for k, v in wheelhouse.environment(plan.spec.requirements).items())
         lines.append(f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
                      f"{variables}")
+    if plan.debug is not None:
+        lines.append(f"  debug    {plan.debug.host}: its entry point under debugpy, port {debugger.DEBUGPY_PORT} "
+                     f"published on {debugger.LOCALHOST}:{plan.debug.port}"
+                     + (", waits for the debugger to attach" if plan.debug.wait else ""))
     for group in plan.groups:
         lines.append(f"  group {group.name} ({group.instance_type}): {', '.join(group.hosts) or '-'}")
     for host in plan.hosts:

@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator import artifacts, hostfiles, jobs, pipes, secrets, staging, wheelhouse
+from emulator import artifacts, debugger, hostfiles, jobs, pipes, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
 from emulator.console import ConsoleReporter, Reporter
+from emulator.debugger import DebugTarget
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import (
     DockerUnavailable,
@@ -38,7 +39,7 @@ from emulator.errors import (
 )
 from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
-from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan, mpi_groups
 from emulator.recipes import variant_for_tag
 from emulator.spec import JobSpec
 
@@ -106,10 +107,12 @@ def run_job(
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], None] | None = None,
     created: datetime | None = None,
+    debug: DebugTarget | None = None,
 ) -> JobResult:
     """Plan and run one job; returns its JobResult (the caller maps status to an exit code). `created`
     is the job's CreationTime when it was asked for before this run began (the SDK session's
-    CreateTrainingJob); by default the run's start."""
+    CreateTrainingJob); by default the run's start. `debug`: the host whose script runs under debugpy
+    (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked."""
     if backend is None:
         from emulator.backend.registry import engine
 
@@ -117,9 +120,12 @@ def run_job(
         if image_builder is None:
             image_builder = getattr(backend, "build_default_image", None)
     seed = choose_seed(host_order, seed)
+    if debug is not None:
+        debugger.check_target(spec, debug)
+        debugger.check_port_free(debug)
     reporter = reporter or ConsoleReporter()
     for attempt in range(NAME_ATTEMPTS):
-        plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory)
+        plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory, debug=debug)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
             options = RunOptions(keep, grace, build_image, created)
@@ -186,6 +192,7 @@ class Run:
         if plan.seed is not None:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
         self.check_leftovers()
+        self.announce_debugger()
 
         self.began = self.now()
         reporter.step(f"staging {len(plan.hosts)} hosts under {plan.job_dir}")
@@ -264,6 +271,9 @@ class Run:
                     start = self.now()  # TrainingStartTime: the hosts run
                     self.transition("Training", "Training image download completed. Training in progress.",
                                     at=start)
+                    if plan.debug is not None and plan.debug.wait:
+                        reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
+                                      f"({self.host_label(plan.host(plan.debug.host).container.name)})")
                     status, secondary, reason = self.supervise(t0)
             except KeyboardInterrupt:
                 status, secondary, reason = "Stopped", "Stopped", None
@@ -334,6 +344,23 @@ class Run:
                     # The job's own outcome stands; what could not be removed is left to the watcher
                     # (backend.guard) and found by label later.
                     reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
+
+    def announce_debugger(self) -> None:
+        """Before any host starts: where the debugger attaches, as VS Code's launch.json says it."""
+        target = self.plan.debug
+        if target is None:
+            return
+        group = self.plan.host(target.host).group
+        ranks = [h for g in self.plan.groups if g.name in mpi_groups(self.plan.spec) for h in g.hosts]
+        if target.host in ranks[1:]:
+            # The toolkit runs mpirun on the first host of the distribution's groups
+            # (sagemaker_training/environment.py `get_master_hostname`); the ranks it starts on the other
+            # hosts over ssh get only the variables it forwards (mpi.py `-x`), not the debugger's.
+            self.reporter.warn(f"--debug-host {target.host}: mpirun runs on {ranks[0]} and starts the ranks of "
+                               f"{target.host} over ssh, without the debugger; debug {ranks[0]} instead")
+        self.reporter.info(f"debugger: {target.host} ({group}) runs {self.plan.spec.entry_point} under debugpy, "
+                           f"published on {debugger.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
+                           + debugger.launch_json(self.plan.spec, target, group))
 
     def stop_on_interrupt(self) -> DockerUnavailable | None:
         """Ctrl-C or SIGTERM: stop every running host with the grace period, one line saying so; a

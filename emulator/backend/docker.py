@@ -134,6 +134,8 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
         "environment": dict(container.environment),
         "labels": {**container.labels, LABEL_DRIVER: driver},
         "working_dir": None,
+        # A published port must be declared (exposed) at create time too.
+        "ports": [p.container_port for p in container.ports] or None,
     }
     host_config = {
         "mounts": [docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
@@ -148,6 +150,7 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
         "shm_size": container.shm_bytes,
         "ulimits": [docker.types.Ulimit(name=u.name, soft=u.soft, hard=u.hard) for u in container.ulimits],
         "devices": [d.spec() for d in container.devices] or None,
+        "port_bindings": {p.container_port: (p.host_ip, p.host_port) for p in container.ports} or None,
         "network_mode": network,
         # The emulator reads each host's output over an attach made before the start (see
         # follow_logs), which gets every byte as written. No engine log driver: an engine's
@@ -398,7 +401,9 @@ class DockerBackend:
             # instead of starting every host only to stop it again.
             pool.shutdown(wait=True, cancel_futures=True)
         if errors:
-            raise EnvironmentProblem("cannot start containers: " + "; ".join(errors))
+            taken = any("port is already allocated" in e or "address already in use" in e for e in errors)
+            raise EnvironmentProblem("cannot start containers: " + "; ".join(errors),
+                                     hint="choose a free port with --debug-port PORT" if taken else None)
 
     @_engine_call
     def follow_logs(self, name: str, sink: LineSink) -> None:

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _PROBE = r"""
 import json, emulator, emulator.recipes as r
 from emulator.backend.image import recipe_hash
+from emulator.debugger import HOOK_SOURCE
 training = r.load_recipe("training")
 print(json.dumps({
     "emulator": emulator.__file__,
@@ -27,6 +28,7 @@ print(json.dumps({
     "files": sorted(p.relative_to(training.folder).as_posix() for p in training.files()),
     "packages": training.packages,
     "hash": recipe_hash(training),
+    "debug_hook": str(HOOK_SOURCE / "sitecustomize.py") if (HOOK_SOURCE / "sitecustomize.py").is_file() else None,
 }))
 """
 
@@ -47,7 +49,7 @@ def test_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")
     assert {"emulator/images/README.md", "emulator/images/training/recipe.yaml",
-            "emulator/images/training/Dockerfile"} <= names
+            "emulator/images/training/Dockerfile", "emulator/data/debugpy/sitecustomize.py"} <= names
     # Only the unpacked wheel provides `emulator`: the checkout is not on the path, cwd is elsewhere.
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env,
@@ -58,6 +60,8 @@ def test_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
     assert found["emulator"] == str(site / "__init__.py")
     assert found["images"] == str(site / "images")
     assert "training" in found["variants"]
+    # `--debug-host` mounts the hook from the installed package.
+    assert found["debug_hook"] == str(site / "data" / "debugpy" / "sitecustomize.py")
     in_checkout = sorted(p.relative_to(ROOT / "images" / "training").as_posix()
                          for p in (ROOT / "images" / "training").rglob("*") if p.is_file())
     assert found["files"] == in_checkout

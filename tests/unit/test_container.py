@@ -18,7 +18,16 @@ from cryptography.hazmat.primitives.serialization import load_ssh_private_key, l
 from emulator import api, sshkeys, staging
 from emulator.backend.docker import container_options
 from emulator.compose import compose_project, service
-from emulator.container import FALLBACK_SHM, MPI_ULIMITS, ContainerSpec, Device, Mount, Ulimit, default_shm_bytes
+from emulator.container import (
+    FALLBACK_SHM,
+    MPI_ULIMITS,
+    ContainerSpec,
+    Device,
+    Mount,
+    PortBinding,
+    Ulimit,
+    default_shm_bytes,
+)
 from emulator.errors import SpecError
 from emulator.plan import SSH_TARGET, Plan, make_plan
 from emulator.spec import JobSpec
@@ -55,6 +64,7 @@ SAMPLES: dict[str, tuple[Any, str | None]] = {
     "shm_bytes": (987654321, "987654321"),
     "ulimits": ((Ulimit("nofile", 4242, 4343),), "4343"),
     "devices": ((Device("/dev/marker0", "/dev/marker0"),), "/dev/marker0"),
+    "ports": ((PortBinding("127.0.0.1", 45678, 5678),), "45678"),
 }
 
 

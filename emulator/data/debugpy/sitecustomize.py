@@ -1,0 +1,137 @@
+"""Start debugpy in the one process of this host that runs the job's entry point (`hetero-emu run
+--debug-host`; README: Debugging a host).
+
+The emulator mounts this folder read-only on the debugged host only and puts it first on PYTHONPATH,
+so every Python process there imports this module at start-up (https://docs.python.org/3/library/site.html:
+"an attempt is made to import a module named sitecustomize"). It must cost nothing and never fail in
+any other process: the toolkit's own `train`, its `pip install -r requirements.txt`, mpirun's helpers,
+torchrun, debugpy's own adapter. So it only reads the command line, and imports debugpy only in the
+process whose main script is the entry point.
+
+How the toolkit starts the entry point (aws/sagemaker-training-toolkit, src/sagemaker_training/process.py
+`ProcessRunner._create_command`): `[sys.executable, "<entry point>", *args]` for a script,
+`[sys.executable, "-m", "<module>", *args]` when the code has a setup.py, in /opt/ml/code; the MPI
+runner puts `-m mpi4py` before the script (mpi.py `MasterRunner._python_command`), torchrun starts
+`python -u <entry point>` per worker. The toolkit hands the script a PYTHONPATH made of its own
+sys.path (environment.py `write_env_vars`), which begins with this folder, so the hook reaches the
+script through every one of them. A container_entry_point that runs the script with python does too.
+
+Only the first such process of the host is debugged (several MPI ranks or torchrun workers would all
+want the one port): the first to create the claim file wins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+CODE_DIR = "/opt/ml/code"
+# Set by the emulator's plan (emulator/debugger.py) on the debugged host only.
+PORT_VARIABLE = "HETERO_EMU_DEBUGPY_PORT"
+WAIT_VARIABLE = "HETERO_EMU_DEBUGPY_WAIT"
+ENTRY_VARIABLE = "HETERO_EMU_DEBUGPY_ENTRY_POINT"
+CLAIM = "/tmp/.hetero-emu-debugpy-claimed"
+# Interpreter options that take a value as the next argument (python --help).
+OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def main_script(argv: list[str]) -> str | None:
+    """The script a Python command line runs (relative paths are relative to the working folder), or
+    None for `-c` and for the interpreter alone. `-m mpi4py SCRIPT` runs SCRIPT; `-m pkg.mod` runs
+    pkg/mod.py."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-c":
+            return None
+        if arg == "-m":
+            module = argv[i + 1] if i + 1 < len(argv) else ""
+            if module == "mpi4py":
+                rest = argv[i + 2:]
+                return rest[0] if rest and not rest[0].startswith("-") else None
+            return module.replace(".", "/") + ".py" if module else None
+        if arg in OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if arg.startswith("-") and arg != "-":
+            i += 1
+            continue
+        return arg
+    return None
+
+
+def is_entry_point(argv: list[str], entry_point: str, cwd: str) -> bool:
+    """Whether the command line runs the job's entry point (`/opt/ml/code/<entry_point>`)."""
+    script = main_script(argv)
+    if script is None:
+        return False
+    wanted = os.path.normpath(os.path.join(CODE_DIR, entry_point))
+    return os.path.normpath(os.path.join(cwd, script)) == wanted
+
+
+def claim() -> bool:
+    """True for the first process of the host to ask (the file is made atomically)."""
+    try:
+        os.close(os.open(CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:
+        return False
+    return True
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"hetero-emu debugger: {message}\n")
+    sys.stderr.flush()
+
+
+def start() -> None:
+    port, entry_point = os.environ.get(PORT_VARIABLE), os.environ.get(ENTRY_VARIABLE)
+    wait = os.environ.get(WAIT_VARIABLE) == "1"
+    if not port or not entry_point:
+        return
+    if not is_entry_point(list(getattr(sys, "orig_argv", sys.argv)), entry_point, os.getcwd()) or not claim():
+        return
+    # The script's own children (DataLoader workers, a subprocess) are not the entry point: debugpy
+    # follows them itself when they are Python.
+    for name in (PORT_VARIABLE, WAIT_VARIABLE, ENTRY_VARIABLE):
+        os.environ.pop(name, None)
+    try:
+        import debugpy
+    except ImportError:
+        say(f"debugpy is not installed in this image ({sys.executable}): {entry_point} runs without a debugger "
+            "(add `debugpy` to the image)")
+        return
+    try:
+        debugpy.listen(("0.0.0.0", int(port)))
+    except Exception as err:  # noqa: BLE001 - the script runs on without a debugger, and says why
+        say(f"debugpy could not listen on port {port}: {err}; {entry_point} runs without a debugger")
+        return
+    say(f"debugpy listens on port {port} in pid {os.getpid()} ({entry_point})")
+    if wait:
+        say("waiting for the debugger to attach")
+        debugpy.wait_for_client()
+        say("debugger attached")
+
+
+def chain() -> None:
+    """Import the sitecustomize this one hides (Debian's python has one), as if this were not here."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved_path, saved_module = list(sys.path), sys.modules.pop(__name__, None)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        pass
+    except Exception as err:  # noqa: BLE001 - site.py would only have printed it too
+        say(f"the image's own sitecustomize failed: {type(err).__name__}: {err}")
+    finally:
+        sys.path[:] = saved_path
+        if saved_module is not None:
+            sys.modules[__name__] = saved_module
+
+
+try:
+    start()
+except Exception as problem:  # noqa: BLE001 - never break a process of the host
+    say(f"not started: {type(problem).__name__}: {problem}")
+chain()
