@@ -92,6 +92,10 @@ def host_environment(spec: JobSpec, target: DebugTarget, environment: dict[str, 
         PORT_VARIABLE: str(DEBUGPY_PORT),
         WAIT_VARIABLE: "1" if target.wait else "0",
         ENTRY_VARIABLE: spec.entry_point or "",
+        # debugpy (pydevd) warns in every debugged process that the interpreter's frozen stdlib
+        # modules may miss breakpoints (those are the stdlib's, never the script's); a spec that sets
+        # the variable itself keeps its value.
+        "PYDEVD_DISABLE_FILE_VALIDATION": environment.get("PYDEVD_DISABLE_FILE_VALIDATION", "1"),
     }
 
 

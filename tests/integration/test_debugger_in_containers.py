@@ -10,9 +10,13 @@ computed in the container.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +112,12 @@ class DapClient:
                 self.events.append(message)
 
 
-def attach(port: int, deadline: float) -> DapClient:
+def attach(port: int, deadline: float, job: threading.Thread) -> DapClient:
     """Connect and initialize, retrying until the script's debugpy listens: the engine's proxy takes
-    the connection as soon as the container runs, before debugpy does, and then drops it."""
+    the connection as soon as the container runs, before debugpy does, and then drops it. A job that
+    ended meanwhile ends the wait (its outcome says why)."""
     while True:
+        assert job.is_alive(), "the job ended before a debugger could attach"
         client = None
         try:
             client = DapClient(port, min(deadline, time.monotonic() + 10))
@@ -127,21 +133,24 @@ def attach(port: int, deadline: float) -> DapClient:
             time.sleep(0.5)
 
 
-def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_variable(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    script = code / "train.py"
-    script.write_text(SCRIPT)
-    assert SCRIPT.splitlines()[BREAK_LINE - 1].startswith("print(")
-    (tmp_path / "job.yaml").write_text(
-        "job_name: debugger-test-" + str(int(time.time() * 1000) % 10**9) + "\n"
-        "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
-        "instance_groups:\n"
-        "  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}\n"
-        "  - {instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 1}\n")
-    spec = api.load(tmp_path / "job.yaml")
-    assert spec.job_name is not None
-    port = free_port()
+@dataclass
+class DebuggedJob:
+    """What one debugged run gave: the job's result, what the run reported, and the breakpoint's frame."""
+
+    result: JobResult
+    reporter: RecordingReporter
+    locals: dict[str, str]
+    attached_after: float
+    seconds: float
+
+
+def debug_job(folder: Path, spec_text: str, target: DebugTarget, script: Path, line: int) -> DebuggedJob:
+    """Run the job in a thread with `target` waiting for a debugger, attach as VS Code would with the
+    printed path mapping, stop at `line` of the local `script`, read the frame's locals, continue, and
+    wait for the job to end. Bounded by DEADLINE; a job still waiting when the test fails is stopped."""
+    (folder / "job.yaml").write_text(spec_text)
+    spec = api.load(folder / "job.yaml")
+    assert spec.job_name is not None and spec.source_dir is not None
     reporter = RecordingReporter()
     outcome: dict[str, Any] = {}
     started = time.monotonic()
@@ -149,7 +158,7 @@ def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_varia
 
     def run() -> None:
         try:
-            outcome["result"] = api.run(spec, reporter=reporter, debug=DebugTarget("algo-2", port, wait=True))
+            outcome["result"] = api.run(spec, reporter=reporter, debug=target)
         except BaseException as err:  # noqa: BLE001 - reported by the test's thread
             outcome["error"] = err
 
@@ -157,13 +166,13 @@ def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_varia
     runner.start()
     client = None
     try:
-        client = attach(port, deadline)
+        client = attach(target.port, deadline, runner)
         attached = time.monotonic()
         # What the printed launch.json says, as VS Code would send it.
-        client.send("attach", justMyCode=False, pathMappings=[{"localRoot": str(code), "remoteRoot": "/opt/ml/code"}])
+        client.send("attach", justMyCode=False,
+                    pathMappings=[{"localRoot": str(spec.source_dir), "remoteRoot": "/opt/ml/code"}])
         client.event("initialized")
-        breakpoints = client.request("setBreakpoints", source={"path": str(script)},
-                                     breakpoints=[{"line": BREAK_LINE}])
+        breakpoints = client.request("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": line}])
         assert breakpoints["body"]["breakpoints"][0]["verified"], breakpoints
         client.request("configurationDone")
         stopped = client.event("stopped")
@@ -171,14 +180,18 @@ def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_varia
         thread_id = stopped["body"]["threadId"]
         frame = client.request("stackTrace", threadId=thread_id, startFrame=0, levels=1)["body"]["stackFrames"][0]
         # The container's /opt/ml/code/train.py, shown as the local file through the path mapping.
-        assert (frame["line"], frame["source"]["path"]) == (BREAK_LINE, str(script))
+        assert (frame["line"], frame["source"]["path"]) == (line, str(script))
         scopes = client.request("scopes", frameId=frame["id"])["body"]["scopes"]
         local = next(s for s in scopes if s["name"] == "Locals")
         values = {v["name"]: v["value"] for v in
                   client.request("variables", variablesReference=local["variablesReference"])["body"]["variables"]}
-        assert values["total"] == "50"
-        assert values["marker"] == "'algo-2:50'"
         client.request("continue", threadId=thread_id)
+        # The script ends; as VS Code does then, the client ends the session. (debugpy's adapter, a
+        # child of the script holding its output, stays while a client is connected: mpirun, which
+        # reads the ranks' output to its end, would wait for it.)
+        client.event("terminated")
+        client.send("disconnect")
+        client.close()
         runner.join(max(1.0, deadline - time.monotonic()))
         assert not runner.is_alive(), "the job did not end after the debugger continued"
     finally:
@@ -188,18 +201,95 @@ def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_varia
             api.stop(spec.job_name, grace=1)  # a failed attach must not leave the job waiting
             runner.join(60)
     assert "error" not in outcome, outcome.get("error")
-    result: JobResult = outcome["result"]
-    assert result.status == "Completed" and result.exit_code == 0, result.failure_reason
+    return DebuggedJob(outcome["result"], reporter, values, attached - started, time.monotonic() - started)
+
+
+def host_lines(reporter: RecordingReporter, host: str) -> list[str]:
+    return [line for h, _, line in reporter.lines if h == host]
+
+
+def unique(name: str) -> str:
+    return f"{name}-{int(time.time() * 1000) % 10**9}"
+
+
+def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_variable(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    script = code / "train.py"
+    script.write_text(SCRIPT)
+    assert SCRIPT.splitlines()[BREAK_LINE - 1].startswith("print(")
+    port = free_port()
+    job = debug_job(tmp_path, f"job_name: {unique('debugger-test')}\n"
+                    "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
+                    "instance_groups:\n"
+                    "  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}\n"
+                    "  - {instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 1}\n",
+                    DebugTarget("algo-2", port, wait=True), script, BREAK_LINE)
+    assert job.locals["total"] == "50"
+    assert job.locals["marker"] == "'algo-2:50'"
+    assert job.result.status == "Completed" and job.result.exit_code == 0, job.result.failure_reason
 
     # Before the hosts started: VS Code's configuration, with this port and the local code folder.
-    announced = next(i for i in reporter.infos if i.startswith("debugger: algo-2 (dnn_group)"))
+    announced = next(i for i in job.reporter.infos if i.startswith("debugger: algo-2 (dnn_group)"))
     configuration = json.loads(announced.split("\n", 1)[1])["configurations"][0]
     assert configuration["connect"] == {"host": "127.0.0.1", "port": port}
     assert configuration["pathMappings"] == [{"localRoot": str(code), "remoteRoot": "/opt/ml/code"}]
-    assert f"waiting for a debugger on 127.0.0.1:{port} (algo-2 (dnn_group))" in reporter.infos
+    assert f"waiting for a debugger on 127.0.0.1:{port} (algo-2 (dnn_group))" in job.reporter.infos
     # Both hosts ran the script; only algo-2 had a debugger, and it waited for it.
-    lines = {host: [line for h, _, line in reporter.lines if h == host] for host in ("algo-1", "algo-2")}
-    assert "TOTAL algo-1:50" in lines["algo-1"] and "TOTAL algo-2:50" in lines["algo-2"]
-    assert not any("hetero-emu debugger" in line for line in lines["algo-1"])
-    assert any(line.startswith("hetero-emu debugger: waiting for the debugger") for line in lines["algo-2"])
-    print(f"attached {attached - started:.1f} s after the run began; whole job {time.monotonic() - started:.1f} s")
+    first, second = host_lines(job.reporter, "algo-1"), host_lines(job.reporter, "algo-2")
+    assert "TOTAL algo-1:50" in first and "TOTAL algo-2:50" in second
+    assert not any("hetero-emu debugger" in line for line in first)
+    assert "hetero-emu debugger: waiting for the debugger to attach" in second
+    print(f"attached {job.attached_after:.1f} s after the run began; whole job {job.seconds:.1f} s")
+
+
+MPI_SCRIPT = """\
+from mpi4py import MPI
+
+rank = MPI.COMM_WORLD.Get_rank()
+total = MPI.COMM_WORLD.allreduce(rank + 1)
+print(f"RANK {rank} TOTAL {total}")
+"""
+
+
+def test_under_mpi_the_first_rank_on_mpiruns_host_is_debugged_and_the_others_run_on(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    script = code / "train.py"
+    script.write_text(MPI_SCRIPT)
+    job = debug_job(tmp_path, f"job_name: {unique('debugger-mpi')}\n"
+                    "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
+                    "instance_groups:\n"
+                    "  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}\n"
+                    "  - {instance_group_name: dnn_group, instance_type: ml.p3.2xlarge, instance_count: 2}\n"
+                    "distribution:\n  mpi: {enabled: true, processes_per_host: 2}\n"
+                    "  instance_groups: [dnn_group]\n",
+                    DebugTarget("algo-2", free_port(), wait=True), script, 5)
+    # 4 ranks (2 hosts x 2): the allreduce of rank + 1 is 10 in the debugged rank too.
+    assert job.locals["total"] == "10"
+    assert job.result.status == "Completed", job.result.failure_reason
+    mpirun_host = host_lines(job.reporter, "algo-2")
+    assert sum("hetero-emu debugger: debugpy listens" in line for line in mpirun_host) == 1
+    assert sorted(line.split(":", 1)[1] for line in mpirun_host if "<stdout>:RANK" in line) == [
+        f"RANK {rank} TOTAL 10" for rank in range(4)]
+    assert not any("hetero-emu debugger" in line for host in ("algo-1", "algo-3")
+                   for line in host_lines(job.reporter, host))
+    print(f"MPI: attached {job.attached_after:.1f} s after the run began; whole job {job.seconds:.1f} s")
+
+
+def test_a_debug_port_in_use_exits_3_before_anything_is_created(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SCRIPT)
+    (tmp_path / "job.yaml").write_text("base_job_name: debugger-port\nentry_point: train.py\nsource_dir: code\n"
+                                       "output_path: out\ninstance_type: ml.c5.xlarge\ninstance_count: 2\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "emulator.cli", "run", str(tmp_path / "job.yaml"),
+                               "--debug-host", "algo-2", "--debug-port", str(port)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: --debug-port {port}: port {port} on 127.0.0.1 is in use",
+                                        "hint: choose a free one with --debug-port PORT"]
+    assert not (tmp_path / "out").exists()  # and no_leftovers: no container or network

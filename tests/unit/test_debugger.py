@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 from fake_backend import FakeBackend, exits
 
 from emulator import compose, debugger
@@ -28,7 +29,8 @@ from emulator.runner import run_job
 from emulator.spec import JobSpec
 
 Load = Callable[[dict[str, Any]], JobSpec]
-HOOK_VARIABLES = {debugger.PORT_VARIABLE, debugger.WAIT_VARIABLE, debugger.ENTRY_VARIABLE, "PYTHONPATH"}
+HOOK_VARIABLES = {debugger.PORT_VARIABLE, debugger.WAIT_VARIABLE, debugger.ENTRY_VARIABLE, "PYTHONPATH",
+                  "PYDEVD_DISABLE_FILE_VALIDATION"}
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_only_the_debugged_host_gets_the_hook_its_variables_and_the_port(load: L
     assert debugged.ports == (PortBinding("127.0.0.1", 45678, DEBUGPY_PORT),)
     assert {k: v for k, v in debugged.environment.items() if k in HOOK_VARIABLES} == {
         "PYTHONPATH": HOOK_TARGET, debugger.PORT_VARIABLE: "5678", debugger.WAIT_VARIABLE: "1",
-        debugger.ENTRY_VARIABLE: "train.py"}
+        debugger.ENTRY_VARIABLE: "train.py", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     hook = [m for m in debugged.mounts if m.target == HOOK_TARGET]
     assert [(m.source, m.read_only) for m in hook] == [(str(HOOK_SOURCE), True)]
     assert (HOOK_SOURCE / "sitecustomize.py").is_file()
@@ -274,3 +276,18 @@ def test_debugging_an_mpi_host_mpirun_does_not_run_on_is_warned_about(load: Load
     expected = ("--debug-host algo-2: mpirun runs on algo-1 and starts the ranks of algo-2 over ssh, without the "
                 "debugger; debug algo-1 instead")
     assert (expected in reporter.warnings) is warned
+
+
+def test_cli_render_shows_the_debugged_host_in_the_plan_and_compose(write_spec: Callable[[dict[str, Any]], Path],
+                                                                    valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "rendered"
+    proc = cli("render", write_spec(valid_raw), "-o", out, "--debug-host", "algo-2", "--debug-port", "6001",
+               "--debug-wait")
+    assert proc.returncode == 0, proc.stderr
+    assert ("  debug    algo-2: its entry point under debugpy, port 5678 published on 127.0.0.1:6001, waits for the "
+            "debugger to attach") in proc.stdout.splitlines()
+    services = yaml.safe_load((out / "compose.yaml").read_text())["services"]
+    assert {name: service.get("ports") for name, service in services.items()} == {
+        "algo-1": None, "algo-2": ["127.0.0.1:6001:5678"], "algo-3": None}
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["debug"] == {"host": "algo-2", "port": 6001, "wait": True}
