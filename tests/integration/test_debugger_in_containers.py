@@ -277,6 +277,44 @@ def test_under_mpi_the_first_rank_on_mpiruns_host_is_debugged_and_the_others_run
     print(f"MPI: attached {job.attached_after:.1f} s after the run began; whole job {job.seconds:.1f} s")
 
 
+TORCH_SCRIPT = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+value = torch.tensor([dist.get_rank() + 1])
+dist.all_reduce(value)
+total = int(value.item())
+print(f"RANK {dist.get_rank()} TOTAL {total}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.usefixtures("pytorch_image")
+def test_under_torchrun_the_worker_on_the_debugged_host_is_debugged(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    script = code / "train.py"
+    script.write_text(TORCH_SCRIPT)
+    job = debug_job(tmp_path, f"job_name: {unique('debugger-torch')}\n"
+                    "image_uri: hetero-emu/pytorch-training:py311\n"
+                    "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
+                    "instance_groups:\n"
+                    "  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}\n"
+                    "  - {instance_group_name: dnn_group, instance_type: ml.g5.xlarge, instance_count: 2}\n"
+                    "distribution:\n  torch_distributed: {enabled: true}\n  instance_groups: [dnn_group]\n",
+                    DebugTarget("algo-3", free_port(), wait=True), script, 9)
+    # torchrun's worker on algo-3 (rank 1 of the dnn_group's world of 2), stopped after the all_reduce.
+    assert job.locals["total"] == "3"
+    assert job.result.status == "Completed", job.result.failure_reason
+    assert "RANK 1 TOTAL 3" in host_lines(job.reporter, "algo-3")
+    assert "RANK 0 TOTAL 3" in host_lines(job.reporter, "algo-2")
+    assert "hetero-emu debugger: debugger attached" in host_lines(job.reporter, "algo-3")
+    assert not any("hetero-emu debugger" in line for host in ("algo-1", "algo-2")
+                   for line in host_lines(job.reporter, host))
+    print(f"torchrun: attached {job.attached_after:.1f} s after the run began; whole job {job.seconds:.1f} s")
+
+
 def test_a_debug_port_in_use_exits_3_before_anything_is_created(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text(SCRIPT)
