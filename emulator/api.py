@@ -11,7 +11,8 @@ its job name (found by the engine's labels while its containers exist, else in t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,14 +20,15 @@ from typing import Any
 
 from emulator import compose, contract, debugger, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
-from emulator.backend import Resource, ulimits
+from emulator.backend import ExecIO, Resource, ulimits
+from emulator.backend.liveness import driver_alive
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.container import Ulimit
 from emulator.debugger import DebugTarget
-from emulator.errors import EmulatorError, UsageError
+from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.launchers import required_launchers
-from emulator.plan import LABEL_JOB_DIR, MemoryLimit, Plan, job_name_from, make_plan
+from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
@@ -40,6 +42,10 @@ from emulator.spec import (
     spec_warnings,
     validate,
 )
+from emulator.tail import LogTail
+
+# How often `logs --follow` reads the log files and asks whether the job has ended.
+FOLLOW_INTERVAL = 0.25
 
 
 def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Path | None = None,
@@ -115,10 +121,11 @@ def as_request(spec: JobSpec, *, job_name: str | None = None) -> dict[str, Any]:
 def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> JobResult:
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
     returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
-    host_order ("spec" | "shuffled"), seed, keep, grace, build_image (build the engine's default image
-    when missing; default True; False: a missing default image is ImageMissing, exit code 3), memory,
-    debug (an `emulator.debugger.DebugTarget`: that host's entry point runs under debugpy, published on
-    127.0.0.1; README: Debugging a host).
+    host_order ("spec" | "shuffled"), seed, keep, keep_on_failure (a Failed job's stopped containers
+    and network stay, for `exec_in_host` and `docker cp`, until `clean`), grace, build_image (build the
+    engine's default image when missing; default True; False: a missing default image is ImageMissing,
+    exit code 3), memory, debug (an `emulator.debugger.DebugTarget`: that host's entry point runs under
+    debugpy, published on 127.0.0.1; README: Debugging a host).
     What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
     warnings first."""
     backend = engine(engine_name)
@@ -227,17 +234,33 @@ def job_folder(job: str, *, engine_name: str = DEFAULT_ENGINE, ask_engine: bool 
                      "running jobs")
 
 
+@dataclass(frozen=True)
+class Description:
+    """A job as DescribeTrainingJob describes it: `doc`, and `text`, its job.json as written (None
+    while the job runs: the doc is then its record's name, status and transitions)."""
+
+    folder: Path
+    doc: dict[str, Any]
+    text: str | None
+
+
+def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
+    folder = job_folder(job, engine_name=engine_name)
+    text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    if text:
+        return Description(folder, json.loads(text), text)
+    record = jobs.find(folder.name)
+    kept = ("SecondaryStatus", "SecondaryStatusTransitions", "CreationTime", "FailureReason")
+    doc: dict[str, Any] = {key: record.doc[key] for key in kept if record is not None and key in record.doc}
+    return Description(folder, {"TrainingJobName": folder.name,
+                                "TrainingJobStatus": record.status if record else "InProgress", **doc,
+                                "Emulator": {"JobDir": str(folder)}}, None)
+
+
 def describe(job: str, *, engine_name: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """DescribeTrainingJob's answer for a job (its job.json); a job still running has none yet, and gets
-    its record's name, status and folder."""
-    folder = job_folder(job, engine_name=engine_name)
-    description = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
-    if description:
-        doc: dict[str, Any] = json.loads(description)
-        return doc
-    record = jobs.find(folder.name)
-    return {"TrainingJobName": folder.name, "TrainingJobStatus": record.status if record else "InProgress",
-            "Emulator": {"JobDir": str(folder)}}
+    its record's name, status, transitions and folder."""
+    return description(job, engine_name=engine_name).doc
 
 
 @dataclass(frozen=True)
@@ -250,12 +273,118 @@ class HostLog:
 def logs(job: str, *, host: str | None = None, engine_name: str = DEFAULT_ENGINE) -> list[HostLog]:
     """Each host's log file of a job (running or ended), in host order; `host` picks one."""
     folder = job_folder(job, engine_name=engine_name)
-    log_dir = folder / "logs"
-    if not log_dir.is_dir():
-        raise UsageError(f"no logs folder at {log_dir}")
+    log_dir = _log_dir(folder, host)
     groups = host_groups(folder)
     files = sorted(log_dir.glob("algo-*.log"), key=lambda p: contract.host_sort_key(p.stem))
     return [HostLog(p.stem, groups.get(p.stem, "?"), p) for p in files if host in (None, p.stem)]
+
+
+def _log_dir(folder: Path, host: str | None) -> Path:
+    """The job's logs/ folder, after checking that `host` (if given) is one of its hosts."""
+    log_dir = folder / "logs"
+    if not log_dir.is_dir():
+        raise UsageError(f"no logs folder at {log_dir}", hint="give a job's output folder (<output_path>/<job_name>)")
+    known = sorted({p.name for p in folder.glob("hosts/algo-*")} | {p.stem for p in log_dir.glob("algo-*.log")},
+                   key=contract.host_sort_key)
+    if host is not None and host not in known:
+        raise UsageError(f"job {folder.name} has no host {host!r}; its hosts: {', '.join(known) or 'none'}",
+                         hint="--host takes a host name such as algo-1")
+    return log_dir
+
+
+class LogFollower:
+    """`logs --follow`: a job's host log lines as the driver writes them, from the start of each file,
+    until the job ends. The job has ended when its job.json or its record says so, or when its driver
+    is gone (killed or crashed: nothing will write the files any more), so a dead run never makes
+    the follower wait forever. `ended` says how it ended once `lines()` is exhausted."""
+
+    def __init__(self, job: str, *, host: str | None = None, engine_name: str = DEFAULT_ENGINE,
+                 interval: float = FOLLOW_INTERVAL, sleep: Callable[[float], None] | None = None) -> None:
+        self.folder = job_folder(job, engine_name=engine_name)
+        self.host = host
+        self.engine_name = engine_name
+        self.interval = interval
+        self.sleep = sleep
+        self.tail = LogTail(_log_dir(self.folder, host), self._group_of)
+        self._groups = host_groups(self.folder)
+        self.ended: str | None = None  # Completed | Failed | Stopped | "gone"
+
+    def hosts(self) -> list[tuple[str, str]]:
+        """(host, group) of each host followed, in host order (for the prefixes)."""
+        self._groups = host_groups(self.folder)
+        names = set(self._groups) | set(self.tail.hosts())
+        return [(h, self._group_of(h)) for h in sorted(names, key=contract.host_sort_key) if self.host in (None, h)]
+
+    def _group_of(self, host: str) -> str:
+        if host not in self._groups:
+            self._groups = host_groups(self.folder)  # staged after the follow began
+        return self._groups.get(host, "?")
+
+    def lines(self) -> Iterator[tuple[str, str, str]]:
+        """(host, group, line) of every line written so far, then of every line as it is written."""
+        while True:
+            # Asked before the read: everything written before the end is read by the final poll.
+            self.ended = job_end(self.folder, self.engine_name)
+            batch = self.tail.poll(final=self.ended is not None)
+            yield from (entry for entry in batch if self.host in (None, entry[0]))
+            if self.ended is not None:
+                return
+            (self.sleep or time.sleep)(self.interval)
+
+
+def job_end(folder: Path, engine_name: str = DEFAULT_ENGINE) -> str | None:
+    """How the job in `folder` ended (its final TrainingJobStatus, or "gone" when its driver died
+    before saying), None while it runs."""
+    text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    try:
+        status = json.loads(text).get("TrainingJobStatus") if text else None
+    except (ValueError, AttributeError):
+        status = None  # being written right now: the next look finds it whole
+    if isinstance(status, str) and status != "InProgress":
+        return status
+    record = jobs.find(folder.name)
+    if record is not None and record.job_dir.resolve() == folder.resolve():
+        if record.status != "InProgress":
+            return record.status
+        alive = driver_alive(record.doc.get("Driver")) if record.doc.get("Driver") else None
+        if alive is not None:
+            return None if alive else "gone"
+    # No word from the driver itself (a record from another machine, or none): the job runs while
+    # its containers exist.
+    try:
+        running = any(r.kind == "container" for r in engine(engine_name).find(folder.name))
+    except DockerUnavailable:
+        running = False
+    return None if running else "gone"
+
+
+def exec_in_host(job: str, host: str, command: Sequence[str], io: ExecIO, *,
+                 engine_name: str = DEFAULT_ENGINE) -> int:
+    """Run `command` in a host of a job (`hetero-emu exec`); returns its exit code. A running host
+    runs it itself; a stopped one (kept by --keep or --keep-on-failure) runs it in a copy (see
+    `Backend.exec_in`). A job whose containers are gone raises NotRunning (exit code 3)."""
+    if not command:
+        raise UsageError("no command to run", hint=f"hetero-emu exec {job} {host} -- bash")
+    name = Path(job).name if (Path(job) / "logs").is_dir() else job
+    backend = engine(engine_name)
+    hosts = {r.labels.get(LABEL_HOST, ""): r for r in backend.find(name)
+             if r.kind == "container" and r.name == container_name(name, r.labels.get(LABEL_HOST, ""))}
+    if not hosts:
+        folder = job_folder(job, engine_name=engine_name, ask_engine=False)  # unknown: UsageError (exit 2)
+        status = job_end(folder, engine_name)
+        if status is None:
+            raise NotRunning(f"job {name} has no containers right now (it is starting or tearing down)",
+                             hint="`hetero-emu ps` lists a job's containers while they exist")
+        ended = "its driver is gone" if status == "gone" else f"it is {status}"
+        raise NotRunning(f"job {name} is not running ({ended}): its containers were removed, there is no "
+                         f"{host} to run a command in",
+                         hint=f"its hosts' files are under {folder / 'hosts'}; `hetero-emu run --keep-on-failure` "
+                         "(or --keep) keeps a job's containers for exec")
+    if host not in hosts:
+        raise UsageError(f"job {name} has no host {host!r}; its hosts: "
+                         f"{', '.join(sorted(hosts, key=contract.host_sort_key))}",
+                         hint=f"hetero-emu exec {name} algo-1 -- CMD")
+    return backend.exec_in(hosts[host], command, io)
 
 
 def host_groups(folder: Path) -> dict[str, str]:

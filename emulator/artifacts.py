@@ -79,6 +79,8 @@ class JobResult:
     # DescribeTrainingJob's CreationTime (the job was asked for) and SecondaryStatusTransitions.
     created: datetime | None = None
     transitions: tuple[dict[str, Any], ...] = ()
+    # The containers and network were left in place, stopped (--keep, or --keep-on-failure on a failure).
+    kept: bool = False
 
     @property
     def exit_code(self) -> int:

@@ -6,10 +6,14 @@ Every EmulatorError is mapped to its exit code here and only here (README: Comma
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import signal
 import sys
 import traceback
+from collections.abc import Iterator
+from datetime import datetime
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
@@ -19,7 +23,7 @@ import typer
 
 from emulator import api, secrets
 from emulator.artifacts import JobResult
-from emulator.backend import Resource
+from emulator.backend import ExecIO, Resource
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
@@ -190,11 +194,11 @@ def _debug_target(host: str | None, port: int | None, wait: bool) -> DebugTarget
 
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
          quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE, verbose: bool = False,
-         build: bool = True, debug: DebugTarget | None = None) -> JobResult:
+         build: bool = True, debug: DebugTarget | None = None, keep_on_failure: bool = False) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet, verbose=verbose)
     result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
-                     keep=keep, grace=grace, memory=memory, build_image=build,
+                     keep=keep, keep_on_failure=keep_on_failure, grace=grace, memory=memory, build_image=build,
                      debug=debug)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
@@ -234,6 +238,12 @@ def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
     if result.output_artifact:
         err.write(f"output: {result.output_artifact}\n")
     err.write(f"logs:   {result.job_dir / 'logs'}\n")
+    if result.kept:
+        first = result.hosts[0].host if result.hosts else "algo-1"
+        err.write(f"kept:   the stopped containers and network of {result.job_name}:\n"
+                  f"        hetero-emu exec {result.job_name} {first} -- bash   (a shell in a copy of that host)\n"
+                  f"        docker cp {result.job_name}-{first}:/opt/ml/model ./   (copy its files)\n"
+                  f"        hetero-emu clean --job {result.job_name}   (remove them)\n")
 
 
 @app.command()
@@ -245,6 +255,9 @@ def run(
     output_path: OutputOpt = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep containers and network afterwards, for debugging.")]
     = False,
+    keep_on_failure: Annotated[bool, typer.Option(
+        "--keep-on-failure", help="If the job fails, keep its stopped containers and network for `hetero-emu exec` "
+        "and `docker cp`, until `hetero-emu clean --job NAME`.")] = False,
     grace: Annotated[float, typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopping "
                                           "hosts.")] = DEFAULT_GRACE,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or host logs, only the summary.")]
@@ -270,7 +283,7 @@ def run(
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
                   memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build,
-                  debug=debug)
+                  debug=debug, keep_on_failure=keep_on_failure)
     raise typer.Exit(result.exit_code)
 
 
@@ -406,9 +419,18 @@ def _driver_state(resource: Resource) -> str:
 def logs(
     job: Annotated[str, typer.Argument(help="A job name (running, kept or ended) or a job's output folder.")],
     host: Annotated[str | None, typer.Option("--host", help="Only this host, e.g. algo-2.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing lines as the hosts write them, "
+                                         "until the job ends.")] = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
-    """Print a job's host logs with `algo-N (group) |` prefixes (its logs/ files, written as the hosts run)."""
+    """Print a job's host logs with `algo-N (group) |` prefixes (its logs/ files, written as the hosts run).
+
+    With --follow: what is there, then every line as it is written, until the job ends (also when its
+    driver died). Ctrl-C ends it (exit 130).
+    """
+    if follow:
+        _follow(job, host, engine_name)
+        return
     found = api.logs(job, host=host, engine_name=engine_name)
     reporter = ConsoleReporter([(h.host, h.group) for h in found])
     for h in found:
@@ -416,27 +438,163 @@ def logs(
             reporter.log_line(h.host, h.group, line)
 
 
+def _follow(job: str, host: str | None, engine_name: str) -> None:
+    follower = api.LogFollower(job, host=host, engine_name=engine_name)
+    hosts = follower.hosts()
+    reporter = ConsoleReporter(hosts)
+    try:
+        for name, group, line in follower.lines():
+            if name not in {h for h, _ in hosts}:  # a log file that appeared after the start
+                hosts = follower.hosts()
+                reporter.set_hosts(hosts)
+            reporter.log_line(name, group, line)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a follow ends by hand, as with `docker logs -f`: quietly, exit 130.
+        _State.reported = True
+        raise typer.Exit(130) from None
+    if follower.ended == "gone":
+        typer.echo(f"the driver of {follower.folder.name} is gone: the job ended without saying how "
+                   f"(`hetero-emu clean --job {follower.folder.name}` removes what it left)", err=True)
+
+
+@app.command("exec")
+def exec_cmd(
+    job: Annotated[str, typer.Argument(help="A job name (running, or kept by --keep/--keep-on-failure).")],
+    host: Annotated[str, typer.Argument(help="The host, e.g. algo-2.")],
+    command: Annotated[list[str], typer.Argument(help="The command and its arguments, after `--`.",
+                                                 show_default=False, metavar="-- CMD...")],
+    engine_name: EngineOpt = DEFAULT_ENGINE,
+) -> None:
+    """Run a command in a host of a job: `hetero-emu exec JOB algo-2 -- bash` gives a shell in it.
+
+    A running host runs it (docker exec; with a TTY when stdin is a terminal); a stopped one (kept
+    by --keep or --keep-on-failure) runs it in a throwaway copy of its container, removed afterwards.
+    The exit code is the command's; 2 for an unknown job or host; 3 when the job's containers are gone.
+    """
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    size = shutil.get_terminal_size() if tty else None
+
+    def notice(message: str) -> None:
+        # A raw terminal does not turn \n into a new line at column 0.
+        sys.stderr.write(f"note: {message}" + ("\r\n" if tty else "\n"))
+        sys.stderr.flush()
+
+    io = ExecIO(stdout=sys.stdout.buffer, stderr=sys.stderr.buffer, stdin=sys.stdin.buffer if tty else None,
+                tty=tty, size=(size.lines, size.columns) if size else None, notice=notice)
+    sys.stdout.flush()
+    with _raw_terminal(tty):
+        code = api.exec_in_host(job, host, command, io, engine_name=engine_name)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _raw_terminal(enabled: bool) -> Iterator[None]:
+    """The terminal in raw mode while a command with a TTY runs (as `docker exec -it` does): every key,
+    Ctrl-C included, goes to the command; restored however the command ends."""
+    if not enabled:
+        yield
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
 @app.command()
 def describe(
     job: Annotated[str, typer.Argument(help="A job name or a job's output folder.")],
-    as_json: JsonOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print job.json exactly as written.")] = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
-    """Describe a job as DescribeTrainingJob does (its job.json): status, failure reason, hosts, artifacts."""
-    doc = api.describe(job, engine_name=engine_name)
+    """Describe a job as DescribeTrainingJob does (its job.json): status and its transitions, failure
+    reason, times, hosts, channels, hyperparameters, artifacts and logs."""
+    found = api.description(job, engine_name=engine_name)
     if as_json:
-        _emit_json(doc)
+        if found.text is not None:
+            sys.stdout.write(found.text)  # the file as it is, byte for byte
+        else:
+            _emit_json(found.doc)  # running: no job.json yet
         return
-    typer.echo(f"{doc.get('TrainingJobName')}: {doc.get('TrainingJobStatus')}"
-               + (f" ({doc['SecondaryStatus']})" if doc.get("SecondaryStatus") not in (None, doc.get(
-                   "TrainingJobStatus")) else ""))
+    for line in describe_lines(found.doc, found.folder):
+        typer.echo(line)
+
+
+def describe_lines(doc: dict[str, Any], folder: Path) -> list[str]:
+    """job.json as a few readable sections (`hetero-emu describe`)."""
+    status, secondary = doc.get("TrainingJobStatus"), doc.get("SecondaryStatus")
+    out = [f"{doc.get('TrainingJobName')}: {status}" + (f" ({secondary})" if secondary not in (None, status) else "")]
     if doc.get("FailureReason"):
-        typer.echo(f"FailureReason: {doc['FailureReason']}")
-    for h in doc.get("Hosts", []):
-        code = "-" if h.get("ExitCode") is None else h["ExitCode"]
-        typer.echo(f"  {h.get('Host')}  {h.get('InstanceGroupName')}  {h.get('InstanceType')}  exit {code}")
-    if doc.get("ModelArtifacts"):
-        typer.echo(f"model: {doc['ModelArtifacts'].get('S3ModelArtifacts')}")
+        out.append(f"FailureReason: {doc['FailureReason']}")
+    created, started, ended = (_when(doc.get(k)) for k in ("CreationTime", "TrainingStartTime", "TrainingEndTime"))
+    if created:
+        out.append(f"created:  {created:%Y-%m-%d %H:%M:%S %Z}")
+    if started:
+        out.append(f"started:  {started:%Y-%m-%d %H:%M:%S %Z}" + (f" (+{_span(created, started)})" if created else ""))
+    if ended:
+        out.append(f"ended:    {ended:%Y-%m-%d %H:%M:%S %Z}" + (f" (training {_span(started, ended)})" if started
+                                                                   else ""))
+    if doc.get("BillableTimeInSeconds") is not None:
+        out.append(f"billable: {doc['BillableTimeInSeconds']} s")
+    steps = [t for t in doc.get("SecondaryStatusTransitions") or [] if isinstance(t, dict)]
+    if steps:
+        out.append("\nstatus transitions:")
+        for t in steps:
+            start, end = _when(t.get("StartTime")), _when(t.get("EndTime"))
+            took = f"{_span(start, end):>8}" if start and end else f"{'...':>8}"
+            out.append(f"  {str(t.get('Status')):<20} {took}  {t.get('StatusMessage', '')}")
+    hosts = [h for h in doc.get("Hosts") or [] if isinstance(h, dict)]
+    if hosts:
+        rows = [("HOST", "GROUP", "INSTANCE TYPE", "EXIT", "SECONDS")]
+        rows += [(str(h.get("Host")), str(h.get("InstanceGroupName")), str(h.get("InstanceType")),
+                  "-" if h.get("ExitCode") is None else str(h["ExitCode"]),
+                  "-" if h.get("Seconds") is None else f"{h['Seconds']:.1f}") for h in hosts]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        out.append("")
+        out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    channels = [c for c in doc.get("InputDataConfig") or [] if isinstance(c, dict)]
+    if channels:
+        out.append("\nchannels:")
+        for c in channels:
+            source = ((c.get("DataSource") or {}).get("S3DataSource") or {})
+            where = source.get("S3Uri", "?")
+            extra = ", ".join(str(x) for x in (source.get("S3DataDistributionType"), c.get("InputMode")) if x)
+            groups = source.get("InstanceGroupNames")
+            out.append(f"  {c.get('ChannelName')}: {where}" + (f" ({extra})" if extra else "")
+                       + (f" -> {', '.join(groups)}" if groups else ""))
+    params = doc.get("HyperParameters") or {}
+    if isinstance(params, dict) and params:
+        out.append("\nhyperparameters: " + ", ".join(f"{k}={v}" for k, v in sorted(params.items())))
+    out.append("")
+    model = (doc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+    if model:
+        out.append(f"model:  {model}")
+    output = folder / "output" / "output.tar.gz"
+    if output.exists():
+        out.append(f"output: {output}")
+    out.append(f"logs:   {folder / 'logs'}")
+    written = (folder / "job.json").is_file()
+    out.append(f"job:    {folder / 'job.json'}" if written else "job:    (running: no job.json yet)")
+    return out
+
+
+def _when(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def _span(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return "?"
+    seconds = (end - start).total_seconds()
+    return f"{seconds:.1f} s" if seconds < 120 else f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
 @app.command()

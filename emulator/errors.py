@@ -79,3 +79,7 @@ class Interrupted(EmulatorError):
     """The user stopped the job (Ctrl-C or SIGTERM)."""
 
     exit_code = 130
+
+
+class NotRunning(EnvironmentProblem):
+    """The job has no container to run a command in: it ended and its containers were removed."""

@@ -36,7 +36,7 @@ class Job:
 
     def run(self, **run_options: Any) -> Any:
         """Validate, plan and run through `emulator.api.run` (options: engine_name, reporter, host_order,
-        seed, keep, grace, build_image, memory); returns the `JobResult`."""
+        seed, keep, keep_on_failure, grace, build_image, memory); returns the `JobResult`."""
         return api.run(self.spec(), **run_options)
 
 

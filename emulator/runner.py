@@ -7,7 +7,8 @@ map; When things go wrong).
 - max_run exceeded: every host is stopped; Failed with MaxRuntimeExceeded.
 - Ctrl-C / SIGTERM: every host is stopped; Stopped.
 - Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
-  (unless keep=True).
+  (unless keep=True, or keep_on_failure=True and the job Failed: then they stay, stopped, for
+  `hetero-emu exec` and `docker cp`, until `hetero-emu clean`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from emulator import artifacts, debugger, hostfiles, jobs, pipes, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
 from emulator.backend import Backend, ContainerState
+from emulator.backend.liveness import current_driver
 from emulator.console import ConsoleReporter, Reporter
 from emulator.debugger import DebugTarget
 from emulator.defaults import DEFAULT_IMAGE
@@ -67,6 +69,8 @@ class RunOptions:
     grace: float = DEFAULT_GRACE
     build_image: bool = True
     created: datetime | None = None  # CreationTime, when the job was asked for before the run began
+    # A Failed job's containers and network stay (stopped), for `hetero-emu exec` and `docker cp`.
+    keep_on_failure: bool = False
 
 
 def choose_seed(host_order: str, seed: int | None) -> int | None:
@@ -108,11 +112,14 @@ def run_job(
     image_builder: Callable[[Reporter], None] | None = None,
     created: datetime | None = None,
     debug: DebugTarget | None = None,
+    keep_on_failure: bool = False,
 ) -> JobResult:
     """Plan and run one job; returns its JobResult (the caller maps status to an exit code). `created`
     is the job's CreationTime when it was asked for before this run began (the SDK session's
     CreateTrainingJob); by default the run's start. `debug`: the host whose script runs under debugpy
-    (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked."""
+    (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked.
+    `keep_on_failure`: a job that ends Failed keeps its (stopped) containers and network, as `keep`
+    keeps every job's."""
     if backend is None:
         from emulator.backend.registry import engine
 
@@ -128,7 +135,7 @@ def run_job(
         plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory, debug=debug)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
-            options = RunOptions(keep, grace, build_image, created)
+            options = RunOptions(keep, grace, build_image, created, keep_on_failure)
             return Run(plan, backend, reporter, options, now, image_builder).execute()
         except JobFolderTaken:
             # Two runs of one spec started in the same millisecond drew the same generated name
@@ -173,6 +180,8 @@ class Run:
         self.created: list[str] = []
         self.created_network = False
         self.started = False
+        # The run leaves its containers and network in place: --keep, or --keep-on-failure on a failure.
+        self.kept = options.keep
         self.began: datetime | None = None  # staging began: the start of the total time
         self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
         self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
@@ -238,7 +247,9 @@ class Run:
         jobs.record(self.plan.job_name, Path(self.plan.job_dir), status,
                     SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
                     SecondaryStatusTransitions=self.transitions,
-                    CreationTime=(self.creation or self.began or self.now()).isoformat())
+                    CreationTime=(self.creation or self.began or self.now()).isoformat(),
+                    # Who runs it: `logs --follow` ends when this process is gone, even if it never said.
+                    Driver=current_driver())
 
     def run_and_tear_down(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -321,18 +332,20 @@ class Run:
             # The last transition is stored with the final status only after job.json is written (in
             # execute): a reader that sees the final status always finds the whole description.
             self.transition(secondary, FINAL_MESSAGES.get(secondary, secondary), at=packed, record=False)
+            # Kept on failure only when the hosts ran and failed: not when the engine was lost (its
+            # watcher removes what it can), nor for a Stopped job (the user ended it on purpose).
+            self.kept = self.kept or (self.options.keep_on_failure and status == "Failed" and lost is None)
             result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
                                end, secondary, plan.seed, self.began, packed, packing, self.creation,
-                               tuple(self.transitions))
+                               tuple(self.transitions), kept=self.kept)
             artifacts.write_description(plan, result)
             if lost is not None:
                 raise lost
             return result
         finally:
-            if self.options.keep:
+            if self.kept:
                 # The shares stay too: a kept container restarted by hand still finds its mounts.
-                reporter.info(f"kept containers and network {plan.network} (--keep); "
-                              f"remove them with `hetero-emu clean --job {plan.job_name}`")
+                self.keep_resources()
             else:
                 staging.unstage(plan)
                 removing = (reporter.task(f"removing {len(self.created)} containers and network {plan.network}")
@@ -361,6 +374,19 @@ class Run:
         self.reporter.info(f"debugger: {target.host} ({group}) runs {self.plan.spec.entry_point} under debugpy, "
                            f"published on {debugger.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
                            + debugger.launch_json(self.plan.spec, target, group))
+
+    def keep_resources(self) -> None:
+        """Leave the containers and network in place, stopped (--keep, or --keep-on-failure on a
+        failure): the watcher is told to forget them, so neither the run nor it removes them."""
+        plan = self.plan
+        why = "--keep" if self.options.keep else "--keep-on-failure"
+        try:
+            self.backend.keep(plan)
+        except EmulatorError as err:
+            self.reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
+        self.reporter.info(f"kept the stopped containers and network {plan.network} ({why}): "
+                           f"`hetero-emu exec {plan.job_name} algo-N -- CMD` runs a command in a host, "
+                           f"`docker cp` copies its files; `hetero-emu clean --job {plan.job_name}` removes them")
 
     def stop_on_interrupt(self) -> DockerUnavailable | None:
         """Ctrl-C or SIGTERM: stop every running host with the grace period, one line saying so; a

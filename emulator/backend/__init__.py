@@ -6,10 +6,10 @@ fake (tests/unit/fake_backend.py) instead of stacks of mock.patch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from emulator.plan import HostPlan, Plan
 
@@ -91,6 +91,10 @@ class Backend(Protocol):
         """While open, what this run creates is removed even if the driver dies (a watcher process);
         on leaving with something not removed, the watcher keeps trying."""
 
+    def keep(self, plan: Plan) -> None:
+        """The run leaves what it created in place (--keep, --keep-on-failure): the watcher of `guard`
+        forgets it, so that neither the run nor the watcher removes it; `remove_resources` does later."""
+
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         """Give every host's /opt/ml tree (written by root in the containers) to uid:gid."""
 
@@ -104,3 +108,23 @@ class Backend(Protocol):
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None: ...
 
     def remove_resources(self, resources: Iterable[Resource]) -> None: ...
+
+    def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
+        """Run `command` in a job's container and return its exit code, its output streamed to `io`.
+        A running container runs it itself (`docker exec`); a stopped one (kept by --keep or
+        --keep-on-failure, or a host that exited while the others run) cannot, so the command runs in
+        a throwaway container made from a commit of it, with its mounts and no network, labelled as
+        the job's and removed afterwards, also on Ctrl-C (`io.notice` says so)."""
+
+
+@dataclass(frozen=True)
+class ExecIO:
+    """Where `exec_in` reads and writes: with `tty`, a terminal (stdin forwarded, one raw stream
+    out); otherwise no stdin (as `docker exec` without -i) and stdout, stderr kept apart."""
+
+    stdout: BinaryIO
+    stderr: BinaryIO
+    stdin: BinaryIO | None = None
+    tty: bool = False
+    size: tuple[int, int] | None = None  # the terminal's (rows, columns)
+    notice: Callable[[str], None] = lambda message: None

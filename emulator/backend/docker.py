@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,14 +22,14 @@ import docker
 import docker.errors
 import requests
 
-from emulator.backend import ContainerState, LineSink, Resource, ulimits
+from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.liveness import current_driver, driver_alive
 from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
 from emulator.launchers import required_launchers
-from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
+from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.
@@ -253,6 +254,11 @@ class DockerBackend:
         reaper = self._reapers.get(plan.job_name)
         if reaper is not None:
             reaper.track(kind, ident)
+
+    def keep(self, plan: Plan) -> None:
+        """Leave the job's containers and network in place: the watcher forgets them (see guard)."""
+        self._untrack(plan, list(self._outstanding.get(plan.job_name, {})))
+        self._addresses.pop(plan.job_name, None)
 
     def _untrack(self, plan: Plan, idents: Iterable[str]) -> None:
         outstanding = self._outstanding.get(plan.job_name, {})
@@ -655,6 +661,128 @@ class DockerBackend:
         if problems:
             raise EmulatorError("could not remove everything: " + "; ".join(problems),
                                 hint="run `hetero-emu clean` once the engine is healthy")
+
+
+    @_engine_call
+    def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
+        try:
+            state = self.api.inspect_container(container.name)["State"]
+        except docker.errors.NotFound:
+            raise EnvironmentProblem(f"the container {container.name} is gone (removed just now?)",
+                                     hint="`hetero-emu ps` lists the containers of jobs") from None
+        if state.get("Running") and not state.get("Paused"):
+            return self._exec_running(container.name, command, io)
+        # `docker exec` cannot enter a stopped container ("is not running"); the nearest thing a
+        # Docker user does by hand is `docker commit` + `docker run --volumes-from`: the same files,
+        # the same mounts, in a container of its own.
+        return self._exec_in_copy(container, command, io)
+
+    def _exec_running(self, name: str, command: Sequence[str], io: ExecIO) -> int:
+        api = self.api
+        try:
+            ident = api.exec_create(name, list(command), stdin=io.tty, tty=io.tty)["Id"]
+            attached = api.exec_start(ident, tty=io.tty, socket=True)
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(f"cannot run {command[0]!r} in {name}: {_first_line(err)}") from None
+        raw: socket.socket = getattr(attached, "_sock", attached)
+        raw.settimeout(None)  # a command may be quiet for longer than the client's timeout
+        if io.tty and io.size:
+            with contextlib.suppress(docker.errors.APIError):
+                api.exec_resize(ident, height=io.size[0], width=io.size[1])
+        try:
+            _pump_exec(raw, io)
+        finally:
+            _close_quietly(raw)
+            with contextlib.suppress(Exception):
+                attached.close()
+        # The stream ends a moment before the engine records the exit code.
+        deadline = time.monotonic() + 10
+        while True:
+            found = api.exec_inspect(ident)
+            if not found.get("Running") or time.monotonic() > deadline:
+                return int(found.get("ExitCode") or 0)
+            time.sleep(0.05)
+
+    def _exec_in_copy(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
+        api = self.api
+        host = container.labels.get(LABEL_HOST) or container.name
+        io.notice(f"{host} is not running: running the command in a copy of its container instead (a `docker "
+                  "commit` of it, with its mounts, without network), removed afterwards")
+        # Labelled as the job's (so `clean --job` finds it should this process die), with this
+        # process as its driver (so a `clean` of gone drivers' leftovers leaves it alone meanwhile).
+        labels = {**container.labels, LABEL_DRIVER: self._driver}
+        image = ident = None
+        try:
+            with _interrupts_deferred():
+                try:
+                    image = str(api.commit(container.name, message=f"hetero-emu exec in {host}")["Id"])
+                    ident = str(api.create_container(
+                        image, entrypoint=[command[0]], command=list(command[1:]), hostname=host, labels=labels,
+                        name=f"{container.name}-exec-{uuid.uuid4().hex[:8]}", tty=io.tty, stdin_open=io.tty,
+                        host_config=api.create_host_config(
+                            volumes_from=[container.name], network_mode="none", init=True,
+                            log_config=docker.types.LogConfig(type=docker.types.LogConfig.types.NONE)),
+                    )["Id"])
+                except docker.errors.APIError as err:
+                    raise EnvironmentProblem(f"cannot make a copy of {container.name} to run {command[0]!r} in: "
+                                             f"{_first_line(err)}") from None
+            attached = api.attach_socket(ident, params={"stdin": int(io.tty), "stdout": 1, "stderr": 1,
+                                                        "stream": 1})
+            raw: socket.socket = getattr(attached, "_sock", attached)
+            raw.settimeout(None)
+            try:
+                try:
+                    api.start(ident)
+                except docker.errors.APIError as err:
+                    # e.g. the command is not in the image: exit code 127, as `docker run` says
+                    io.stderr.write(f"{_first_line(err)}\n".encode())
+                    io.stderr.flush()
+                    return 127 if "executable file not found" in str(err) or "no such file" in str(err) else 126
+                if io.tty and io.size:
+                    with contextlib.suppress(docker.errors.APIError):
+                        api.resize(ident, height=io.size[0], width=io.size[1])
+                _pump_exec(raw, io)
+            finally:
+                _close_quietly(raw)
+                with contextlib.suppress(Exception):
+                    attached.close()
+            return int(api.wait(ident, timeout=30).get("StatusCode", 0))
+        finally:
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+                if ident is not None:
+                    api.remove_container(ident, force=True, v=True)
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
+                if image is not None:
+                    api.remove_image(image)
+
+
+def _pump_exec(sock: socket.socket, io: ExecIO) -> None:
+    """Copy a command's output to `io` until it ends; with a TTY, `io.stdin` goes to it meanwhile (one
+    raw stream each way); without, the stream carries stdout and stderr in frames (_demultiplex)."""
+    if not io.tty:
+        def deliver(chunk: bytes, stream: int) -> None:
+            out = io.stderr if stream == 2 else io.stdout
+            out.write(chunk)
+            out.flush()
+
+        with contextlib.suppress(OSError):
+            _demultiplex(sock, deliver)
+        return
+    if io.stdin is not None:
+        stdin = io.stdin
+
+        def forward() -> None:
+            read = getattr(stdin, "read1", stdin.read)
+            with contextlib.suppress(OSError, ValueError):
+                while data := read(4096):
+                    sock.sendall(data)
+
+        # A daemon: blocked in a read of the terminal when the command ends, it dies with the process.
+        threading.Thread(target=forward, name="exec-stdin", daemon=True).start()
+    with contextlib.suppress(OSError):
+        while data := sock.recv(READ_SIZE):
+            io.stdout.write(data)
+            io.stdout.flush()
 
 
 class _SinkFailed(Exception):

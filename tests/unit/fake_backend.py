@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.backend import ContainerState, LineSink, Resource
+from emulator.backend import ContainerState, ExecIO, LineSink, Resource
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem
 from emulator.logs import STDERR, STDOUT
@@ -129,6 +129,11 @@ class FakeBackend:
         self.guards_left: list[list[str]] = []
         self.guards_open = 0
         self.ownership_calls: list[tuple[str, int, int]] = []
+        self.kept: list[str] = []  # keep() calls, by job
+        # exec_in: what each call ran (container, command, whether it ran in a copy), and what a
+        # command answers: its exit code and output, by the command's first word (default: 0, none).
+        self.exec_calls: list[tuple[str, tuple[str, ...], bool]] = []
+        self.exec_answers: dict[str, tuple[int, bytes]] = {}
 
         self._lock = threading.RLock()
         self.containers: dict[str, FakeContainer] = {}  # what the fake engine holds now
@@ -374,6 +379,25 @@ class FakeBackend:
                 held = [n for n, c in self.containers.items() if c.job == plan.job_name]
                 held += [n for n, j in self.networks.items() if j == plan.job_name]
             self.guards_left.append(sorted(held))
+
+    def keep(self, plan: Plan) -> None:
+        self._record("keep", plan.job_name)
+        self.kept.append(plan.job_name)
+
+    def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
+        self._record("exec_in", container.name, tuple(command))
+        with self._lock:
+            c = self.containers.get(container.name)
+            if c is None:
+                raise EnvironmentProblem(f"the container {container.name} is gone")
+            self._settle(c, time.monotonic())
+            copy = not c.running or c.started_at is None
+        if copy:
+            io.notice(f"{container.name} is not running: running the command in a copy of its container")
+        self.exec_calls.append((container.name, tuple(command), copy))
+        code, output = self.exec_answers.get(command[0], (0, b""))
+        io.stdout.write(output)
+        return code
 
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         self._record("fix_ownership", plan.job_name)
