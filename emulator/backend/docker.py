@@ -37,6 +37,8 @@ START_WORKERS = 16
 # Read size of a host's output stream: large reads keep the cost per byte low (a chatty host writes
 # tens of MB/s); the engine delivers what is there, so a quiet host's line still arrives at once.
 READ_SIZE = 1 << 20
+# `hetero-emu exec` in a stopped host commits its container first (see exec_in).
+COMMIT_TIMEOUT = 300
 
 
 def connect(timeout: float = 10) -> docker.DockerClient:
@@ -715,7 +717,10 @@ class DockerBackend:
         try:
             with _interrupts_deferred():
                 try:
-                    image = str(api.commit(container.name, message=f"hetero-emu exec in {host}")["Id"])
+                    # A commit diffs the container's whole writable layer: seconds on fuse-overlayfs
+                    # under load, well past the client's usual timeout.
+                    with _patient(api, COMMIT_TIMEOUT):
+                        image = str(api.commit(container.name, message=f"hetero-emu exec in {host}")["Id"])
                     ident = str(api.create_container(
                         image, entrypoint=[command[0]], command=list(command[1:]), hostname=host, labels=labels,
                         name=f"{container.name}-exec-{uuid.uuid4().hex[:8]}", tty=io.tty, stdin_open=io.tty,
@@ -753,7 +758,19 @@ class DockerBackend:
                     api.remove_container(ident, force=True, v=True)
             with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
                 if image is not None:
-                    api.remove_image(image)
+                    with _patient(api, COMMIT_TIMEOUT):
+                        api.remove_image(image)
+
+
+@contextlib.contextmanager
+def _patient(api: docker.APIClient, timeout: float) -> Iterator[None]:
+    """The client's timeout raised for one slow call (docker-py reads it per request)."""
+    saved = api.timeout
+    api.timeout = max(saved, timeout) if isinstance(saved, (int, float)) else timeout
+    try:
+        yield
+    finally:
+        api.timeout = saved
 
 
 def _pump_exec(sock: socket.socket, io: ExecIO) -> None:
