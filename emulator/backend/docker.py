@@ -6,6 +6,8 @@ import concurrent.futures
 import contextlib
 import functools
 import math
+import os
+import select
 import signal
 import socket
 import threading
@@ -785,21 +787,33 @@ def _pump_exec(sock: socket.socket, io: ExecIO) -> None:
         with contextlib.suppress(OSError):
             _demultiplex(sock, deliver)
         return
+    done = threading.Event()
+    forwarder = None
     if io.stdin is not None:
-        stdin = io.stdin
+        fd = io.stdin.fileno()
 
         def forward() -> None:
-            read = getattr(stdin, "read1", stdin.read)
+            # The file descriptor, unbuffered, polled: a thread blocked in a read of the terminal
+            # would keep the stdin object's lock at exit (a fatal error at interpreter shutdown).
             with contextlib.suppress(OSError, ValueError):
-                while data := read(4096):
-                    sock.sendall(data)
+                while not done.is_set():
+                    if select.select([fd], [], [], 0.1)[0]:
+                        data = os.read(fd, 4096)
+                        if not data:
+                            return
+                        sock.sendall(data)
 
-        # A daemon: blocked in a read of the terminal when the command ends, it dies with the process.
-        threading.Thread(target=forward, name="exec-stdin", daemon=True).start()
-    with contextlib.suppress(OSError):
-        while data := sock.recv(READ_SIZE):
-            io.stdout.write(data)
-            io.stdout.flush()
+        forwarder = threading.Thread(target=forward, name="exec-stdin", daemon=True)
+        forwarder.start()
+    try:
+        with contextlib.suppress(OSError):
+            while data := sock.recv(READ_SIZE):
+                io.stdout.write(data)
+                io.stdout.flush()
+    finally:
+        done.set()
+        if forwarder is not None:
+            forwarder.join(1)
 
 
 class _SinkFailed(Exception):

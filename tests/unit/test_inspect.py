@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from test_readme_promises import run_cli
 
 from emulator import api, cli, jobs, runner
 from emulator.backend import ExecIO, registry
+from emulator.backend.docker import _pump_exec
 from emulator.backend.liveness import current_driver
 from emulator.console import RecordingReporter
 from emulator.errors import NotRunning, UsageError
@@ -309,3 +312,39 @@ def test_describe_of_an_unknown_job_is_one_line_a_hint_and_exit_2(
     lines = text.strip().splitlines()
     assert code == 2 and len(lines) == 2 and lines[0].startswith("error: no job 'nope'")
     assert lines[1].startswith("hint:")
+
+
+# --------------------------------------------------------------------------------------------------
+# exec's streams (the Docker backend's side, over a socket pair instead of the engine)
+
+
+def test_a_tty_exec_forwards_the_keyboard_copies_the_output_and_leaves_no_reader_behind() -> None:
+    ours, engine_side = socket.socketpair()
+    keys_read, keys_written = os.pipe()
+    out = io.BytesIO()
+
+    def engine() -> None:  # echoes what it gets, then the command exits (its stream closes)
+        got = engine_side.recv(100)
+        engine_side.sendall(b"echo: " + got)
+        engine_side.close()
+
+    thread = threading.Thread(target=engine)
+    thread.start()
+    os.write(keys_written, b"hello\r")
+    with os.fdopen(keys_read, "rb", buffering=0) as keys:
+        _pump_exec(ours, ExecIO(stdout=out, stderr=io.BytesIO(), stdin=keys, tty=True))  # type: ignore[arg-type]
+    thread.join(5)
+    os.close(keys_written)
+    assert out.getvalue() == b"echo: hello\r"
+    assert not any(t.name == "exec-stdin" for t in threading.enumerate())
+
+
+def test_an_exec_without_a_tty_keeps_stdout_and_stderr_apart() -> None:
+    ours, engine_side = socket.socketpair()
+    out, err = io.BytesIO(), io.BytesIO()
+    frames = b"".join(bytes([stream, 0, 0, 0]) + len(data).to_bytes(4, "big") + data
+                      for stream, data in ((1, b"out 1\n"), (2, b"err 1\n"), (1, b"out 2\n")))
+    engine_side.sendall(frames)
+    engine_side.close()
+    _pump_exec(ours, ExecIO(stdout=out, stderr=err))
+    assert out.getvalue() == b"out 1\nout 2\n" and err.getvalue() == b"err 1\n"
