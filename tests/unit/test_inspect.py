@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -278,8 +279,13 @@ def test_describe_json_prints_job_json_exactly_as_written(
     # Spaced as json.dumps never writes it: the output is the file, not the document written again.
     path.write_text(path.read_text().replace("\n", "\n ", 3))
     monkeypatch.setattr("sys.argv", ["hetero-emu", "describe", JOB, "--json", "--engine", "fake"])
-    with pytest.raises(SystemExit) as stop:
-        cli.main()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as stop:
+            cli.main()  # stdout alone (run_cli joins the streams)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     assert stop.value.code == 0
     assert capsys.readouterr().out == path.read_text()
 
