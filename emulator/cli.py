@@ -459,10 +459,11 @@ def _follow(job: str, host: str | None, engine_name: str) -> None:
 
 @app.command("exec")
 def exec_cmd(
-    job: Annotated[str, typer.Argument(help="A job name (running, or kept by --keep/--keep-on-failure).")],
-    host: Annotated[str, typer.Argument(help="The host, e.g. algo-2.")],
+    job: Annotated[str, typer.Argument(help="A job name (running, or kept by --keep/--keep-on-failure).",
+                                       metavar="JOB")],
+    host: Annotated[str, typer.Argument(help="The host, e.g. algo-2.", metavar="HOST")],
     command: Annotated[list[str], typer.Argument(help="The command and its arguments, after `--`.",
-                                                 show_default=False, metavar="-- CMD...")],
+                                                 show_default=False, metavar="-- CMD")],
     engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
     """Run a command in a host of a job: `hetero-emu exec JOB algo-2 -- bash` gives a shell in it.
