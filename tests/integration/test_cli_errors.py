@@ -50,7 +50,7 @@ def write_spec(tmp_path: Path, script: str, **fields: Any) -> Path:
 
 def job_resources(docker_client: Any, job: str) -> list[str]:
     filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job}"]}
-    return ([c.name for c in docker_client.containers.list(all=True, filters=filters)]
+    return ([c.name for c in docker_client.containers.list(all=True, filters=filters, ignore_removed=True)]
             + [n.name for n in docker_client.networks.list(filters=filters)])
 
 

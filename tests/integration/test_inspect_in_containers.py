@@ -77,7 +77,7 @@ def write_spec(tmp_path: Path, script: str) -> tuple[Path, str]:
 def job_resources(docker_client: Any, job: str) -> dict[str, str]:
     """Name -> status of every container (and network: "network") of the job."""
     filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job}"]}
-    found = {c.name: c.status for c in docker_client.containers.list(all=True, filters=filters)}
+    found = {c.name: c.status for c in docker_client.containers.list(all=True, filters=filters, ignore_removed=True)}
     found.update({n.name: "network" for n in docker_client.networks.list(filters=filters)})
     return found
 

@@ -33,7 +33,7 @@ def test_logs_and_describe_by_name_after_the_job_ended(tmp_path: Path, docker_cl
         "instance_groups": [{"instance_group_name": "a", "instance_type": "ml.c5.xlarge", "instance_count": 1},
                             {"instance_group_name": "b", "instance_type": "ml.c5.xlarge", "instance_count": 1}]}))
     assert cli("run", str(spec), "--quiet").returncode == 0
-    assert docker_client.containers.list(all=True, filters={"name": name}) == []  # type: ignore[attr-defined]
+    assert docker_client.containers.list(all=True, filters={"name": name}, ignore_removed=True) == []  # type: ignore[attr-defined]
 
     logs = cli("logs", name)
     assert logs.returncode == 0, logs.stderr

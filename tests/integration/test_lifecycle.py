@@ -108,7 +108,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 def engine_names(docker_client: Any, job: str) -> tuple[list[str], list[str]]:
     filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job}"]}
-    containers = sorted(c.name for c in docker_client.containers.list(all=True, filters=filters))
+    containers = sorted(c.name for c in docker_client.containers.list(all=True, filters=filters, ignore_removed=True))
     networks = sorted(n.name for n in docker_client.networks.list(filters=filters))
     return containers, networks
 
