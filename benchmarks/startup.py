@@ -1,87 +1,138 @@
-"""Startup overhead of `hetero-emu run` against plain docker-py, measured in one process.
+"""Startup overhead of `hetero-emu run`, whole process, against plain docker-py doing the same concurrently.
 
-For a 4-host and a 16-host job whose script exits at once, it times:
-- emulator: the whole `run_job` (validate, plan, stage files, network, create, concurrent start,
-  supervise, collect artifacts, job.json, teardown);
-- baseline: plain docker-py doing the least a multi-host job needs: a network, then for each host
-  create + start, then wait for each, then remove the containers and the network.
-Both run the same image and the same command, so the ratio is the emulator's own overhead.
-Prints the median of REPEAT runs for each and the ratio. Needs the default image
-(`hetero-emu image build`).
+For jobs of 4, 16 and 64 hosts whose script exits at once (`python3 -c pass`), it times two
+subprocesses of this interpreter, run alternately (emulator, baseline, emulator, baseline, ...) so
+that drift in the machine's load hits both:
+- emulator: `python -m emulator run SPEC --quiet`, the whole process (imports, validation, plan,
+  staging, the watcher, network, create, concurrent start, supervise, artifacts, job.json, teardown);
+- baseline: a short script that imports docker-py, creates a bridge network, then with a pool of
+  16 threads (the emulator's START_WORKERS) creates and starts every container (same image, same
+  command, hostnames algo-1..N on that network), waits for every one, removes them, and removes
+  the network: the least a multi-host job needs, done as concurrently as docker-py allows.
+The ratio (emulator median / baseline median) is the emulator's own overhead; absolute seconds
+depend on the machine and on whatever else it runs (the 1-minute load average is printed with the
+table). An earlier version timed `run_job` in-process against a sequential baseline; it left out the
+imports and the interpreter start that a user waits for, and a sequential baseline flattered the
+emulator, so it is gone.
 
-    python benchmarks/startup.py [--repeat 3] [--hosts 4 16]
+    python benchmarks/startup.py [--pairs 5] [--hosts 4 16 64] [--json]
+
+Needs the default image (`hetero-emu image build`). Latest figures are in README.md (Development).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = "hetero-emu/training:py311"  # emulator.defaults.DEFAULT_IMAGE, not imported: the driver pays its imports
+COMMAND = ["python3", "-c", "pass"]
+WORKERS = 16
+
+BASELINE = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import docker
 
-from emulator.console import RecordingReporter
-from emulator.defaults import DEFAULT_IMAGE
-from emulator.runner import run_job
-from emulator.spec import validate
+hosts, tag, image, workers = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+command = sys.argv[5:]
+client = docker.from_env()
+network = client.networks.create(tag, driver="bridge")
+containers = []
+try:
+    def launch(i):
+        c = client.containers.create(image, command, name=f"{tag}-algo-{i}", hostname=f"algo-{i}",
+                                     network=network.name)
+        containers.append(c)
+        c.start()
 
-COMMAND = ["python3", "-c", "pass"]
+    with ThreadPoolExecutor(max_workers=min(workers, hosts)) as pool:
+        list(pool.map(launch, range(1, hosts + 1)))
+    with ThreadPoolExecutor(max_workers=hosts) as pool:
+        codes = list(pool.map(lambda c: c.wait()["StatusCode"], containers))
+    assert codes == [0] * hosts, codes
+finally:
+    with ThreadPoolExecutor(max_workers=min(workers, max(1, len(containers)))) as pool:
+        list(pool.map(lambda c: c.remove(force=True), containers))
+    network.remove()
+"""
 
 
-def emulator_once(hosts: int, workdir: Path) -> float:
-    raw = {
+def spec_file(hosts: int, folder: Path) -> Path:
+    spec = {
         "base_job_name": f"bench-{hosts}",
         "container_entry_point": COMMAND,
         "instance_groups": [
             {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "instance_count": hosts // 2},
             {"instance_group_name": "dnn_group", "instance_type": "ml.g5.xlarge", "instance_count": hosts - hosts // 2},
         ],
-        "output_path": str(workdir),
+        "output_path": str(folder / "out"),
     }
-    spec = validate(raw, base_dir=workdir)
+    path = folder / f"bench-{hosts}.yaml"
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    return path
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    result = run_job(spec, reporter=RecordingReporter())
+    done = subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     elapsed = time.perf_counter() - start
-    if result.status != "Completed":
-        raise SystemExit(f"emulator run failed: {result.failure_reason}")
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:4]} exited with {done.returncode}:\n{done.stdout.decode(errors='replace')[-2000:]}")
     return elapsed
 
 
-def baseline_once(client: docker.DockerClient, hosts: int, tag: str) -> float:
-    start = time.perf_counter()
-    network = client.networks.create(f"bench-baseline-{tag}", driver="bridge")
-    containers = []
-    try:
-        for i in range(1, hosts + 1):
-            c = client.containers.create(DEFAULT_IMAGE, COMMAND, name=f"bench-baseline-{tag}-algo-{i}",
-                                         hostname=f"algo-{i}", network=network.name)
-            c.start()
-            containers.append(c)
-        for c in containers:
-            c.wait()
-    finally:
-        for c in containers:
-            c.remove(force=True)
-        network.remove()
-    return time.perf_counter() - start
+def measure(hosts: int, pairs: int, folder: Path, env: dict[str, str]) -> dict[str, object]:
+    spec = spec_file(hosts, folder)
+    emulator, baseline = [], []
+    for i in range(pairs):
+        emulator.append(timed([sys.executable, "-m", "emulator", "run", str(spec), "--quiet"], env))
+        baseline.append(timed([sys.executable, "-c", BASELINE, str(hosts), f"bench-baseline-{os.getpid()}-{i}",
+                               IMAGE, str(WORKERS), *COMMAND], env))
+    e, b = statistics.median(emulator), statistics.median(baseline)
+    return {"hosts": hosts, "pairs": pairs, "emulator_s": emulator, "baseline_s": baseline,
+            "emulator_median_s": e, "baseline_median_s": b, "ratio": e / b}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5, help="(emulator, baseline) runs per host count")
+    parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     args = parser.parse_args()
-    client = docker.from_env()
-    client.images.get(DEFAULT_IMAGE)  # fail early: build it with `hetero-emu image build`
-    print(f"{'hosts':>5}  {'emulator s':>10}  {'baseline s':>10}  {'ratio':>6}")
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False).returncode != 0:
+        raise SystemExit(f"no image {IMAGE}: build it with `hetero-emu image build`")
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        # The job records go to a folder of their own, not the user's state folder.
+        env = {**os.environ, "HETERO_EMU_STATE_DIR": str(Path(tmp) / "state"),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        if not args.json:
+            print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+            print(f"{'hosts':>5}  {'emulator s':>10}  {'(min-max)':>11}  {'baseline s':>10}  {'(min-max)':>11}  "
+                  f"{'ratio':>5}")
         for hosts in args.hosts:
-            emu = [emulator_once(hosts, Path(tmp) / f"{hosts}-{i}") for i in range(args.repeat)]
-            base = [baseline_once(client, hosts, f"{hosts}-{i}") for i in range(args.repeat)]
-            e, b = statistics.median(emu), statistics.median(base)
-            print(f"{hosts:>5}  {e:>10.2f}  {b:>10.2f}  {e / b:>6.2f}", flush=True)
+            row = measure(hosts, args.pairs, Path(tmp), env)
+            rows.append(row)
+            if not args.json:
+                emu, base = row["emulator_s"], row["baseline_s"]
+                assert isinstance(emu, list) and isinstance(base, list)
+                print(f"{hosts:>5}  {row['emulator_median_s']:>10.2f}  {min(emu):>5.2f}-{max(emu):<5.2f}  "
+                      f"{row['baseline_median_s']:>10.2f}  {min(base):>5.2f}-{max(base):<5.2f}  "
+                      f"{row['ratio']:>5.2f}", flush=True)
+    if args.json:
+        print(json.dumps({"load_average": os.getloadavg()[0], "cores": os.cpu_count(), "rows": rows}, indent=1))
+    else:
+        print(f"load average (1 min) at end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

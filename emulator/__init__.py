@@ -8,8 +8,25 @@ The Python API uses the SageMaker SDK's names:
                                   InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)]).run()
 """
 
-from emulator.job import Job
-from emulator.spec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from emulator.job import Job
+    from emulator.spec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
 
 __all__ = ["InstanceGroup", "Job", "JobSpec", "TrainingInput", "load_spec_file"]
 __version__ = "0.1.0"
+
+# Imported when first named (PEP 562): every `emulator.x` module imports this package first, and the
+# watcher process (backend/reaper.py) or `python -m emulator.aws.driver` need none of the job API.
+_LAZY = {"Job": "emulator.job", "InstanceGroup": "emulator.spec", "JobSpec": "emulator.spec",
+         "TrainingInput": "emulator.spec", "load_spec_file": "emulator.spec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'emulator' has no attribute {name!r}")

@@ -13,6 +13,7 @@ Where: `$HETERO_EMU_STATE_DIR`, else `$XDG_STATE_HOME/hetero-emu`, else `~/.loca
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -65,15 +66,24 @@ def record(job_name: str, job_dir: Path, status: str, **fields: Any) -> bool:
            "LastModifiedTime": stamp}
     doc.setdefault("CreationTime", stamp)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written whole and renamed: a reader never sees half a record.
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".job-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, sort_keys=True)
-        os.replace(temp, path)
+        write_atomically(path, json.dumps(doc, sort_keys=True))
     except OSError:
         return False
     return True
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write the file whole and rename it into place: a reader (another run, too) never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def find(job_name: str) -> JobRecord | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -267,12 +268,15 @@ class Run:
                                        total=len(plan.hosts)) as creating:
                         self.backend.create_network(plan)
                         self.created_network = True
-                        for host in plan.hosts:
-                            self.backend.create_container(plan, host)
-                            self.created.append(host.container.name)
-                            # Attached before the start: every byte a host writes is read, however fast it exits.
-                            self.backend.follow_logs(host.container.name, logs)
-                            creating.advance()
+                        made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
+
+                        def created(name: str) -> None:
+                            with made:
+                                self.created.append(name)
+                                creating.advance()
+
+                        # Each host's stream is attached before any host starts: every byte is read.
+                        self.backend.create_containers(plan, plan.hosts, logs, created)
                     for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
                         reporter.warn(note)
                     with reporter.task(f"starting {', '.join(h.name for h in plan.hosts)} together"):
@@ -539,7 +543,7 @@ class Run:
                         f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
                         "every host was stopped")
             if pending:
-                time.sleep(POLL_SECONDS)
+                self.backend.wait_exits(pending, POLL_SECONDS)
         return "Completed", "Completed", None
 
     def record_exit(self, state: ContainerState) -> None:

@@ -24,9 +24,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 USER_KEY = "id_ed25519"
 HOST_KEY = "ssh_host_ed25519_key"
 AUTHORIZED_KEYS = "authorized_keys"
@@ -40,6 +37,10 @@ PUBLIC_MODE = 0o644
 
 def _key_pair(comment: str) -> tuple[bytes, bytes]:
     """A new ed25519 key: (OpenSSH private key without passphrase, `ssh-ed25519 AAAA... comment` line)."""
+    # Imported here: only an MPI job makes keys, and every `run` would pay the import (~15 ms).
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                 serialization.NoEncryption())

@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-from emulator.plan import HostPlan, Plan
+if TYPE_CHECKING:
+    # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
+    # starts faster without the plan and spec modules.
+    from emulator.plan import HostPlan, Plan
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,13 @@ class Backend(Protocol):
 
     def create_container(self, plan: Plan, host: HostPlan) -> None: ...
 
+    def create_containers(self, plan: Plan, hosts: Sequence[HostPlan], sink: LineSink,
+                          created: Callable[[str], None]) -> None:
+        """For each host: `create_container`, `created(container name)`, then `follow_logs(name,
+        sink)`; hosts may be created concurrently. After an interrupt or an error, hosts not begun
+        are not created; the error (or KeyboardInterrupt) is raised once the creates under way have
+        been recorded."""
+
     def start(self, names: Sequence[str]) -> None:
         """Start these containers together (concurrently), not one after the other."""
 
@@ -75,6 +85,9 @@ class Backend(Protocol):
         before `start`, so that no byte is missed however fast the container exits."""
 
     def states(self, names: Sequence[str]) -> list[ContainerState]: ...
+
+    def wait_exits(self, names: Sequence[str], timeout: float) -> None:
+        """Return once one of these containers may have exited, or after `timeout` (a poll's pause)."""
 
     def stop(self, names: Sequence[str], grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; concurrently; already-exited is fine. Returns

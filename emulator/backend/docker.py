@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import json
 import math
 import os
 import select
@@ -30,6 +31,7 @@ from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
+from emulator.jobs import state_dir, write_atomically
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
@@ -41,6 +43,14 @@ START_WORKERS = 16
 READ_SIZE = 1 << 20
 # `hetero-emu exec` in a stopped host commits its container first (see exec_in).
 COMMIT_TIMEOUT = 300
+# The engine closes a host's output stream just before it records the exit (moby
+# daemon/monitor.go handleContainerExit: Reset, then SetStopped): for this long after a stream
+# ended, the supervisor looks again this often instead of waiting a whole poll.
+EXIT_SETTLE_SECONDS = 1.0
+EXIT_RECHECK_SECONDS = 0.05
+# What `docker ps --filter status=` calls the states the runner counts as running (inspect's
+# State.Running, which is true when paused, or a container created and not started yet).
+RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
 
 
 def connect(timeout: float = 10) -> docker.DockerClient:
@@ -96,16 +106,23 @@ SIGNALS_DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
+def _interrupts_deferred(on_signal: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM while the engine creates something, and deliver them once it is
     recorded. Interrupted while waiting for the engine's answer, the driver would never learn the
     id of a container the engine still creates: nobody would remove it. A create takes tens of
-    milliseconds, so the delay is not felt. Only the main thread can handle signals."""
+    milliseconds, so the delay is not felt. Only the main thread can handle signals. `on_signal`
+    is called when one is held (to give up work not begun yet)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     held: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in SIGNALS_DEFERRED}
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+        if on_signal is not None:
+            on_signal()
+
+    previous = {sig: signal.signal(sig, hold) for sig in SIGNALS_DEFERRED}
     try:
         yield
     finally:
@@ -113,6 +130,43 @@ def _interrupts_deferred() -> Iterator[None]:
             signal.signal(sig, handler)
         if held:
             signal.raise_signal(held[0])  # the restored handler runs now (KeyboardInterrupt)
+
+
+@dataclass(frozen=True)
+class SubnetMemory:
+    """The subnet (and gateway) the engine last picked for a job network of this kind, kept in the
+    state folder (`emulator.jobs.state_dir`) per engine address, as the ulimit verdicts are. Best
+    effort both ways: an unreadable or unwritable file only costs the engine's pick."""
+
+    engine: str
+    isolated: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine} {'internal' if self.isolated else 'bridge'}"
+
+    @staticmethod
+    def path() -> Path:
+        return state_dir() / "engine-subnets.json"
+
+    def _all(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path().read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def recall(self) -> dict[str, str] | None:
+        config = self._all().get(self.key)
+        if not isinstance(config, dict) or not isinstance(config.get("Subnet"), str):
+            return None
+        gateway = config.get("Gateway")
+        return {"Subnet": config["Subnet"], **({"Gateway": gateway} if isinstance(gateway, str) else {})}
+
+    def remember(self, config: Mapping[str, Any]) -> None:
+        known = {**self._all(), self.key: {k: config[k] for k in ("Subnet", "Gateway") if config.get(k)}}
+        with contextlib.suppress(OSError):
+            write_atomically(self.path(), json.dumps(known, indent=1, sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -176,6 +230,9 @@ class DockerBackend:
         self._client = client
         # Per container: the thread reading its output stream, and that stream's socket.
         self._streams: dict[str, tuple[threading.Thread, socket.socket]] = {}
+        # When each stream ended (monotonic), and a wake-up for the supervisor (wait_exits).
+        self._stream_ends: dict[str, float] = {}
+        self._stream_ended = threading.Event()
         self.stream_errors: dict[str, str] = {}
         self._addresses: dict[str, dict[str, str]] = {}
         # Per job: the watcher process, and what was created and not yet removed (id -> kind).
@@ -187,6 +244,7 @@ class DockerBackend:
         self._driver = current_driver()
         # Per job: what the engine could not give as the plan says (read by the runner, which warns).
         self.notes: dict[str, list[str]] = {}
+        self._notes_lock = threading.Lock()
 
     @property
     def client(self) -> docker.DockerClient:
@@ -281,7 +339,10 @@ class DockerBackend:
         early must stop nobody. So every host gets a static address and an /etc/hosts entry for
         every other host: names resolve for the whole job, as on the service. Static addresses
         need a subnet configured by the user, so the network is created once to let the engine
-        pick a free subnet, then again with that subnet given explicitly.
+        pick a free subnet, then again with that subnet given explicitly. The subnet the engine
+        picked last time is tried first (a network create and remove less: a bridge and its
+        firewall rules each, the slowest part of a small job's start); if the engine refuses it
+        (another network holds it now), the engine picks again.
         """
         labels = {**plan.labels, LABEL_DRIVER: self._driver}
         # EnableNetworkIsolation: an `internal` bridge has no route out, but the host still owns the
@@ -290,17 +351,23 @@ class DockerBackend:
         # other and nothing else.
         options = {"com.docker.network.bridge.inhibit_ipv4": "true"} if plan.network_isolation else None
         last_error: Exception | None = None
-        for _ in range(3):
+        subnets = SubnetMemory(ulimits.engine_key(), plan.network_isolation)
+        remembered = subnets.recall()
+        for given in ([remembered] if remembered else []) + [None, None, None]:
             try:
                 with _interrupts_deferred():
                     # internal=True: a bridge with no route out of the host, while containers on it
                     # still reach each other: what EnableNetworkIsolation means for a multi-host job.
-                    probe = self.api.create_network(plan.network, driver="bridge", internal=plan.network_isolation,
-                                                    options=options, labels=labels, check_duplicate=True)
-                    self._track(plan, "network", probe["Id"])
-                    config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
-                    self.api.remove_network(probe["Id"])
-                    self._untrack(plan, [probe["Id"]])
+                    if given is None:
+                        probe = self.api.create_network(plan.network, driver="bridge",
+                                                        internal=plan.network_isolation, options=options,
+                                                        labels=labels, check_duplicate=True)
+                        self._track(plan, "network", probe["Id"])
+                        config = self.api.inspect_network(probe["Id"])["IPAM"]["Config"][0]
+                        self.api.remove_network(probe["Id"])
+                        self._untrack(plan, [probe["Id"]])
+                    else:
+                        config = given
                     pool = docker.types.IPAMPool(subnet=config["Subnet"], gateway=config.get("Gateway"))
                     network = self.api.create_network(plan.network, driver="bridge",
                                                       internal=plan.network_isolation, options=options,
@@ -309,9 +376,13 @@ class DockerBackend:
                     self._track(plan, "network", network["Id"])
             except docker.errors.APIError as err:
                 last_error = err
-                if err.status_code == 409:  # the name is taken: not something a retry fixes
+                if err.status_code == 409 and given is None:  # the name is taken: a retry does not fix it
                     break
-                continue  # another job took the subnet between the two calls: pick again
+                # Another network holds the remembered subnet, or another job took the one the
+                # engine picked between the two calls: let the engine pick again.
+                continue
+            if given is None:
+                subnets.remember(config)
             self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
                                                             [h.name for h in plan.hosts])
             return
@@ -348,6 +419,38 @@ class DockerBackend:
                 ) from None
             self._track(plan, "container", created["Id"])
 
+    def create_containers(self, plan: Plan, hosts: Sequence[HostPlan], sink: LineSink,
+                          created: Callable[[str], None]) -> None:
+        """Create each host's container, call `created(name)`, and attach to its output
+        (`follow_logs`), the hosts concurrently: one after the other, the creates were most of the
+        emulator's own start-up time (benchmarks/startup.py). A Ctrl-C or SIGTERM is held until the
+        creates under way are answered and recorded, and the hosts not begun are dropped, then it is
+        raised: teardown and the watcher know every container that exists. After an error, the hosts
+        not begun are dropped too, and the first error in host order is raised."""
+        # Asked once before the threads, so that an engine whose ulimit verdict is not cached yet
+        # gets one probe, not one per thread.
+        self.refused_ulimits(plan, list(dict.fromkeys(u for h in hosts for u in h.container.ulimits)))
+        given_up = threading.Event()
+
+        def create(host: HostPlan) -> None:
+            if given_up.is_set():
+                return
+            try:
+                self.create_container(plan, host)
+                created(host.container.name)
+                # Attached before the start: every byte a host writes is read, however fast it exits.
+                self.follow_logs(host.container.name, sink)
+            except BaseException:
+                given_up.set()
+                raise
+
+        with _interrupts_deferred(on_signal=given_up.set), \
+                ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(hosts)))) as pool:
+            futures = [pool.submit(create, host) for host in hosts]
+            concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
+
     @_engine_call
     def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
         """The ulimits of `wanted` this engine cannot give a container (backend/ulimits.py)."""
@@ -358,10 +461,11 @@ class DockerBackend:
     def _within_engine_limits(self, plan: Plan, container: ContainerSpec) -> ContainerSpec:
         """The container without the ulimits this engine refuses, noting each for the runner to warn."""
         refused = self.refused_ulimits(plan, container.ulimits)
-        notes = self.notes.setdefault(plan.job_name, [])
-        if required_launchers(plan.spec):
-            # Only a distributed job pins memory; telling every other job would be noise.
-            notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
+        with self._notes_lock:  # hosts are created concurrently (create_containers): each note once
+            notes = self.notes.setdefault(plan.job_name, [])
+            if required_launchers(plan.spec):
+                # Only a distributed job pins memory; telling every other job would be noise.
+                notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
         return container.without_ulimits(refused)
 
     def _probe_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> bool | None:
@@ -452,6 +556,8 @@ class DockerBackend:
                 # The file object docker-py returned must live as long as the reader (it owns the socket).
                 with contextlib.suppress(Exception):
                     attached.close()
+                self._stream_ends[name] = time.monotonic()
+                self._stream_ended.set()
 
         thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
         thread.start()
@@ -488,10 +594,36 @@ class DockerBackend:
         except (docker.errors.APIError, requests.exceptions.RequestException):
             return False
 
+    def wait_exits(self, names: Sequence[str], timeout: float) -> None:
+        """Return once one of these containers may have exited, or after `timeout`: a host's output
+        stream ends when it exits, so the supervisor learns of an exit at once instead of up to a
+        poll later."""
+        now = time.monotonic()
+        if any(now - self._stream_ends.get(name, -math.inf) < EXIT_SETTLE_SECONDS for name in names):
+            time.sleep(min(timeout, EXIT_RECHECK_SECONDS))
+            return
+        self._stream_ended.wait(timeout)
+        self._stream_ended.clear()
+
+    def _listed_running(self, names: Sequence[str]) -> set[str]:
+        """Which of these containers the engine lists as running: one call, however many hosts (an
+        inspect per host made each poll of a 64-host job take a good part of a second)."""
+        try:
+            listed = self.api.containers(all=True, filters={"name": list(names), "status": RUNNING_STATUSES})
+        except docker.errors.APIError as err:
+            raise self._lost_engine(err) from None
+        # The name filter matches substrings (algo-1 finds algo-10): keep the exact names.
+        wanted = set(names)
+        return {n.lstrip("/") for c in listed for n in c.get("Names") or []} & wanted
+
     @_engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:
+        running_now = self._listed_running(names) if len(names) > 1 else set()
         out = []
         for name in names:
+            if name in running_now:
+                out.append(ContainerState(name, running=True))
+                continue
             try:
                 state: dict[str, Any] = self.api.inspect_container(name)["State"]
             except docker.errors.NotFound:

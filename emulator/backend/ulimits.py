@@ -12,14 +12,14 @@ job, and a known verdict costs no call to the engine (a busy engine can take sec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from emulator.container import Ulimit
-from emulator.jobs import state_dir
+from emulator.jobs import state_dir, write_atomically
 
 # What runc says when the engine may not raise a limit (moby/runc libcontainer/init_linux.go).
 REFUSED = "setting rlimit"
@@ -49,15 +49,8 @@ def _read() -> dict[str, bool]:
 
 def _write(verdicts: dict[str, bool]) -> None:
     """Best effort (a read-only home only costs probing again), atomic (two runs may write at once)."""
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".engine-ulimits-")
-        with os.fdopen(fd, "w") as out:
-            json.dump(verdicts, out, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        write_atomically(cache_path(), json.dumps(verdicts, indent=1, sort_keys=True))
 
 
 def refused(engine: str, wanted: Sequence[Ulimit],

@@ -225,6 +225,14 @@ class FakeBackend:
             )
             self.created.append(host.container.name)
 
+    def create_containers(self, plan: Plan, hosts: Sequence[HostPlan], sink: LineSink,
+                          created: Callable[[str], None]) -> None:
+        # One after the other: a KeyboardInterrupt from `fail_create` leaves the later hosts uncreated.
+        for host in hosts:
+            self.create_container(plan, host)
+            created(host.container.name)
+            self.follow_logs(host.container.name, sink)
+
     def start(self, names: Sequence[str]) -> None:
         self._record("start", tuple(names))
         now = time.monotonic()
@@ -323,6 +331,9 @@ class FakeBackend:
                     out.append(ContainerState(name, running=False, exit_code=c.exit_code, oom_killed=c.oom,
                                               finished_at=c.finished_at, started_at=c.started_at))
             return out
+
+    def wait_exits(self, names: Sequence[str], timeout: float) -> None:
+        time.sleep(timeout)
 
     def stop(self, names: Sequence[str], grace: float) -> None:
         self._record("stop", tuple(names), grace)
