@@ -244,6 +244,7 @@ class DockerBackend:
         self._driver = current_driver()
         # Per job: what the engine could not give as the plan says (read by the runner, which warns).
         self.notes: dict[str, list[str]] = {}
+        self._labels_seen: dict[str, dict[str, str]] = {}
         self._notes_lock = threading.Lock()
 
     @property
@@ -266,14 +267,17 @@ class DockerBackend:
         build_default_image(self.client, progress=reporter)
 
     def image_present(self, image: str) -> bool:
-        from emulator.backend.image import image_present
-
-        try:
-            return image_present(self.client, image)
-        except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
+        labels = self._inspect_labels(image)
+        if labels is not None:
+            # A run asks for the labels right after (runner.ensure_image): one inspect does for both.
+            self._labels_seen[image] = labels
+        return labels is not None
 
     def image_labels(self, image: str) -> Mapping[str, str] | None:
+        seen = self._labels_seen.pop(image, None)  # once: a later run sees a rebuilt image's labels
+        return seen if seen is not None else self._inspect_labels(image)
+
+    def _inspect_labels(self, image: str) -> dict[str, str] | None:
         try:
             return dict(self.client.images.get(image).labels or {})
         except docker.errors.ImageNotFound:

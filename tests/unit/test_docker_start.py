@@ -2,7 +2,8 @@
 stub engine (no Docker): hosts created and attached concurrently, yet a Ctrl-C still leaves no
 container unrecorded and starts no new create; one `docker ps` per poll instead of an inspect per
 host; an exit noticed when the host's stream ends; the engine's last subnet reused for the next job
-network, and the engine asked again when another network holds it."""
+network, and the engine asked again when another network holds it; the image inspected once for its
+presence and its labels."""
 
 from __future__ import annotations
 
@@ -273,3 +274,26 @@ def test_a_remembered_subnet_another_network_holds_lets_the_engine_pick_again(
     assert engine.names()[1:] == ["create_network", "inspect_network", "remove_network", "create_network"]
     assert SubnetMemory(backend_docker.ulimits.engine_key(), False).recall() == {
         "Subnet": "172.30.0.0/16", "Gateway": "172.30.0.1"}
+
+
+def test_the_image_is_inspected_once_for_its_presence_and_its_labels() -> None:
+    images = mock.Mock()
+    images.get.return_value = SimpleNamespace(labels={"hetero-emu.launchers": "mpirun"})
+    backend = DockerBackend(client=SimpleNamespace(images=images))  # type: ignore[arg-type]
+
+    assert backend.image_present("img")
+    assert backend.image_labels("img") == {"hetero-emu.launchers": "mpirun"}
+    assert images.get.call_count == 1
+    # Remembered for that one question only: asked again later, the engine is asked again.
+    images.get.return_value = SimpleNamespace(labels={})
+    assert backend.image_labels("img") == {}
+    assert images.get.call_count == 2
+
+
+def test_a_missing_image_is_not_present_and_has_no_labels() -> None:
+    images = mock.Mock()
+    images.get.side_effect = docker.errors.ImageNotFound("no such image")
+    backend = DockerBackend(client=SimpleNamespace(images=images))  # type: ignore[arg-type]
+
+    assert not backend.image_present("img")
+    assert backend.image_labels("img") is None
