@@ -297,3 +297,15 @@ def test_a_missing_image_is_not_present_and_has_no_labels() -> None:
 
     assert not backend.image_present("img")
     assert backend.image_labels("img") is None
+
+
+def test_hosts_that_exited_together_are_each_inspected_and_reported_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = StubEngine()
+    engine.status = {f"job-algo-{i}": "exited" for i in range(1, 6)} | {"job-algo-6": "running"}
+    backend = backend_on(engine, monkeypatch)
+    names = [f"job-algo-{i}" for i in (6, 3, 1, 5, 2, 4)]
+
+    states = backend.states(names)
+
+    assert [(s.name, s.running) for s in states] == [(n, n == "job-algo-6") for n in names]
+    assert sorted(arg for call, arg in engine.calls if call == "inspect_container") == sorted(names[1:])
