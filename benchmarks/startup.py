@@ -18,6 +18,12 @@ emulator, so it is gone.
     python benchmarks/startup.py [--pairs 5] [--hosts 4 16 64] [--json]
 
 Needs the default image (`hetero-emu image build`). Latest figures are in README.md (Development).
+Phases can be told apart by wrapping DockerBackend's methods with timers around `emulator.cli.main()`
+in one process; `python -X importtime -m emulator --help` shows the imports.
+
+Each run creates a network: on a busy Docker 20.10 engine a removed container's endpoint sometimes
+stays behind, and its network ("has active endpoints") cannot be removed until the daemon restarts
+while it holds an address pool. The baseline retries for 5 s, then fails that run (left out).
 """
 
 from __future__ import annotations
