@@ -4,7 +4,7 @@ engine (hosts, logs, artifacts, unique job names per test and per xdist worker).
 
 Inner pytest sessions run in this process (pytester): the fake engine registered here is theirs too.
 The plugin is loaded there with `-p` (and its entry point blocked), so these tests do not depend on
-how the package was installed; tests/integration/test_pytest_plugin.py runs it as installed.
+how the package was installed; tests/integration/test_pytest_plugin_in_containers.py runs it as installed.
 """
 
 from __future__ import annotations
