@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import statistics
 import subprocess
 import sys
@@ -44,42 +45,89 @@ COMMAND = ["python3", "-c", "pass"]
 WORKERS = 16
 
 BASELINE = """
+import pickle
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
 
-hosts, tag, image, workers = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-command = sys.argv[5:]
-client = docker.from_env()
-network = client.networks.create(tag, driver="bridge")
-containers = []
+with open(sys.argv[1], "rb") as f:
+    job = pickle.load(f)
+api = docker.APIClient(version="auto")
+ipam = None
+if job["subnet"]:
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=job["subnet"],
+                                                                       gateway=job["gateway"])])
+network = api.create_network(job["network"], driver="bridge", ipam=ipam)["Id"]
+created = []
 try:
-    def launch(i):
-        c = client.containers.create(image, command, name=f"{tag}-algo-{i}", hostname=f"algo-{i}",
-                                     network=network.name)
-        containers.append(c)
-        c.start()
+    def launch(options):
+        create, host_config, endpoint = options
+        networking = api.create_networking_config({job["network"]: api.create_endpoint_config(**endpoint)})
+        ident = api.create_container(**create, host_config=api.create_host_config(**host_config),
+                                     networking_config=networking)["Id"]
+        created.append(ident)
+        api.start(ident)
+        return ident
 
-    with ThreadPoolExecutor(max_workers=min(workers, hosts)) as pool:
-        list(pool.map(launch, range(1, hosts + 1)))
-    with ThreadPoolExecutor(max_workers=hosts) as pool:
-        codes = list(pool.map(lambda c: c.wait()["StatusCode"], containers))
-    assert codes == [0] * hosts, codes
+    with ThreadPoolExecutor(max_workers=min(job["workers"], len(job["hosts"]))) as pool:
+        idents = list(pool.map(launch, job["hosts"]))
+    with ThreadPoolExecutor(max_workers=len(idents)) as pool:
+        codes = list(pool.map(lambda ident: api.wait(ident)["StatusCode"], idents))
+    assert codes == [0] * len(idents), codes
 finally:
-    with ThreadPoolExecutor(max_workers=min(workers, max(1, len(containers)))) as pool:
-        list(pool.map(lambda c: c.remove(force=True), containers))
+    with ThreadPoolExecutor(max_workers=min(job["workers"], max(1, len(created)))) as pool:
+        list(pool.map(lambda ident: api.remove_container(ident, force=True), created))
     # A busy engine may still hold an endpoint of a container it just removed ("has active endpoints").
     for attempt in range(50):
         try:
-            network.remove()
+            api.remove_network(network)
             break
         except docker.errors.APIError:
             if attempt == 49:
                 raise
             time.sleep(0.1)
 """
+
+# The subnet the "same" baseline's network is given (the emulator's containers have fixed addresses,
+# which need a subnet given at create): a private range Docker's default pools do not hand out.
+BASELINE_SUBNET, BASELINE_GATEWAY = "10.213.0.0/16", "10.213.0.1"
+
+
+def baseline_job(kind: str, hosts: int, spec: Path, folder: Path, tag: str) -> Path:
+    """The baseline's containers as docker-py arguments, pickled for its process.
+
+    same: the emulator's own containers for this job (every host's mounts, init, memory and shm
+    limits, ulimits, fixed address, /etc/hosts entries), translated by the Docker backend's pure
+    `container_options` from a plan whose /opt/ml folders `api.render` staged beforehand (staging
+    is the emulator's work, so the baseline does not pay it). minimal: only image, command, hostname
+    and network, the least a multi-host job needs; the gap between the two baselines is what the
+    per-host configuration costs the engine.
+    """
+    from emulator import api  # imported here: the parent process pays it, never a timed process
+    from emulator.backend.docker import container_options
+    from emulator.plan import host_addresses
+
+    options: list[tuple[dict[str, object], dict[str, object], dict[str, object]]] = []
+    subnet: str | None = None
+    gateway: str | None = None
+    if kind == "same":
+        plan = api.render(api.load(spec, job_name=tag), folder / tag, engine_name="docker", progress=lambda _: None)
+        subnet, gateway = BASELINE_SUBNET, BASELINE_GATEWAY
+        addresses = host_addresses(subnet, gateway, [h.name for h in plan.hosts])
+        for host in plan.hosts:
+            translated = container_options(host.container, tag, addresses, "benchmark")
+            create = {**translated.create, "name": f"{tag}-{host.name}", "labels": {"hetero-emu.benchmark": tag}}
+            options.append((create, translated.host_config, translated.endpoint))
+    else:
+        for i in range(1, hosts + 1):
+            options.append(({"image": IMAGE, "command": COMMAND, "name": f"{tag}-algo-{i}", "hostname": f"algo-{i}",
+                             "labels": {"hetero-emu.benchmark": tag}}, {"network_mode": tag}, {}))
+    path = folder / f"{tag}.pickle"
+    with path.open("wb") as f:
+        pickle.dump({"network": tag, "subnet": subnet, "gateway": gateway, "workers": WORKERS, "hosts": options}, f)
+    return path
 
 
 def spec_file(hosts: int, folder: Path) -> Path:
@@ -110,20 +158,20 @@ def timed(argv: list[str], env: dict[str, str]) -> float | None:
     return elapsed
 
 
-def measure(hosts: int, pairs: int, folder: Path, env: dict[str, str]) -> dict[str, object]:
+def measure(hosts: int, pairs: int, folder: Path, env: dict[str, str], kind: str) -> dict[str, object]:
     spec = spec_file(hosts, folder)
     emulator: list[float] = []
     baseline: list[float] = []
     for i in range(pairs):
         if (e := timed([sys.executable, "-m", "emulator", "run", str(spec), "--quiet"], env)) is not None:
             emulator.append(e)
-        if (b := timed([sys.executable, "-c", BASELINE, str(hosts), f"bench-baseline-{os.getpid()}-{i}",
-                        IMAGE, str(WORKERS), *COMMAND], env)) is not None:
+        job = baseline_job(kind, hosts, spec, folder, f"bench-baseline-{os.getpid()}-{hosts}-{i}")
+        if (b := timed([sys.executable, "-c", BASELINE, str(job)], env)) is not None:
             baseline.append(b)
     if not emulator or not baseline:
         raise SystemExit(f"{hosts} hosts: every run of one side failed (see above)")
     e, b = statistics.median(emulator), statistics.median(baseline)
-    return {"hosts": hosts, "pairs": pairs, "emulator_s": emulator, "baseline_s": baseline,
+    return {"hosts": hosts, "pairs": pairs, "baseline": kind, "emulator_s": emulator, "baseline_s": baseline,
             "emulator_median_s": e, "baseline_median_s": b, "ratio": e / b}
 
 
@@ -132,6 +180,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5, help="(emulator, baseline) runs per host count")
     parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
+    parser.add_argument("--baseline", choices=["same", "minimal"], default="same",
+                        help="same: docker-py creates the emulator's very containers (mounts, limits, fixed "
+                        "addresses); minimal: image, command, hostname and network only")
     args = parser.parse_args()
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False).returncode != 0:
         raise SystemExit(f"no image {IMAGE}: build it with `hetero-emu image build`")
@@ -141,11 +192,12 @@ def main() -> None:
         env = {**os.environ, "HETERO_EMU_STATE_DIR": str(Path(tmp) / "state"),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         if not args.json:
-            print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+            print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores; "
+                  f"baseline: {args.baseline} containers")
             print(f"{'hosts':>5}  {'emulator s':>10}  {'(min-max)':>11}  {'baseline s':>10}  {'(min-max)':>11}  "
                   f"{'ratio':>5}")
         for hosts in args.hosts:
-            row = measure(hosts, args.pairs, Path(tmp), env)
+            row = measure(hosts, args.pairs, Path(tmp), env, args.baseline)
             rows.append(row)
             if not args.json:
                 emu, base = row["emulator_s"], row["baseline_s"]

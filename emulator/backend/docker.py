@@ -45,9 +45,10 @@ READ_SIZE = 1 << 20
 COMMIT_TIMEOUT = 300
 # The engine closes a host's output stream just before it records the exit (moby
 # daemon/monitor.go handleContainerExit: Reset, then SetStopped): for this long after a stream
-# ended, the supervisor looks again this often instead of waiting a whole poll.
+# ended, the supervisor waits on the engine's own wait call (at most this long per poll) instead of
+# a whole poll's pause.
 EXIT_SETTLE_SECONDS = 1.0
-EXIT_RECHECK_SECONDS = 0.05
+EXIT_RECHECK_SECONDS = 0.2
 # What `docker ps --filter status=` calls the states the runner counts as running (inspect's
 # State.Running, which is true when paused, or a container created and not started yet).
 RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
@@ -603,8 +604,14 @@ class DockerBackend:
         stream ends when it exits, so the supervisor learns of an exit at once instead of up to a
         poll later."""
         now = time.monotonic()
-        if any(now - self._stream_ends.get(name, -math.inf) < EXIT_SETTLE_SECONDS for name in names):
-            time.sleep(min(timeout, EXIT_RECHECK_SECONDS))
+        settling = [name for name in names if now - self._stream_ends.get(name, -math.inf) < EXIT_SETTLE_SECONDS]
+        if settling:
+            # The stream has ended and the engine records the exit a moment later: its wait call
+            # answers at that very moment (a fixed nap made every job's end up to a nap late).
+            # Bounded: a stream that ended while its host runs on must not hold the supervisor.
+            # Not exited yet (the read timed out), or already gone: the next poll tells.
+            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException, OSError):
+                self.api.wait(settling[0], timeout=min(timeout, EXIT_RECHECK_SECONDS), condition="not-running")
             return
         self._stream_ended.wait(timeout)
         self._stream_ended.clear()

@@ -20,6 +20,7 @@ from unittest import mock
 
 import docker.errors
 import pytest
+import requests
 
 from emulator.backend import docker as backend_docker
 from emulator.backend.docker import DockerBackend, SubnetMemory
@@ -95,6 +96,15 @@ class StubEngine:
         status = self.status[name]
         return {"State": {"Status": status, "Running": status == "running", "ExitCode": 0 if status == "exited" else 0,
                           "FinishedAt": "2026-12-01T13:00:00.5Z"}}
+
+    def wait(self, name: str, timeout: float, condition: str) -> dict[str, int]:
+        """The engine records the exit 0.02 s after the call; a read timeout if the host runs on."""
+        self._call("wait", (name, condition))
+        if self.status.get(name) == "running":
+            time.sleep(timeout)
+            raise requests.exceptions.ReadTimeout("read timed out")
+        time.sleep(0.02)
+        return {"StatusCode": 0}
 
     # networks
     def create_network(self, name: str, **options: Any) -> dict[str, str]:
@@ -238,10 +248,20 @@ def test_the_supervisor_wakes_when_a_hosts_stream_ends_not_a_poll_later(monkeypa
     backend.wait_exits(["job-algo-1"], timeout=5)
     assert time.monotonic() - began < 1
 
-    # Its stream has ended but the engine has not recorded the exit yet: look again soon, not in 5 s.
+    # Its stream has ended but the engine has not recorded the exit yet: the engine's own wait call
+    # answers when it has (0.02 s here), not a poll later, and not in 5 s.
+    engine.calls.clear()
+    engine.status["job-algo-1"] = "exited"
     began = time.monotonic()
     backend.wait_exits(["job-algo-1"], timeout=5)
-    assert time.monotonic() - began < 1
+    assert time.monotonic() - began < 0.15
+    assert engine.calls == [("wait", ("job-algo-1", "not-running"))]
+
+    # A stream that ended while its host runs on holds the supervisor at most one poll.
+    engine.status["job-algo-1"] = "running"
+    began = time.monotonic()
+    backend.wait_exits(["job-algo-1"], timeout=5)
+    assert 0.15 <= time.monotonic() - began < 1
 
 
 def test_the_next_job_network_reuses_the_engines_last_subnet_in_one_create(
