@@ -14,6 +14,7 @@ map; When things go wrong).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import threading
@@ -281,6 +282,10 @@ class Run:
                         reporter.warn(note)
                     with reporter.task(f"starting {', '.join(h.name for h in plan.hosts)} together"):
                         self.started = True
+                        # What only the end of the run needs (the timeline's SVG writer) is imported
+                        # while this process waits for the engine to start the hosts, not after.
+                        threading.Thread(target=importlib.import_module, args=("emulator.timeline",),
+                                         name="preload-timeline", daemon=True).start()
                         self.backend.start(self.names)
                     t0 = time.monotonic()
                     start = self.now()  # TrainingStartTime: the hosts run
