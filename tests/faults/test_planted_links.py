@@ -66,8 +66,20 @@ if HOST == "algo-1":
 else:
     config.write_text("{{not json")
 print("PLANTED", HOST, flush=True)
-if HOST == "algo-2":
-    time.sleep(3)  # the first exit stops the other host: let algo-1 plant everything first
+# The first exit stops the other host: algo-1 fails first, and only once algo-2 has planted
+# everything too (algo-2 says so over the job's network; a fixed pause lost the race to a fast start).
+if HOST == "algo-1":
+    server = socket.create_server(("", 7000))
+    server.settimeout(120)
+    server.accept()
+else:
+    for _ in range(1200):
+        try:
+            socket.create_connection(("algo-1", 7000), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(3)
 sys.exit(1)
 """
 

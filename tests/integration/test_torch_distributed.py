@@ -84,9 +84,12 @@ def test_torchrun_all_reduce_across_the_distribution_group(tmp_path: Path, pytor
     # The toolkit's master is the first host of the distribution group as the resource config lists it.
     master = dnn_hosts[0]
 
-    # The command each host's toolkit logged: torchrun, one process per host (no GPU here, so the
+    # The command each host's toolkit logged (in its log file: the console folds the toolkit's
+    # environment block, that command included): torchrun, one process per host (no GPU here, so the
     # toolkit's default, as on a CPU instance), node ranks in the group's host order.
-    commands = {host: line.strip() for host, _, line in reporter.lines if line.strip().startswith("torchrun ")}
+    commands = {h.host: line.strip() for h in result.hosts
+                for line in (result.job_dir / "logs" / f"{h.host}.log").read_text().splitlines()
+                if line.strip().startswith("torchrun ")}
     for node_rank, host in enumerate(dnn_hosts):
         assert commands[host] == (f"torchrun --nnodes 2 --nproc_per_node 1 --master_addr {master} "
                                   f"--master_port 7777 --node_rank {node_rank} train.py")
