@@ -29,6 +29,8 @@ while it holds an address pool. The baseline retries for 5 s, then fails that ru
 from __future__ import annotations
 
 import argparse
+import compileall
+import ipaddress
 import json
 import os
 import pickle
@@ -90,12 +92,19 @@ finally:
             time.sleep(0.1)
 """
 
-# The subnet the "same" baseline's network is given (the emulator's containers have fixed addresses,
-# which need a subnet given at create): a private range Docker's default pools do not hand out.
-BASELINE_SUBNET, BASELINE_GATEWAY = "10.213.0.0/16", "10.213.0.1"
+# The "same" baseline's network is given a subnet (the emulator's containers have fixed addresses,
+# which need one given at create), a /24 of its own per run in a private range Docker's default
+# pools do not hand out: a network the engine fails to remove (see the module's docstring) keeps its
+# subnet, and must not fail every later run.
+BASELINE_RANGE = ipaddress.ip_network("10.213.0.0/16")
 
 
-def baseline_job(kind: str, hosts: int, spec: Path, folder: Path, tag: str) -> Path:
+def baseline_subnet(run: int) -> tuple[str, str]:
+    subnet = list(BASELINE_RANGE.subnets(new_prefix=24))[run % 256]
+    return str(subnet), str(subnet.network_address + 1)
+
+
+def baseline_job(kind: str, hosts: int, spec: Path, folder: Path, tag: str, run: int) -> Path:
     """The baseline's containers as docker-py arguments, pickled for its process.
 
     same: the emulator's own containers for this job (every host's mounts, init, memory and shm
@@ -114,7 +123,7 @@ def baseline_job(kind: str, hosts: int, spec: Path, folder: Path, tag: str) -> P
     gateway: str | None = None
     if kind == "same":
         plan = api.render(api.load(spec, job_name=tag), folder / tag, engine_name="docker", progress=lambda _: None)
-        subnet, gateway = BASELINE_SUBNET, BASELINE_GATEWAY
+        subnet, gateway = baseline_subnet(run)
         addresses = host_addresses(subnet, gateway, [h.name for h in plan.hosts])
         for host in plan.hosts:
             translated = container_options(host.container, tag, addresses, "benchmark")
@@ -165,7 +174,8 @@ def measure(hosts: int, pairs: int, folder: Path, env: dict[str, str], kind: str
     for i in range(pairs):
         if (e := timed([sys.executable, "-m", "emulator", "run", str(spec), "--quiet"], env)) is not None:
             emulator.append(e)
-        job = baseline_job(kind, hosts, spec, folder, f"bench-baseline-{os.getpid()}-{hosts}-{i}")
+        job = baseline_job(kind, hosts, spec, folder, f"bench-baseline-{os.getpid()}-{hosts}-{i}",
+                           os.getpid() + 8 * hosts + i)
         if (b := timed([sys.executable, "-c", BASELINE, str(job)], env)) is not None:
             baseline.append(b)
     if not emulator or not baseline:
@@ -186,6 +196,11 @@ def main() -> None:
     args = parser.parse_args()
     if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, check=False).returncode != 0:
         raise SystemExit(f"no image {IMAGE}: build it with `hetero-emu image build`")
+    # A user's install has the package's bytecode (pip compiles it at install; a checkout's first run
+    # writes it). Where PYTHONDONTWRITEBYTECODE is set (CI, some sandboxes) nothing is ever cached and
+    # every timed process would compile the emulator from source (~40 ms here), which docker-py in
+    # site-packages never pays: compile it once, as an install would.
+    compileall.compile_dir(str(REPO / "emulator"), quiet=1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         # The job records go to a folder of their own, not the user's state folder.
