@@ -6,16 +6,17 @@ that drift in the machine's load hits both:
 - emulator: `python -m emulator run SPEC --quiet`, the whole process (imports, validation, plan,
   staging, the watcher, network, create, concurrent start, supervise, artifacts, job.json, teardown);
 - baseline: a short script that imports docker-py, creates a bridge network, then with a pool of
-  16 threads (the emulator's START_WORKERS) creates and starts every container (same image, same
-  command, hostnames algo-1..N on that network), waits for every one, removes them, and removes
-  the network: the least a multi-host job needs, done as concurrently as docker-py allows.
+  16 threads (the emulator's START_WORKERS) creates and starts every container, waits for every
+  one, removes them, and removes the network, as concurrently as docker-py allows. Its containers
+  are the emulator's very ones (`--baseline same`, the default: see `baseline_job`) or the least a
+  multi-host job needs (`--baseline minimal`: image, command, hostname, network).
 The ratio (emulator median / baseline median) is the emulator's own overhead; absolute seconds
 depend on the machine and on whatever else it runs (the 1-minute load average is printed with the
 table). An earlier version timed `run_job` in-process against a sequential baseline; it left out the
 imports and the interpreter start that a user waits for, and a sequential baseline flattered the
 emulator, so it is gone.
 
-    python benchmarks/startup.py [--pairs 5] [--hosts 4 16 64] [--json]
+    python benchmarks/startup.py [--pairs 5] [--hosts 4 16 64] [--baseline same|minimal] [--json]
 
 Needs the default image (`hetero-emu image build`). Latest figures are in README.md (Development).
 Phases can be told apart by wrapping DockerBackend's methods with timers around `emulator.cli.main()`
