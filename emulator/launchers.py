@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from emulator.recipes import LAUNCHERS_LABEL, image_launchers, load_recipe, variant_names
+from emulator.errors import ImageBuildError
+from emulator.recipes import LAUNCHERS_LABEL, all_launchers, image_launchers, load_recipe, variant_names
 from emulator.spec.model import JobSpec
 from emulator.spec.model import strategy_enabled as _enabled
 
@@ -59,17 +60,16 @@ def missing_launchers(spec: JobSpec, image: str, labels: Mapping[str, str] | Non
 
 def images_with(launchers: tuple[str, ...]) -> list[tuple[str, str]]:
     """(variant, tag) of the recipes whose images carry all of `launchers` (a recipe built on another
-    carries that one's launchers too)."""
+    carries that one's launchers too); a recipe that cannot be read offers nothing."""
     found = []
     for name in variant_names():
-        carried: set[str] = set()
-        recipe: str | None = name
-        while recipe is not None:
-            loaded = load_recipe(recipe)
-            carried |= set(loaded.launchers)
-            recipe = loaded.base_recipe
+        try:
+            recipe = load_recipe(name)
+            carried = set(all_launchers(recipe))
+        except ImageBuildError:
+            continue
         if set(launchers) <= carried:
-            found.append((name, load_recipe(name).tag))
+            found.append((name, recipe.tag))
     return found
 
 

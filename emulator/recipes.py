@@ -172,6 +172,30 @@ def launchers_label(launchers: Iterable[str]) -> str:
     return ",".join(sorted(set(launchers)))
 
 
+# How many recipes a chain of `base: {recipe: ...}` may hold before it counts as a loop.
+CHAIN_LIMIT = 8
+
+
+def chain_error(recipe: Recipe) -> ImageBuildError:
+    return ImageBuildError(
+        f"image recipe {recipe.name}: its chain of base recipes is a loop or deeper than {CHAIN_LIMIT}",
+        hint="base: {recipe: ...} must end at a recipe with base: {debian: ...}",
+    )
+
+
+def all_launchers(recipe: Recipe) -> tuple[str, ...]:
+    """The launchers of the recipe and of every recipe it is based on: what its image carries
+    (sorted, unique). A chain that loops is an ImageBuildError."""
+    found = list(recipe.launchers)
+    chain = recipe
+    for _ in range(CHAIN_LIMIT):
+        if chain.base_recipe is None:
+            return tuple(sorted(set(found)))
+        chain = load_recipe(chain.base_recipe)
+        found += chain.launchers
+    raise chain_error(recipe)
+
+
 def image_launchers(labels: Mapping[str, str] | None) -> frozenset[str]:
     """The launchers an image carries, from its labels (empty for an image not built here)."""
     value = (labels or {}).get(LAUNCHERS_LABEL, "")

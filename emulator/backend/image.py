@@ -43,10 +43,13 @@ from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
 from emulator.recipes import (
+    CHAIN_LIMIT,
     DEFAULT_VARIANT,
     LAUNCHERS_LABEL,
     VARIANT_LABEL,
     Recipe,
+    all_launchers,
+    chain_error,
     launchers_label,
     load_recipe,
 )
@@ -91,7 +94,6 @@ MIRROR_ENV = "HETERO_EMU_DEBIAN_MIRROR"
 SECURITY_MIRROR_ENV = "HETERO_EMU_DEBIAN_SECURITY_MIRROR"
 
 _STEPS = 4
-_CYCLE_LIMIT = 8
 #: `Step 3/12 : RUN ...`: the classic builder's progress through the Dockerfile.
 _DOCKERFILE_STEP = re.compile(r"^Step (\d+)/(\d+) :")
 
@@ -148,18 +150,6 @@ def recipe_hash(recipe: Recipe | None = None) -> str:
     recipe (so an image is rebuilt when the image it starts FROM changes). Default: the training recipe.
     """
     return _recipe_hash(recipe or load_recipe(DEFAULT_VARIANT), depth=0)
-
-
-def all_launchers(recipe: Recipe) -> tuple[str, ...]:
-    """The launchers of the recipe and of every recipe it is based on: what its image carries."""
-    found = list(recipe.launchers)
-    chain = recipe
-    for _ in range(_CYCLE_LIMIT):
-        if chain.base_recipe is None:
-            return tuple(sorted(set(found)))
-        chain = load_recipe(chain.base_recipe)
-        found += chain.launchers
-    raise _cycle(recipe)
 
 
 def build_image(
@@ -687,8 +677,8 @@ def _recipe_file(recipe: Recipe, name: str) -> bytes:
 
 
 def _recipe_hash(recipe: Recipe, depth: int) -> str:
-    if depth > _CYCLE_LIMIT:
-        raise _cycle(recipe)
+    if depth > CHAIN_LIMIT:
+        raise chain_error(recipe)
     digest = hashlib.sha256()
     for path in recipe.files():
         name = path.relative_to(recipe.folder).as_posix()
@@ -698,13 +688,6 @@ def _recipe_hash(recipe: Recipe, depth: int) -> str:
     else:
         digest.update(_rootfs_recipe(recipe).encode())
     return digest.hexdigest()
-
-
-def _cycle(recipe: Recipe) -> ImageBuildError:
-    return ImageBuildError(
-        f"image recipe {recipe.name}: its chain of base recipes is a loop or deeper than {_CYCLE_LIMIT}",
-        hint="base: {recipe: ...} must end at a recipe with base: {debian: ...}",
-    )
 
 
 def _rootfs_recipe(recipe: Recipe) -> str:

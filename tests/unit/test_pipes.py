@@ -146,6 +146,11 @@ def test_closing_an_epoch_early_makes_the_next_one_whole(tmp_path: Path, host: P
     assert hashlib.sha256(read_epoch(host / "train_1")).digest() == hashlib.sha256(content).digest()
     assert read_epoch(host / "train_2", limit=1) == content[:1]
     wait_for(host / "train_3")
+    # The feeder makes epoch 3's FIFO before it closes epoch 2 and counts it (so a reader that saw
+    # EOF finds the next one at once): the count follows a moment later.
+    deadline = time.monotonic() + 10
+    while feeders.feeders[0].epochs < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert feeders.feeders[0].epochs == 3
     assert feeders.close() == []
 

@@ -189,6 +189,22 @@ def test_base_recipe_loop_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(recipes, "images_dir", lambda: tmp_path)
     with pytest.raises(ImageBuildError, match="loop"):
         image.recipe_hash(load_recipe("a"))
+    with pytest.raises(ImageBuildError, match="loop"):
+        recipes.all_launchers(load_recipe("a"))
+
+
+def test_a_looping_recipe_offers_no_launcher_and_the_others_still_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from emulator.launchers import images_with
+
+    write_recipe(tmp_path, "a", "tag: t/a:1\nbase: {recipe: b}\nlaunchers: [torchrun]\n")
+    write_recipe(tmp_path, "b", "tag: t/b:1\nbase: {recipe: a}\n")
+    write_recipe(tmp_path, "c", "tag: t/c:1\nbase: {debian: bookworm}\nlaunchers: [torchrun]\n")
+    write_recipe(tmp_path, "d", "tag: t/d:1\nbase: {recipe: c}\n")
+    monkeypatch.setattr(recipes, "images_dir", lambda: tmp_path)
+    # d carries c's launcher (inherited); a's chain loops, so it offers nothing instead of hanging.
+    assert images_with(("torchrun",)) == [("c", "t/c:1"), ("d", "t/d:1")]
 
 
 @pytest.mark.parametrize(
