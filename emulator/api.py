@@ -20,7 +20,7 @@ from typing import Any
 
 from emulator import compose, contract, debugger, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
-from emulator.backend import ExecIO, Resource, ulimits
+from emulator.backend import Backend, ExecIO, Resource, ulimits
 from emulator.backend.liveness import driver_alive
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
@@ -308,6 +308,12 @@ class LogFollower:
         self.tail = LogTail(_log_dir(self.folder, host), self._group_of)
         self._groups = host_groups(self.folder)
         self.ended: str | None = None  # Completed | Failed | Stopped | "gone"
+        self._backend: Backend | None = None  # asked only when the job's record cannot tell
+
+    def _engine(self) -> Backend:
+        if self._backend is None:
+            self._backend = engine(self.engine_name)
+        return self._backend
 
     def hosts(self) -> list[tuple[str, str]]:
         """(host, group) of each host followed, in host order (for the prefixes)."""
@@ -324,7 +330,7 @@ class LogFollower:
         """(host, group, line) of every line written so far, then of every line as it is written."""
         while True:
             # Asked before the read: everything written before the end is read by the final poll.
-            self.ended = job_end(self.folder, self.engine_name)
+            self.ended = job_end(self.folder, self._engine)
             batch = self.tail.poll(final=self.ended is not None)
             yield from (entry for entry in batch if self.host in (None, entry[0]))
             if self.ended is not None:
@@ -332,9 +338,10 @@ class LogFollower:
             (self.sleep or time.sleep)(self.interval)
 
 
-def job_end(folder: Path, engine_name: str = DEFAULT_ENGINE) -> str | None:
+def job_end(folder: Path, backend: Callable[[], Backend]) -> str | None:
     """How the job in `folder` ended (its final TrainingJobStatus, or "gone" when its driver died
-    before saying), None while it runs."""
+    before saying), None while it runs. `backend` gives the engine to ask when the job's files and
+    record cannot tell (called only then)."""
     text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
     try:
         status = json.loads(text).get("TrainingJobStatus") if text else None
@@ -352,7 +359,7 @@ def job_end(folder: Path, engine_name: str = DEFAULT_ENGINE) -> str | None:
     # No word from the driver itself (a record from another machine, or none): the job runs while
     # its containers exist.
     try:
-        running = any(r.kind == "container" for r in engine(engine_name).find(folder.name))
+        running = any(r.kind == "container" for r in backend().find(folder.name))
     except DockerUnavailable:
         running = False
     return None if running else "gone"
@@ -371,7 +378,7 @@ def exec_in_host(job: str, host: str, command: Sequence[str], io: ExecIO, *,
              if r.kind == "container" and r.name == container_name(name, r.labels.get(LABEL_HOST, ""))}
     if not hosts:
         folder = job_folder(job, engine_name=engine_name, ask_engine=False)  # unknown: UsageError (exit 2)
-        status = job_end(folder, engine_name)
+        status = job_end(folder, lambda: backend)
         if status is None:
             raise NotRunning(f"job {name} has no containers right now (it is starting or tearing down)",
                              hint="`hetero-emu ps` lists a job's containers while they exist")

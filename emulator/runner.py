@@ -586,12 +586,12 @@ class Run:
         exact = bool(self.engine_times) and all(
             started is not None and ended is not None and ended >= started
             for started, ended in self.engine_times.values())
+        # A host never seen exiting (the engine stopped answering) ran from the common start.
+        first = min((started for started, _ in self.engine_times.values() if started is not None), default=None)
         spans = []
         for host in self.plan.hosts:
             name = host.container.name
             if exact:
-                # A host never seen exiting (the engine stopped answering) ran from the common start.
-                first = min(started for started, _ in self.engine_times.values() if started is not None)
                 started, ended = self.engine_times.get(name, (first if self.started else None, None))
             else:
                 started = t0 if self.started else None

@@ -209,15 +209,20 @@ def host_lines(reporter: RecordingReporter, host: str) -> list[str]:
     return [line for h, _, line in reporter.lines if h == host]
 
 
+def write_script(folder: Path, text: str) -> Path:
+    """The job's entry point, code/train.py under `folder` (the specs' source_dir: code)."""
+    (folder / "code").mkdir()
+    script = folder / "code" / "train.py"
+    script.write_text(text)
+    return script
+
+
 def unique(name: str) -> str:
     return f"{name}-{int(time.time() * 1000) % 10**9}"
 
 
 def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_variable(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    script = code / "train.py"
-    script.write_text(SCRIPT)
+    script = write_script(tmp_path, SCRIPT)
     assert SCRIPT.splitlines()[BREAK_LINE - 1].startswith("print(")
     port = free_port()
     job = debug_job(tmp_path, f"job_name: {unique('debugger-test')}\n"
@@ -234,7 +239,7 @@ def test_a_debugger_attaches_to_one_host_stops_at_a_breakpoint_and_reads_a_varia
     announced = next(i for i in job.reporter.infos if i.startswith("debugger: algo-2 (dnn_group)"))
     configuration = json.loads(announced.split("\n", 1)[1])["configurations"][0]
     assert configuration["connect"] == {"host": "127.0.0.1", "port": port}
-    assert configuration["pathMappings"] == [{"localRoot": str(code), "remoteRoot": "/opt/ml/code"}]
+    assert configuration["pathMappings"] == [{"localRoot": str(script.parent), "remoteRoot": "/opt/ml/code"}]
     assert f"waiting for a debugger on 127.0.0.1:{port} (algo-2 (dnn_group))" in job.reporter.infos
     # Both hosts ran the script; only algo-2 had a debugger, and it waited for it.
     first, second = host_lines(job.reporter, "algo-1"), host_lines(job.reporter, "algo-2")
@@ -257,10 +262,7 @@ MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 
 
 def test_under_mpi_the_first_rank_on_mpiruns_host_is_debugged_and_the_others_run_on(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    script = code / "train.py"
-    script.write_text(MPI_SCRIPT)
+    script = write_script(tmp_path, MPI_SCRIPT)
     job = debug_job(tmp_path, f"job_name: {unique('debugger-mpi')}\n"
                     "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
                     "instance_groups:\n"
@@ -296,10 +298,7 @@ dist.destroy_process_group()
 
 @pytest.mark.usefixtures("pytorch_image")
 def test_under_torchrun_the_worker_on_the_debugged_host_is_debugged(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    script = code / "train.py"
-    script.write_text(TORCH_SCRIPT)
+    script = write_script(tmp_path, TORCH_SCRIPT)
     job = debug_job(tmp_path, f"job_name: {unique('debugger-torch')}\n"
                     "image_uri: hetero-emu/pytorch-training:py311\n"
                     "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
