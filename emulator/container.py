@@ -104,6 +104,9 @@ class ContainerSpec:
     devices: tuple[Device, ...] = ()
     # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.debugger).
     ports: tuple[PortBinding, ...] = ()
+    # Where the host may run, as swarm placement constraints (`node.labels.role==gpu`): its instance
+    # group's `placement`. One machine has nowhere else to put it.
+    placement: tuple[str, ...] = ()
 
     def without_ulimits(self, refused: Collection[Ulimit]) -> ContainerSpec:
         """This container without the ulimits an engine refuses (emulator/backend/ulimits.py)."""

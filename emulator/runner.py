@@ -264,6 +264,8 @@ class Run:
             try:
                 # Pipe channels' epoch-0 FIFOs exist before any host starts; every feeder is stopped
                 # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
+                # A swarm copies the image to its nodes and checks they see the job folder.
+                self.backend.prepare(plan, reporter, self.options.grace)
                 with pipes.serve(plan, reporter.warn):
                     with reporter.task(f"creating network {plan.network} and {len(plan.hosts)} containers",
                                        total=len(plan.hosts)) as creating:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 if TYPE_CHECKING:
     # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
     # starts faster without the plan and spec modules.
+    from emulator.console import Reporter
     from emulator.plan import HostPlan, Plan
 
 
@@ -65,6 +66,11 @@ class Backend(Protocol):
 
     def image_labels(self, image: str) -> Mapping[str, str] | None:
         """The image's labels ({} when it has none), None when the engine has no such image."""
+
+    def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
+        """Once the job folder is staged and before anything is created: ready the engine's machines
+        for the job (a swarm copies the image to its nodes and checks they see the job's paths).
+        `grace` is how long a stopped host gets before SIGKILL (a swarm fixes it at creation)."""
 
     def create_network(self, plan: Plan) -> None: ...
 

@@ -54,10 +54,14 @@ EXIT_RECHECK_SECONDS = 0.2
 RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
 
 
-def connect(timeout: float = 10) -> docker.DockerClient:
-    """A client for the engine DOCKER_HOST (or the default socket) names, or DockerUnavailable."""
+def connect(timeout: float = 10, base_url: str | None = None) -> docker.DockerClient:
+    """A client for the engine at `base_url` (tcp://, ssh://, unix://), else the one DOCKER_HOST (or the
+    default socket) names, or DockerUnavailable."""
     try:
-        client = docker.from_env(timeout=int(timeout))
+        if base_url is None:
+            client = docker.from_env(timeout=int(timeout))
+        else:
+            client = docker.DockerClient(base_url=base_url, timeout=int(timeout), use_ssh_client=True)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
         raise DockerUnavailable(
@@ -286,6 +290,10 @@ class DockerBackend:
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
 
+    def reaper_environment(self) -> dict[str, str]:
+        """What the watcher's environment adds to this process's to reach the same engine."""
+        return {}
+
     def _lost_engine(self, err: BaseException) -> DockerUnavailable:
         """Mark the engine lost (teardown then leaves removal to the watcher) and say so."""
         self._engine_lost = True
@@ -298,7 +306,7 @@ class DockerBackend:
         run creates; if the driver dies, or leaves the block with some of them not removed (the
         engine stopped answering), the watcher removes them."""
         try:
-            reaper: Reaper | None = Reaper(Path(plan.job_dir) / "logs" / "reaper.log")
+            reaper: Reaper | None = Reaper(Path(plan.job_dir) / "logs" / "reaper.log", self.reaper_environment())
         except OSError:
             reaper = None  # cannot fork: the run still tears down in its `finally`
         if reaper is not None:
@@ -333,6 +341,9 @@ class DockerBackend:
         for ident in idents:
             if outstanding.pop(ident, None) is not None and reaper is not None:
                 reaper.forget(ident)
+
+    def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
+        """One machine: the image is here already (ensure_image), and so is every path."""
 
     @_engine_call
     def create_network(self, plan: Plan) -> None:

@@ -3,7 +3,7 @@
 The driver starts it detached (its own session, so a Ctrl-C in the terminal does not reach it) and
 tells it, over a pipe on its stdin, the id of every container and network it creates:
 
-    container <id>      network <id>      forget <id>      done      reap
+    container <id>      service <id>      network <id>      forget <id>      done      reap
 
 `done` means the driver removed everything itself: the watcher exits. If the pipe closes without
 `done` (the driver was SIGKILLed, crashed, or its machine session ended) or the driver sends `reap`
@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -37,7 +37,7 @@ REAP_PATIENCE = 600.0
 class Reaper:
     """The driver's end of the pipe. Writes are best effort: a watcher that died cannot be helped."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, environment: Mapping[str, str] | None = None) -> None:
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, "-m", "emulator.backend.reaper", str(log_path)],
             stdin=subprocess.PIPE,
@@ -48,7 +48,8 @@ class Reaper:
             # the package's own folder first on the path, so the watcher finds emulator even when it
             # is importable only from the driver's working directory (a source checkout).
             cwd="/",
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            # `environment`: where the engine is (a swarm manager's DOCKER_HOST) when not in os.environ.
+            env={**os.environ, **(environment or {}), "PYTHONPATH": os.pathsep.join(
                 [str(Path(__file__).resolve().parents[2]), *filter(None, [os.environ.get("PYTHONPATH")])])},
         )
 
@@ -94,7 +95,8 @@ class Reaper:
 
 
 def read_orders(stream: Iterable[str]) -> tuple[bool, list[str], list[str]]:
-    """(reap?, container ids, network ids) from the driver's lines; reap unless it said `done`."""
+    """(reap?, container ids, network ids) from the driver's lines; reap unless it said `done`. A
+    swarm service is a host's container here (`service:<id>`), removed the same way by its kind."""
     containers: list[str] = []
     networks: list[str] = []
     for raw in stream:
@@ -105,10 +107,12 @@ def read_orders(stream: Iterable[str]) -> tuple[bool, list[str], list[str]]:
             break
         if kind == "container" and ident:
             containers.append(ident)
+        elif kind == "service" and ident:
+            containers.append(f"service:{ident}")
         elif kind == "network" and ident:
             networks.append(ident)
         elif kind == "forget":
-            containers = [c for c in containers if c != ident]
+            containers = [c for c in containers if c not in (ident, f"service:{ident}")]
             networks = [n for n in networks if n != ident]
     return True, containers, networks
 
@@ -169,11 +173,23 @@ def _docker_removers() -> tuple[Callable[[str], None], Callable[[str], None]]:
             api = docker.APIClient(**docker.utils.kwargs_from_env(), timeout=10)
         return api
 
+    def stopping(service: str) -> bool:
+        # Listed unfiltered: the engine's `service` filter refuses a service that no longer exists.
+        return any(t.get("ServiceID") == service for t in client().tasks())
+
     def remove_container(ident: str) -> None:
+        _, _, service = ident.partition("service:")
         try:
-            client().remove_container(ident, force=True, v=True)
+            if service:
+                client().remove_service(service)
+            else:
+                client().remove_container(ident, force=True, v=True)
         except docker.errors.NotFound:
-            raise LookupError(ident) from None
+            if not (service and stopping(service)):
+                raise LookupError(ident) from None
+        # The job's network can go only once the service's tasks are gone from their nodes.
+        if service and stopping(service):
+            raise RuntimeError(f"the tasks of service {service[:12]} are still stopping")
 
     def remove_network(ident: str) -> None:
         try:

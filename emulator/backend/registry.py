@@ -40,4 +40,11 @@ def _docker() -> Backend:
     return DockerBackend()
 
 
+def _swarm() -> Backend:
+    from emulator.backend.swarm import SwarmBackend
+
+    return SwarmBackend()
+
+
 register("docker", _docker)
+register("swarm", _swarm)

@@ -192,6 +192,9 @@ class FakeBackend:
         self._record("image_labels", image)
         return dict(self.labels_of.get(image, {})) if image in self.images else None
 
+    def prepare(self, plan: Plan, reporter: object, grace: float) -> None:
+        self._record("prepare", plan.job_name, grace)
+
     def create_network(self, plan: Plan) -> None:
         self._record("create_network", plan.network)
         with self._lock:

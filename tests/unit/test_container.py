@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import load_ssh_private_key, l
 
 from emulator import api, sshkeys, staging
 from emulator.backend.docker import container_options
+from emulator.backend.swarm import service_options
 from emulator.compose import compose_project, service
 from emulator.container import (
     FALLBACK_SHM,
@@ -28,7 +29,7 @@ from emulator.container import (
     Ulimit,
     default_shm_bytes,
 )
-from emulator.errors import SpecError
+from emulator.errors import SpecError, UsageError
 from emulator.plan import SSH_TARGET, Plan, make_plan
 from emulator.spec import JobSpec
 
@@ -65,6 +66,15 @@ SAMPLES: dict[str, tuple[Any, str | None]] = {
     "ulimits": ((Ulimit("nofile", 4242, 4343),), "4343"),
     "devices": ((Device("/dev/marker0", "/dev/marker0"),), "/dev/marker0"),
     "ports": ((PortBinding("127.0.0.1", 45678, 5678),), "45678"),
+    "placement": (("node.labels.marker==yes",), "node.labels.marker==yes"),
+}
+# What an engine cannot give, and why. A swarm service refuses it (test below) rather than drop it.
+NOT_TRANSLATED = {
+    ("docker", "placement"): "one machine has nowhere else to put a host",
+    ("compose", "placement"): "a compose project runs on one engine (and its 2.4 format has no deploy:)",
+    ("swarm", "extra_hosts"): "a host on an overlay has no fixed address; the others resolve through its DNS",
+    ("swarm", "ports"): "a published port (the debugger's) is not supported on the swarm engine",
+    ("swarm", "devices"): "a service cannot take --device",
 }
 
 
@@ -77,20 +87,35 @@ def _compose(container: ContainerSpec) -> str:
     return json.dumps(service(container, ADDRESSES, "/project"), default=str, sort_keys=True)
 
 
+def _swarm(container: ContainerSpec) -> str:
+    return json.dumps(service_options(container, "job-net", container.image, "driver", 10), default=str,
+                      sort_keys=True)
+
+
+ENGINES = {"docker": _docker, "compose": _compose, "swarm": _swarm}
+
+
 def test_every_field_has_a_sample() -> None:
     # A new field needs a sample here, and then must be translated by both engines to pass below.
     assert set(SAMPLES) == {f.name for f in dataclasses.fields(ContainerSpec)}
 
 
-@pytest.mark.parametrize("engine", [_docker, _compose], ids=["docker", "compose"])
-@pytest.mark.parametrize("name", sorted(SAMPLES))
-def test_both_engines_translate_every_field(engine: Callable[[ContainerSpec], str], name: str) -> None:
+@pytest.mark.parametrize(("engine", "name"), [(engine, name) for engine in sorted(ENGINES) for name in sorted(SAMPLES)
+                                              if (engine, name) not in NOT_TRANSLATED])
+def test_every_engine_translates_every_field(engine: str, name: str) -> None:
     value, marker = SAMPLES[name]
     assert getattr(BASE, name) != value
-    base, changed = engine(BASE), engine(dataclasses.replace(BASE, **{name: value}))
+    translate: Callable[[ContainerSpec], str] = ENGINES[engine]
+    base, changed = translate(BASE), translate(dataclasses.replace(BASE, **{name: value}))
     assert changed != base, f"{name} does not change the engine's arguments"
     if marker is not None:
         assert marker not in base and marker in changed, f"{name}'s value is not in the engine's arguments"
+
+
+@pytest.mark.parametrize("name", ["ports", "devices"])
+def test_a_swarm_service_refuses_what_it_cannot_give(name: str) -> None:
+    with pytest.raises(UsageError, match="swarm"):
+        _swarm(dataclasses.replace(BASE, **{name: SAMPLES[name][0]}))
 
 
 def test_docker_and_compose_say_the_same_limits() -> None:

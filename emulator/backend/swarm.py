@@ -1,0 +1,800 @@
+"""The Docker Swarm engine (`--engine swarm`): one job across the nodes of a swarm.
+
+Each host is a swarm service of its own, `<job>-algo-N`, in mode `replicated-job` (one task, run once)
+with restart condition `none` (the default, `any`, would restart a failed host for ever), hostname
+`algo-N` and alias `algo-N` on an attachable overlay network of the job's own, in `dnsrr` endpoint mode
+(the default VIP mode needs IPVS in the node's kernel, which many lack: the name then resolves and
+nothing answers). https://docs.docker.com/engine/swarm/services/ and
+https://docs.docker.com/engine/api/v1.41/#operation/ServiceCreate
+
+What differs from one machine, and why:
+- A service starts when it is created: `create_containers` only records the hosts, `start` creates
+  every service at once.
+- The engine of a node other than the manager cannot be asked through the swarm: every bind mount
+  must name a path that each node sees (a shared folder: NFS or similar), checked before the job by a
+  `global-job` probe on every node (`prepare`). Images reach nodes without a registry through the
+  node engines the user names (HETERO_EMU_SWARM_NODES), `docker save` once and loads in parallel.
+- A task is stopped by removing its service (the swarm has no "stop one task"), after its output has
+  been read to the end: `service logs` disappears with the service.
+- A host has no fixed address: names resolve through the overlay's DNS while the host's task exists.
+
+Only this module (with backend/docker.py and backend/image.py) talks to an engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+from docker.utils.socket import frames_iter
+
+from emulator.backend import ContainerState, ExecIO, LineSink, Resource
+from emulator.backend.docker import (
+    START_WORKERS,
+    DockerBackend,
+    _engine_call,
+    _epoch,
+    _first_line,
+    _interrupts_deferred,
+    connect,
+)
+from emulator.console import Reporter
+from emulator.container import ContainerSpec
+from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
+from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+
+#: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
+ENV_MANAGER = "HETERO_EMU_SWARM_MANAGER"
+ENV_NODES = "HETERO_EMU_SWARM_NODES"
+ENV_REGISTRY = "HETERO_EMU_SWARM_REGISTRY"
+ENV_MTU = "HETERO_EMU_SWARM_MTU"
+
+# Task states before the container has exited (moby/swarmkit api/types.proto TaskState).
+PENDING_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready",
+                            "starting", "running"})
+# A task the node refused or could not start: nothing of the host ever ran.
+REFUSED_STATES = frozenset({"rejected"})
+# A node in one of these states runs nothing any more (swarmkit api/types.proto NodeStatus).
+NODE_GONE = frozenset({"down", "disconnected", "unknown"})
+# Service names are DNS labels: at most 63 characters (swarmkit manager/controlapi/service.go validateServiceName).
+SERVICE_NAME_LIMIT = 63
+# How long the probe of the nodes (`prepare`) and the removal of a service may take.
+PROBE_TIMEOUT = 120.0
+REMOVE_TIMEOUT = 120.0
+# The swarm is asked at most this often while the hosts run (a `docker ps` is local; a task list goes
+# through the manager's raft store).
+SWARM_POLL_SECONDS = 0.5
+# The folder in the probe's container where each checked path is mounted.
+PROBE_ROOT = "/hetero-emu-probe"
+
+
+@dataclass(frozen=True)
+class SwarmSettings:
+    """How to reach the swarm: the manager (None: as Docker finds it, DOCKER_HOST or the default
+    socket), the node engines images are copied through (node hostname -> engine URL), a registry to
+    push the job's image to instead, and the MTU of the job's overlay network (None: the engine's)."""
+
+    manager: str | None = None
+    node_engines: Mapping[str, str] = field(default_factory=dict)
+    registry: str | None = None
+    mtu: int | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SwarmSettings:
+        env = os.environ if environ is None else environ
+        engines: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in env.get(ENV_NODES, "").split(","))):
+            node, sep, url = item.partition("=")
+            if not sep or not node or not url:
+                raise UsageError(f"{ENV_NODES}: {item!r} is not NODE=URL",
+                                 hint="e.g. node-2=ssh://me@node-2,node-3=tcp://10.0.0.3:2376")
+            engines[node] = url
+        mtu_text = env.get(ENV_MTU, "").strip()
+        if mtu_text and not (mtu_text.isdigit() and 576 <= int(mtu_text) <= 9000):
+            raise UsageError(f"{ENV_MTU}: {mtu_text!r} is not an MTU between 576 and 9000")
+        return cls(env.get(ENV_MANAGER) or None, engines, env.get(ENV_REGISTRY) or None,
+                   int(mtu_text) if mtu_text else None)
+
+
+def service_name(container_name: str) -> str:
+    """The service of a host: its container name (`<job>-algo-N`), shortened with a hash of the whole
+    when the swarm's 63-character limit would refuse it (SageMaker job names may have 63 already)."""
+    if len(container_name) <= SERVICE_NAME_LIMIT:
+        return container_name
+    digest = hashlib.sha256(container_name.encode()).hexdigest()[:8]
+    job, _, host = container_name.rpartition("-algo-")
+    tail = f"-{digest}-algo-{host}" if job else f"-{digest}"
+    return (job or container_name)[:SERVICE_NAME_LIMIT - len(tail)].rstrip("-.") + tail
+
+
+def service_options(container: ContainerSpec, network: str, image: str, driver: str,
+                    grace: float) -> dict[str, Any]:
+    """A host's `ContainerSpec` as the arguments of docker-py's `APIClient.create_service`: every field
+    translated once (docker.container_options and compose.service are the other translations;
+    tests/unit/test_container.py checks all three). Pure: no engine is asked. `image` is the
+    reference the nodes run (the image's id: see SwarmBackend.prepare)."""
+    mounts = [docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in container.mounts]
+    # No --shm-size for services: /dev/shm is a tmpfs mount of that size instead (what `docker
+    # service create --mount type=tmpfs,destination=/dev/shm,tmpfs-size=...` does).
+    mounts.append(docker.types.Mount("/dev/shm", "", type="tmpfs", tmpfs_size=container.shm_bytes))
+    spec = docker.types.ContainerSpec(
+        image=image,
+        # A service's Command replaces the image's ENTRYPOINT, its Args the CMD.
+        command=list(container.entrypoint) if container.entrypoint is not None else None,
+        args=list(container.command),
+        hostname=container.hostname,
+        env=dict(container.environment),
+        labels={**container.labels, LABEL_DRIVER: driver},
+        mounts=mounts,
+        init=container.init,
+        stop_grace_period=int(max(1.0, grace) * 1e9),
+        hosts=None,  # no fixed addresses on an overlay: the other hosts resolve through its DNS
+    )
+    # docker-py has no argument for these two; API 1.41 takes them in the task's ContainerSpec.
+    spec["Ulimits"] = [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in container.ulimits]
+    if container.ports:
+        raise UsageError("a published port (the debugger's) is not supported on the swarm engine",
+                         hint="debug on the docker engine (--engine docker)")
+    if container.devices:
+        raise UsageError("devices are not supported on the swarm engine (services cannot take --device)")
+    resources = docker.types.Resources(mem_limit=container.memory_bytes) if container.memory_bytes else None
+    template = docker.types.TaskTemplate(
+        container_spec=spec,
+        resources=resources,
+        restart_policy=docker.types.RestartPolicy(condition="none"),
+        placement=docker.types.Placement(constraints=list(container.placement)) if container.placement else None,
+        networks=[docker.types.NetworkAttachmentConfig(network, aliases=list(container.aliases))],
+    )
+    return {
+        "task_template": template,
+        "name": service_name(container.name),
+        "labels": {**container.labels, LABEL_DRIVER: driver},
+        "mode": docker.types.ServiceMode("replicated-job", replicas=1, concurrency=1),
+        "endpoint_spec": docker.types.EndpointSpec(mode="dnsrr"),
+    }
+
+
+@dataclass
+class _Stream:
+    """One host's output: what the live `service logs --follow` delivered so far, per stream, so the
+    final read (everything the service logged) delivers exactly the rest."""
+
+    service: str
+    sink: LineSink
+    delivered: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0})
+    finished: bool = False
+    response: Any = None
+    thread: threading.Thread | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """The one task of a host's service, as the manager last told it."""
+
+    state: str
+    node: str
+    exit_code: int | None
+    error: str
+    timestamp: float | None
+    container: str = ""
+
+
+class SwarmBackend(DockerBackend):
+    """Executes a Plan on a Docker swarm, through its manager. The watcher, the image checks and the
+    default image's build are the Docker backend's, aimed at the manager's engine."""
+
+    def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None) -> None:
+        super().__init__(client)
+        self.settings = settings if settings is not None else SwarmSettings.from_env()
+        self._grace = 10.0
+        self._image_ref: dict[str, str] = {}
+        self._services: dict[str, str] = {}  # container name -> service id
+        self._specs: dict[str, HostPlan] = {}
+        self._plans: dict[str, Plan] = {}
+        self._logs: dict[str, _Stream] = {}
+        self._final: dict[str, ContainerState] = {}
+        self._nodes: dict[str, str] = {}  # node id -> hostname
+        self._last_poll = 0.0
+        self._polled: dict[str, _Task | None] = {}
+
+    # -- the manager ------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            manager = self.settings.manager
+            if manager is None and not os.environ.get("DOCKER_HOST"):
+                manager = _context_host()
+            self._client = connect(base_url=manager)
+        return self._client
+
+    def ping(self) -> None:
+        try:
+            swarm = self.client.info().get("Swarm") or {}
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise self._lost_engine(err) from None
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+            where = self.settings.manager or os.environ.get("DOCKER_HOST") or "the local Docker engine"
+            raise EnvironmentProblem(
+                f"{where} is not a swarm manager (swarm state: {swarm.get('LocalNodeState') or 'unknown'})",
+                hint=f"point {ENV_MANAGER} or DOCKER_HOST at a manager of the swarm (`docker swarm init` makes one)",
+            )
+
+    def reaper_environment(self) -> dict[str, str]:
+        return {"DOCKER_HOST": self.settings.manager} if self.settings.manager else {}
+
+    # -- the nodes: images and shared folders ---------------------------------------------------
+
+    def _ready_nodes(self) -> list[dict[str, Any]]:
+        nodes = self.api.nodes()
+        self._nodes = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"][:12]) for n in nodes}
+        return [n for n in nodes
+                if n.get("Status", {}).get("State") == "ready" and n.get("Spec", {}).get("Availability") == "active"]
+
+    @_engine_call
+    def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
+        """Before any host is created: the job's image on every node (copied where it lacks), and
+        every path the hosts mount seen by every node, or one error naming the node."""
+        self._grace = grace
+        self._plans[plan.job_name] = plan
+        nodes = self._ready_nodes()
+        if not nodes:
+            raise EnvironmentProblem("the swarm has no node that is ready and active",
+                                     hint="`docker node ls` on the manager shows the nodes")
+        image = self.client.images.get(plan.image)
+        ref = image.id
+        if self.settings.registry:
+            ref = self._push(plan.image, reporter)
+        else:
+            self._copy_image(plan.image, image.id, nodes, reporter)
+        self._image_ref[plan.job_name] = ref
+        with reporter.task(f"checking the shared folders on {len(nodes)} nodes"):
+            self._probe(plan, ref, nodes)
+
+    def _copy_image(self, name: str, image_id: str, nodes: list[dict[str, Any]], reporter: Reporter) -> None:
+        """Load the image into every node engine the user named that lacks it: `docker save` once,
+        the loads in parallel. A node without a named engine is checked by the probe instead."""
+        manager_node = (self.client.info().get("Swarm") or {}).get("NodeID")
+        lacking: dict[str, docker.DockerClient] = {}
+        for node in nodes:
+            hostname = node.get("Description", {}).get("Hostname", "")
+            url = self.settings.node_engines.get(hostname)
+            if node["ID"] == manager_node or url is None:
+                continue
+            client = _node_client(hostname, url)
+            try:
+                client.images.get(image_id)
+            except docker.errors.ImageNotFound:
+                lacking[hostname] = client
+        if not lacking:
+            return
+        from emulator.backend.images import copy_image
+
+        copy_image(self.client, name, image_id, lacking, reporter)
+
+    def _push(self, name: str, reporter: Reporter) -> str:
+        """Tag the image into the user's registry, push it, and return its digest reference (a node
+        pulls a canonical reference only when it lacks that digest)."""
+        registry = self.settings.registry
+        repository = f"{registry}/{name.split(':')[0]}"
+        tag = name.rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else "latest"
+        with reporter.task(f"pushing {name} to {registry}"):
+            self.api.tag(name, repository, tag)
+            error = ""
+            for event in self.api.push(repository, tag, stream=True, decode=True):
+                error = event.get("error") or error
+            if error:
+                raise EnvironmentProblem(f"cannot push {name} to {registry}: {error}",
+                                         hint=f"check the registry, or unset {ENV_REGISTRY} to copy the image instead")
+        digests = self.client.images.get(f"{repository}:{tag}").attrs.get("RepoDigests") or []
+        mine = next((d for d in digests if d.startswith(repository + "@")), None)
+        if mine is None:
+            raise EnvironmentProblem(f"{registry} gave no digest for {name}")
+        return str(mine)
+
+    def _probe(self, plan: Plan, image: str, nodes: list[dict[str, Any]]) -> None:
+        """One `global-job` service on every node: its task mounts every path a host mounts and checks
+        a file the driver just wrote in the job folder. A node that lacks a path rejects the task
+        ("bind source path does not exist"); one that has a folder of the name but not this one
+        (not shared) fails the check; one without the image rejects it too."""
+        job_dir = Path(plan.job_dir)
+        sources = sorted({m.source for h in plan.hosts for m in h.container.mounts
+                          if not Path(m.source).is_relative_to(job_dir)})
+        marker = f".node-check-{os.getpid()}-{time.time_ns()}"
+        (job_dir / marker).write_text("written by the driver: every node must see this file\n")
+        checked = [str(job_dir), *sources]
+        mounts = [docker.types.Mount(f"{PROBE_ROOT}/{i}", src, type="bind", read_only=True)
+                  for i, src in enumerate(checked)]
+        spec = docker.types.ContainerSpec(image=image, command=["/bin/sh", "-c"],
+                                          args=[f"test -f {PROBE_ROOT}/0/{marker}"], mounts=mounts,
+                                          labels=dict(plan.labels))
+        name = service_name(f"{plan.job_name}-node-check")
+        created: str | None = None
+        try:
+            with _interrupts_deferred():
+                created = self.api.create_service(
+                    docker.types.TaskTemplate(container_spec=spec,
+                                              restart_policy=docker.types.RestartPolicy(condition="none")),
+                    name=name, labels={**plan.labels, LABEL_DRIVER: self._driver},
+                    mode=docker.types.ServiceMode("global-job"))["ID"]
+                self._track(plan, "service", created)
+            problems = self._probe_results(created, nodes, checked)
+        finally:
+            (job_dir / marker).unlink(missing_ok=True)
+            if created is not None:
+                self._remove_services([created])
+                self._untrack(plan, [created])
+        if problems:
+            raise EnvironmentProblem(
+                "not every node of the swarm can run this job:\n  " + "\n  ".join(problems),
+                hint="every node must have the image and see the job folder and data at the same paths "
+                f"(a shared folder: README, Across machines); name node engines in {ENV_NODES} to copy "
+                "the image, or drain a node (`docker node update --availability drain NODE`) to leave it out")
+
+    def _probe_results(self, service: str, nodes: list[dict[str, Any]], checked: list[str]) -> list[str]:
+        names = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"][:12]) for n in nodes}
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while True:
+            tasks = {t.node: t for t in self._tasks([service])}
+            done = {node: t for node, t in tasks.items() if t.state not in PENDING_STATES}
+            if all(node in done for node in names) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        problems = []
+        for node_id, hostname in sorted(names.items(), key=lambda item: item[1]):
+            task = done.get(node_id)
+            if task is None:
+                problems.append(f"node {hostname}: the check did not finish in {PROBE_TIMEOUT:g} s "
+                                f"({tasks[node_id].state if node_id in tasks else 'no task'})")
+            elif task.state == "complete":
+                continue
+            elif "No such image" in task.error:
+                problems.append(f"node {hostname} does not have the image")
+            elif "bind source path does not exist" in task.error:
+                missing = task.error.rsplit(":", 1)[-1].strip()
+                problems.append(f"node {hostname} cannot see {missing or 'a path the hosts mount'}")
+            elif task.exit_code == 1:
+                problems.append(f"node {hostname} has a folder {checked[0]} but not this machine's: "
+                                "the job folder is not shared with it")
+            else:
+                problems.append(f"node {hostname}: {task.error or task.state} (exit code {task.exit_code})")
+        return problems
+
+    # -- the hosts ------------------------------------------------------------------------------
+
+    @_engine_call
+    def create_network(self, plan: Plan) -> None:
+        """An attachable overlay network of the job's own (`internal` for EnableNetworkIsolation)."""
+        options = {"com.docker.network.driver.mtu": str(self.settings.mtu)} if self.settings.mtu else None
+        with _interrupts_deferred():
+            try:
+                network = self.api.create_network(plan.network, driver="overlay", attachable=True, scope="swarm",
+                                                  internal=plan.network_isolation, options=options,
+                                                  labels={**plan.labels, LABEL_DRIVER: self._driver},
+                                                  check_duplicate=True)
+            except docker.errors.APIError as err:
+                raise EnvironmentProblem(f"cannot create network {plan.network}: {_first_line(err)}",
+                                         hint="a network of that name may be left from an earlier run: "
+                                         "`hetero-emu clean --engine swarm`") from None
+            self._track(plan, "network", network["Id"])
+
+    def create_container(self, plan: Plan, host: HostPlan) -> None:
+        """Nothing is created yet: a service starts running as soon as it exists (see `start`)."""
+        self._specs[host.container.name] = host
+        self._plans[plan.job_name] = plan
+
+    def create_containers(self, plan: Plan, hosts: Sequence[HostPlan], sink: LineSink,
+                          created: Callable[[str], None]) -> None:
+        for host in hosts:
+            service_options(host.container, plan.network, "check", self._driver, self._grace)  # refuses early
+            self.create_container(plan, host)
+            self._logs[host.container.name] = _Stream(service_name(host.container.name), sink)
+            created(host.container.name)
+
+    @_engine_call
+    def start(self, names: Sequence[str]) -> None:
+        """Create every host's service at once (each starts its task as it is created), then follow
+        each one's output."""
+        errors: list[str] = []
+
+        def create(name: str) -> None:
+            host = self._specs[name]
+            plan = next(p for p in self._plans.values() if any(h.container.name == name for h in p.hosts))
+            image = self._image_ref.get(plan.job_name, host.container.image)
+            options = service_options(host.container, plan.network, image, self._driver, self._grace)
+            with _interrupts_deferred():
+                try:
+                    service = self.api.create_service(**options)["ID"]
+                except docker.errors.APIError as err:
+                    errors.append(f"{options['name']}: {_first_line(err)}")
+                    return
+                self._services[name] = service
+                self._track(plan, "service", service)
+            self._follow(name)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names))))
+        try:
+            list(pool.map(create, names))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if errors:
+            raise EnvironmentProblem("cannot create the hosts' services: " + "; ".join(errors))
+
+    def follow_logs(self, name: str, sink: LineSink) -> None:
+        self._logs[name] = _Stream(service_name(name), sink)
+        if name in self._services:
+            self._follow(name)
+
+    def _follow(self, name: str) -> None:
+        """`service logs --follow` in a thread of its own: the host's output live. Its end is not
+        awaited (the stream stays open as long as the service exists): `_finish_logs` reads the whole
+        log once the task has ended and delivers what the live stream had not."""
+        stream = self._logs[name]
+
+        def pump() -> None:
+            try:
+                response = self._service_logs(self._services[name], follow=True)
+                stream.response = response
+                sock = self.api._get_raw_response_socket(response)
+                for kind, data in frames_iter(sock, False):
+                    with stream.lock:
+                        if stream.finished:
+                            return
+                        self._deliver(name, stream, kind, data)
+            except Exception:  # noqa: BLE001 - closed under us, or the service is gone: the final read covers it
+                return
+
+        stream.thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
+        stream.thread.start()
+
+    def _service_logs(self, service: str, follow: bool) -> Any:
+        params = {"follow": follow, "stdout": True, "stderr": True, "timestamps": False, "tail": "all"}
+        return self.api._get(self.api._url("/services/{0}/logs", service), params=params, stream=True,
+                             timeout=None if follow else 60)
+
+    def _deliver(self, name: str, stream: _Stream, kind: int, data: bytes) -> None:
+        kind = 2 if kind == 2 else 1
+        stream.delivered[kind] += len(data)
+        try:
+            stream.sink(name, data, kind)
+        except Exception as err:  # noqa: BLE001 - a log file that cannot be written (a full disk)
+            self.stream_errors[name] = f"{type(err).__name__}: {err}"
+
+    def _finish_logs(self, name: str) -> bool:
+        """Read the host's whole log (its task has ended, or is about to be removed) and deliver what
+        the live stream had not; then close the live stream. False when it could not be read."""
+        stream = self._logs.get(name)
+        if stream is None or stream.finished:
+            return True
+        service = self._services.get(name)
+        whole: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+        ok = True
+        if service is not None:
+            try:
+                response = self._service_logs(service, follow=False)
+                sock = self.api._get_raw_response_socket(response)
+                for kind, data in frames_iter(sock, False):
+                    whole[2 if kind == 2 else 1] += data
+                response.close()
+            except (docker.errors.APIError, requests.exceptions.RequestException, OSError):
+                ok = False
+        with stream.lock:
+            stream.finished = True
+            for kind in (1, 2):
+                rest = bytes(whole[kind][stream.delivered[kind]:])
+                if rest:
+                    self._deliver(name, stream, kind, rest)
+        if stream.response is not None:
+            with contextlib.suppress(Exception):
+                stream.response.close()
+        return ok
+
+    def wait_logs(self, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        unfinished = []
+        for name in list(self._logs):
+            if time.monotonic() > deadline or not self._finish_logs(name):
+                unfinished.append(name)
+                with self._logs[name].lock:
+                    self._logs[name].finished = True
+        self._logs.clear()
+        return unfinished
+
+    def _tasks(self, services: Sequence[str]) -> list[_Task]:
+        """The latest task of these services on each node (a global job has one per node)."""
+        if not services:
+            return []
+        found: dict[str, tuple[int, _Task]] = {}
+        for raw in self.api.tasks(filters={"service": list(services)}):
+            key = f"{raw.get('ServiceID')}/{raw.get('NodeID') or raw.get('ID')}"
+            version = int((raw.get("Version") or {}).get("Index", 0))
+            if key not in found or version > found[key][0]:
+                found[key] = (version, _parse_task(raw))
+        return [task for _, task in found.values()]
+
+    def _task_of(self, names: Sequence[str]) -> dict[str, _Task | None]:
+        """Each host's task, one manager call for all of them (the service filter takes a list)."""
+        ids = {self._services[n]: n for n in names if n in self._services}
+        result: dict[str, _Task | None] = {n: None for n in names}
+        if not ids:
+            return result
+        by_service: dict[str, list[dict[str, Any]]] = {}
+        for raw in self.api.tasks(filters={"service": list(ids)}):
+            by_service.setdefault(str(raw.get("ServiceID")), []).append(raw)
+        for service, name in ids.items():
+            raws = sorted(by_service.get(service, []), key=lambda r: int((r.get("Version") or {}).get("Index", 0)))
+            if raws:
+                result[name] = _parse_task(raws[-1])
+        return result
+
+    @_engine_call
+    def states(self, names: Sequence[str]) -> list[ContainerState]:
+        asking = [n for n in names if n not in self._final]
+        try:
+            tasks = self._task_of(asking)
+            gone_nodes = {n["ID"]: n for n in self.api.nodes()
+                          if (n.get("Status") or {}).get("State") in NODE_GONE}
+        except docker.errors.APIError as err:
+            raise self._lost_engine(err) from None
+        self._last_poll = time.monotonic()
+        for name in asking:
+            task = tasks.get(name)
+            state = self._state_of(name, task, gone_nodes)
+            if not state.running:
+                self._final[name] = state
+                threading.Thread(target=self._finish_logs, args=(name,), daemon=True).start()
+        return [self._final.get(name) or ContainerState(name, running=True) for name in names]
+
+    def _state_of(self, name: str, task: _Task | None, gone_nodes: Mapping[str, Any]) -> ContainerState:
+        if task is None:
+            if name in self._services:
+                return ContainerState(name, running=True)  # created, not scheduled yet
+            return ContainerState(name, running=False, error="its service was never created")
+        node = self._nodes.get(task.node) or (gone_nodes.get(task.node, {}).get("Description") or {}).get(
+            "Hostname", task.node[:12])
+        if task.state in REFUSED_STATES:
+            host = self._specs[name].name if name in self._specs else name
+            raise EnvironmentProblem(f"node {node} refused to run {host}: {task.error or task.state}",
+                                     hint="every node must have the image and see each mounted path "
+                                     "(README, Across machines)")
+        if task.state in PENDING_STATES:
+            if task.node in gone_nodes:
+                return ContainerState(name, running=False, error=f"its node {node} went down "
+                                      f"({gone_nodes[task.node]['Status'].get('State')})",
+                                      finished_at=time.time())
+            return ContainerState(name, running=True)
+        if task.state == "orphaned":
+            return ContainerState(name, running=False, error=f"its node {node} went down", finished_at=task.timestamp)
+        if task.exit_code is None:
+            return ContainerState(name, running=False, error=f"{task.state} on node {node}: {task.error}".rstrip(": "),
+                                  finished_at=task.timestamp)
+        return ContainerState(name, running=False, exit_code=task.exit_code, finished_at=task.timestamp,
+                              error="" if task.exit_code == 0 else task.error if "exit code" not in task.error else "")
+
+    def wait_exits(self, names: Sequence[str], timeout: float) -> None:
+        time.sleep(max(timeout, SWARM_POLL_SECONDS - (time.monotonic() - self._last_poll)))
+
+    @_engine_call
+    def stop(self, names: Sequence[str], grace: float) -> None:
+        """Read each host's output to its end, then remove its service: the swarm stops the task
+        (SIGTERM, SIGKILL after the grace period given at creation) and removes its container."""
+        names = [n for n in names if n in self._services]
+        for name in names:
+            self._finish_logs(name)
+        seen = self._task_of(names)
+        services = [self._services[n] for n in names]
+        last = self._remove_services(services)
+        for name in names:
+            task = last.get(self._services[name]) or seen.get(name)
+            code = task.exit_code if task is not None and task.exit_code is not None else None
+            self._final.setdefault(name, ContainerState(
+                name, running=False, exit_code=code, finished_at=time.time(),
+                error="" if code is not None else "stopped: its service was removed"))
+        for name in names:
+            plan = self._plan_of(name)
+            if plan is not None:
+                self._untrack(plan, [self._services[name]])
+            self._services.pop(name, None)
+
+    def kill(self, names: Sequence[str]) -> None:
+        # The swarm has no "kill a task": removing its service is the quickest there is.
+        self.stop(names, 0)
+
+    def _plan_of(self, name: str) -> Plan | None:
+        return next((p for p in self._plans.values() if any(h.container.name == name for h in p.hosts)), None)
+
+    def _remove_services(self, services: Sequence[str]) -> dict[str, _Task]:
+        """Remove services and wait until their tasks are gone from every node (a network cannot be
+        removed while a task is attached to it); returns each one's last task seen."""
+        last: dict[str, _Task] = {}
+        ids = []
+        for service in services:
+            with contextlib.suppress(docker.errors.NotFound):
+                ids.append(str(self.api.inspect_service(service)["ID"]))  # a name given: its tasks name the id
+                self.api.remove_service(service)
+        deadline = time.monotonic() + REMOVE_TIMEOUT
+        remaining = ids
+        while remaining and time.monotonic() < deadline:
+            try:
+                # Unfiltered: the engine's `service` filter refuses a service that no longer exists.
+                raws = [t for t in self.api.tasks() if t.get("ServiceID") in remaining]
+            except docker.errors.APIError:
+                raws = []
+            alive = set()
+            for raw in raws:
+                service = str(raw.get("ServiceID"))
+                task = _parse_task(raw)
+                if task.exit_code is not None or service not in last:
+                    last[service] = task
+                alive.add(service)
+            remaining = [s for s in remaining if s in alive]
+            if remaining:
+                time.sleep(0.2)
+        return last
+
+    def remove(self, plan: Plan) -> None:
+        for name in [h.container.name for h in plan.hosts]:
+            self._finish_logs(name)
+        super().remove(plan)
+        for host in plan.hosts:
+            self._services.pop(host.container.name, None)
+            self._specs.pop(host.container.name, None)
+        self._plans.pop(plan.job_name, None)
+        self._image_ref.pop(plan.job_name, None)
+
+    def keep(self, plan: Plan) -> None:
+        super().keep(plan)
+
+    @_engine_call
+    def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
+        """Give the hosts' files (written by root on the nodes, in the shared job folder) to uid:gid,
+        with a one-task job of the job's image on any node."""
+        hosts_dir = str(Path(plan.job_dir) / "hosts")
+        spec = docker.types.ContainerSpec(image=self._image_ref.get(plan.job_name, plan.image),
+                                          command=["chown", "-R", f"{uid}:{gid}", "/hosts"], user="0",
+                                          mounts=[docker.types.Mount("/hosts", hosts_dir, type="bind")],
+                                          labels=dict(plan.labels))
+        with _interrupts_deferred():
+            service = self.api.create_service(
+                docker.types.TaskTemplate(container_spec=spec,
+                                          restart_policy=docker.types.RestartPolicy(condition="none")),
+                name=service_name(f"{plan.job_name}-chown"), labels={**plan.labels, LABEL_DRIVER: self._driver},
+                mode=docker.types.ServiceMode("replicated-job", replicas=1))["ID"]
+            self._track(plan, "service", service)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                tasks = self._tasks([service])
+                if tasks and tasks[0].state not in PENDING_STATES:
+                    if tasks[0].exit_code != 0:
+                        raise EnvironmentProblem(f"`chown -R {uid}:{gid}` failed on the swarm: "
+                                                 f"{tasks[0].error or tasks[0].state}")
+                    return
+                time.sleep(0.2)
+            raise EnvironmentProblem("the chown job on the swarm did not finish in 300 s")
+        finally:
+            self._remove_services([service])
+            self._untrack(plan, [service])
+
+    # -- finding and cleaning up (ps, logs, stop, clean) -----------------------------------------
+
+    def find(self, job: str | None = None) -> list[Resource]:
+        filters = {"label": [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_JOB}={job}"] if job else [])}
+        found = []
+        try:
+            services = self.api.services(filters=filters)
+            tasks = {t.get("ServiceID"): _parse_task(t) for t in
+                     (self.api.tasks(filters={"service": [s["ID"] for s in services]}) if services else [])}
+            for s in services:
+                labels = (s.get("Spec") or {}).get("Labels") or {}
+                task = tasks.get(s["ID"])
+                if LABEL_HOST not in labels:
+                    status = "helper"  # the node check or the chown job of a run
+                elif task is None:
+                    status = "pending"
+                else:
+                    status = task.state if task.exit_code is None else f"{task.state} ({task.exit_code})"
+                found.append(Resource("container", s["Spec"]["Name"], labels.get(LABEL_JOB, ""), labels, status, None))
+            for n in self.api.networks(filters=filters):
+                if n.get("Driver") != "overlay":
+                    continue
+                labels = n.get("Labels") or {}
+                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "", None))
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise self._lost_engine(err) from None
+        return found
+
+    def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
+        # A service's task stops with the grace period it was created with.
+        self.remove_resources([r for r in resources if r.kind == "container"])
+
+    @_engine_call
+    def remove_resources(self, resources: Iterable[Resource]) -> None:
+        resources = list(resources)
+        services = [r.name for r in resources if r.kind in ("container", "service")]
+        self._remove_services(services)
+        problems = []
+        for r in resources:
+            if r.kind != "network":
+                continue
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    self.api.remove_network(r.name)
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as err:
+                    # Tasks being torn down on a node still hold an endpoint for a moment.
+                    if time.monotonic() > deadline:
+                        problems.append(f"network {r.name}: {_first_line(err)}")
+                        break
+                    time.sleep(0.5)
+        if problems:
+            raise EmulatorError("could not remove everything: " + "; ".join(problems),
+                                hint="run `hetero-emu clean --engine swarm` once the swarm is healthy")
+
+    @_engine_call
+    def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
+        """`exec` in a running host: through the engine of the node that runs its task, which the user
+        names in HETERO_EMU_SWARM_NODES (the swarm itself cannot run a command in a task)."""
+        tasks = self.api.tasks(filters={"service": [container.name]})
+        task = _parse_task(sorted(tasks, key=lambda r: int((r.get("Version") or {}).get("Index", 0)))[-1]) \
+            if tasks else None
+        if task is None or task.state != "running" or not task.container:
+            raise EnvironmentProblem(f"{container.name} is not running on the swarm (its task: "
+                                     f"{task.state if task else 'none'})",
+                                     hint="on the swarm engine, exec reaches running hosts only")
+        self._ready_nodes()
+        node = self._nodes.get(task.node, task.node[:12])
+        url = self.settings.node_engines.get(node)
+        if url is None:
+            raise UsageError(f"{container.name} runs on node {node}, whose engine this machine cannot reach",
+                             hint=f"name it in {ENV_NODES} (e.g. {node}=ssh://USER@{node})")
+        return DockerBackend(_node_client(node, url))._exec_running(task.container, command, io)
+
+
+def _parse_task(raw: Mapping[str, Any]) -> _Task:
+    status = raw.get("Status") or {}
+    container = status.get("ContainerStatus") or {}
+    state = str(status.get("State", ""))
+    code = container.get("ExitCode")
+    # ExitCode is 0 in a task that has not exited: it counts only once the task is complete or failed.
+    exited = state in ("complete", "failed", "shutdown") and bool(container.get("ContainerID"))
+    return _Task(state=state, node=str(raw.get("NodeID") or ""),
+                 exit_code=int(code) if exited and code is not None else None,
+                 error=str(status.get("Err") or ""), timestamp=_epoch(status.get("Timestamp")),
+                 container=str(container.get("ContainerID") or ""))
+
+
+def _context_host() -> str | None:
+    """The engine of the Docker CLI's current context (`docker context use NAME`), as `docker` itself
+    finds it when DOCKER_HOST is unset; None for the default context (the default socket)."""
+    with contextlib.suppress(Exception):
+        from docker.context import ContextAPI
+
+        context = ContextAPI.get_current_context()
+        if context is not None and context.Name != "default":
+            return str(context.Host)
+    return None
+
+
+def _node_client(node: str, url: str) -> docker.DockerClient:
+    try:
+        return connect(base_url=url)
+    except EnvironmentProblem as err:
+        raise EnvironmentProblem(f"the engine of node {node} ({url}) does not answer: {err.message}",
+                                 hint=f"check {ENV_NODES}") from None
+
