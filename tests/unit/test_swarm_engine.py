@@ -1,0 +1,142 @@
+"""emulator/backend/swarm.py without a swarm: the settings, a host's service as the engine is asked
+for it, and how the manager's task and node records become a host's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from emulator.backend import registry
+from emulator.backend.swarm import (
+    ENV_MTU,
+    ENV_NODES,
+    SERVICE_NAME_LIMIT,
+    SwarmBackend,
+    SwarmSettings,
+    _parse_task,
+    service_name,
+    service_options,
+)
+from emulator.container import ContainerSpec, Mount, Ulimit
+from emulator.errors import EnvironmentProblem, UsageError
+
+HOST = ContainerSpec(
+    image="img:1", command=("train",), entrypoint=None, name="job-algo-2", hostname="algo-2", aliases=("algo-2",),
+    extra_hosts=("algo-1",), init=True, labels={"io.hetero-emu.job": "job"}, environment={"A": "1"},
+    mounts=(Mount("/jobs/job/hosts/algo-2", "/opt/ml", False), Mount("/data/train", "/opt/ml/input/data/train", True)),
+    memory_bytes=2 * 1024**3, shm_bytes=1024**3, ulimits=(Ulimit("memlock", -1, -1),),
+    placement=("node.labels.role==gpu",),
+)
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = SwarmSettings.from_env({"HETERO_EMU_SWARM_MANAGER": "tcp://m:2375",
+                                       ENV_NODES: "node-2=tcp://n2:2375, node-3=ssh://me@n3",
+                                       "HETERO_EMU_SWARM_REGISTRY": "reg:5000", ENV_MTU: "1350"})
+    assert settings.manager == "tcp://m:2375"
+    assert dict(settings.node_engines) == {"node-2": "tcp://n2:2375", "node-3": "ssh://me@n3"}
+    assert settings.registry == "reg:5000"
+    assert settings.mtu == 1350
+    assert SwarmSettings.from_env({}) == SwarmSettings()
+
+
+@pytest.mark.parametrize(("variable", "value", "named"), [(ENV_NODES, "node-2", "NODE=URL"),
+                                                          (ENV_NODES, "=tcp://x", "NODE=URL"),
+                                                          (ENV_MTU, "big", "MTU"), (ENV_MTU, "100", "MTU")])
+def test_bad_settings_are_a_usage_error_naming_the_variable(variable: str, value: str, named: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        SwarmSettings.from_env({variable: value})
+    assert variable in caught.value.message and named in caught.value.message + (caught.value.hint or "")
+
+
+def test_the_engine_is_registered_as_swarm() -> None:
+    assert "swarm" in registry.names()
+    assert isinstance(registry.engine("swarm"), SwarmBackend)  # no engine is asked until it is used
+
+
+def test_a_service_is_the_containers_name_unless_the_swarm_would_refuse_it() -> None:
+    assert service_name("job-algo-2") == "job-algo-2"
+    long = "j" * 63 + "-algo-12"
+    short = service_name(long)
+    assert len(short) <= SERVICE_NAME_LIMIT and short.endswith("-algo-12")
+    assert short != service_name("j" * 62 + "k-algo-12")  # the hash keeps two long jobs apart
+
+
+def test_a_host_is_a_run_once_job_that_is_never_restarted_on_a_dnsrr_overlay() -> None:
+    options = service_options(HOST, "job-net", "sha256:abc", "driver-1", grace=7)
+    assert options["name"] == "job-algo-2"
+    assert options["mode"] == {"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}}
+    assert options["endpoint_spec"]["Mode"] == "dnsrr"
+    template = options["task_template"]
+    assert template["RestartPolicy"]["Condition"] == "none"
+    assert template["Networks"] == [{"Target": "job-net", "Aliases": ["algo-2"], "DriverOpts": None}]
+    assert template["Placement"]["Constraints"] == ["node.labels.role==gpu"]
+    assert template["Resources"]["Limits"]["MemoryBytes"] == 2 * 1024**3
+    spec = template["ContainerSpec"]
+    assert spec["Image"] == "sha256:abc"  # by id: the node uses its own copy, no pull
+    assert spec["Hostname"] == "algo-2" and spec["Args"] == ["train"] and spec.get("Command") is None
+    assert spec["StopGracePeriod"] == 7 * 10**9
+    assert spec["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+    assert spec["Labels"]["io.hetero-emu.driver"] == "driver-1"
+    mounts = {m["Target"]: m for m in spec["Mounts"]}
+    assert mounts["/opt/ml"]["Source"] == "/jobs/job/hosts/algo-2" and not mounts["/opt/ml"]["ReadOnly"]
+    assert mounts["/opt/ml/input/data/train"]["ReadOnly"]
+    assert mounts["/dev/shm"]["Type"] == "tmpfs" and mounts["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 1024**3
+
+
+def test_an_entrypoint_replaces_the_images_and_the_command_follows_it() -> None:
+    import dataclasses
+
+    spec = service_options(dataclasses.replace(HOST, entrypoint=("python", "x.py"), command=("--a",)),
+                           "n", "i", "d", 1)["task_template"]["ContainerSpec"]
+    assert spec["Command"] == ["python", "x.py"] and spec["Args"] == ["--a"]
+
+
+def _task(state: str, exit_code: int | None = None, err: str = "", container: str = "c1",
+          node: str = "n1") -> dict[str, Any]:
+    status: dict[str, Any] = {"State": state, "Err": err, "Timestamp": "2026-12-01T10:00:01.5Z",
+                              "ContainerStatus": {"ContainerID": container}}
+    if exit_code is not None:
+        status["ContainerStatus"]["ExitCode"] = exit_code
+    return {"ID": "t1", "ServiceID": "s1", "NodeID": node, "Status": status, "Version": {"Index": 3}}
+
+
+def test_an_exit_code_counts_only_once_the_task_has_ended() -> None:
+    assert _parse_task(_task("running", 0)).exit_code is None  # the engine says 0 before the exit
+    assert _parse_task(_task("complete", 0)).exit_code == 0
+    failed = _parse_task(_task("failed", 3, "task: non-zero exit (3)"))
+    assert failed.exit_code == 3 and failed.timestamp == pytest.approx(1796119201.5)
+    assert _parse_task(_task("rejected", None, "No such image", container="")).exit_code is None
+
+
+def _backend_with(name: str = "job-algo-2") -> SwarmBackend:
+    backend = SwarmBackend(SwarmSettings())
+    backend._services[name] = "s1"
+    backend._nodes = {"n1": "node-1", "n2": "node-2"}
+    return backend
+
+
+def test_a_running_task_on_a_node_that_went_down_is_a_host_that_is_gone_naming_the_node() -> None:
+    backend = _backend_with()
+    state = backend._state_of("job-algo-2", _parse_task(_task("running", node="n2")),
+                              {"n2": {"Status": {"State": "down"}}})
+    assert not state.running and state.exit_code is None
+    assert "node-2" in state.error and "down" in state.error
+
+
+def test_a_rejected_task_is_an_error_naming_the_node_and_the_reason() -> None:
+    backend = _backend_with()
+    task = _parse_task(_task("rejected", err='invalid mount config for type "bind": bind source path does not '
+                             "exist: /shared/job", container="", node="n2"))
+    with pytest.raises(EnvironmentProblem) as caught:
+        backend._state_of("job-algo-2", task, {})
+    assert "node-2" in caught.value.message and "/shared/job" in caught.value.message
+
+
+def test_exit_codes_and_pending_tasks() -> None:
+    backend = _backend_with()
+    assert backend._state_of("job-algo-2", _parse_task(_task("preparing")), {}).running
+    assert backend._state_of("job-algo-2", None, {}).running  # created, not scheduled yet
+    done = backend._state_of("job-algo-2", _parse_task(_task("failed", 2, "task: non-zero exit (2)")), {})
+    assert (done.running, done.exit_code) == (False, 2)
