@@ -42,6 +42,7 @@ from emulator.spec import (
     spec_warnings,
     validate,
 )
+from emulator.spec.placement import with_placement
 from emulator.tail import LogTail
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -118,7 +119,12 @@ def as_request(spec: JobSpec, *, job_name: str | None = None) -> dict[str, Any]:
     return request.request_from_spec(spec, name)
 
 
-def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> JobResult:
+# Node labels per instance group name (`--placement GROUP:KEY=VALUE`), over the spec's own `placement`.
+GroupPlacement = Mapping[str, Mapping[str, str]]
+
+
+def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, placement: GroupPlacement | None = None,
+        **options: Any) -> JobResult:
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
     returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
     host_order ("spec" | "shuffled"), seed, keep, keep_on_failure (a Failed job's stopped containers
@@ -126,8 +132,11 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
     engine's default image when missing; default True; False: a missing default image is ImageMissing,
     exit code 3), memory, debug (an `emulator.debugger.DebugTarget`: that host's entry point runs under
     debugpy, published on 127.0.0.1; README: Debugging a host).
+    `placement` adds node labels to groups' `placement` (`emulator.spec.placement.with_placement`:
+    UsageError for an unknown group or label, before the engine is asked); only the swarm engine uses them.
     What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
     warnings first."""
+    spec = with_placement(spec, placement or {})
     backend = engine(engine_name)
     builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
     reporter: Reporter = options.pop("reporter", None) or ConsoleReporter()
@@ -139,7 +148,7 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, **options: Any) -> 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
            memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
            engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None,
-           debug: DebugTarget | None = None) -> Plan:
+           debug: DebugTarget | None = None, placement: GroupPlacement | None = None) -> Plan:
     """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
     cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
@@ -148,7 +157,9 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     ulimits it cannot give, and those are left out (and warned about) as `run` leaves them out, so that
     the compose project starts on it. What the spec allows but probably does not mean
     (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it. With `debug`, that host's service
-    runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs)."""
+    runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs).
+    `placement` adds node labels to groups' `placement` as `run`'s does (plan.json shows the constraints)."""
+    spec = with_placement(spec, placement or {})
     out = out.resolve()
     check_render_target(spec, out)
     for problem in spec_warnings(spec):

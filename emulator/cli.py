@@ -40,6 +40,7 @@ from emulator.progress import StepPrinter
 from emulator.recipes import DEFAULT_VARIANT, variant_names
 from emulator.runner import DEFAULT_GRACE
 from emulator.spec import JobSpec, request, spec_warnings
+from emulator.spec.placement import parse_option
 
 app = typer.Typer(
     name="hetero-emu",
@@ -112,6 +113,13 @@ DebugPortOpt = Annotated[int | None, typer.Option("--debug-port", metavar="PORT"
                                                   help=f"The port on 127.0.0.1 to attach to (default {DEBUGPY_PORT}).")]
 DebugWaitOpt = Annotated[bool, typer.Option("--debug-wait", help="The debugged script waits for the debugger to "
                                             "attach before its first line.")]
+PlacementOpt = Annotated[
+    list[str] | None,
+    typer.Option("--placement", metavar="GROUP:KEY=VALUE", show_default=False,
+                 help="Run that instance group's hosts only on swarm nodes with this node label (`docker node "
+                 "update --label-add KEY=VALUE NODE`); repeatable; adds to, or overrides, the group's `placement` "
+                 "in the spec. Matters on the swarm engine only: the others run every host on this machine."),
+]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output-path", help="Where <job_name>/ goes (overrides the spec's output_path).")
 ]
@@ -183,6 +191,15 @@ def _memory(text: str) -> MemoryLimit:
             from None
 
 
+def _placement(options: list[str] | None) -> dict[str, dict[str, str]]:
+    """The --placement options as node labels per group name (the last value of a label wins)."""
+    out: dict[str, dict[str, str]] = {}
+    for text in options or ():
+        group, key, value = parse_option(text)
+        out.setdefault(group, {})[key] = value
+    return out
+
+
 def _debug_target(host: str | None, port: int | None, wait: bool) -> DebugTarget | None:
     if host is None:
         if port is not None or wait:
@@ -194,12 +211,13 @@ def _debug_target(host: str | None, port: int | None, wait: bool) -> DebugTarget
 
 def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
          quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE, verbose: bool = False,
-         build: bool = True, debug: DebugTarget | None = None, keep_on_failure: bool = False) -> JobResult:
+         build: bool = True, debug: DebugTarget | None = None, keep_on_failure: bool = False,
+         placement: dict[str, dict[str, str]] | None = None) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet, verbose=verbose)
     result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
                      keep=keep, keep_on_failure=keep_on_failure, grace=grace, memory=memory, build_image=build,
-                     debug=debug)
+                     debug=debug, placement=placement)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
@@ -273,6 +291,7 @@ def run(
     debug_host: DebugHostOpt = None,
     debug_port: DebugPortOpt = None,
     debug_wait: DebugWaitOpt = False,
+    placement: PlacementOpt = None,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
@@ -280,10 +299,11 @@ def run(
     """
     limit = _memory(memory)
     debug = _debug_target(debug_host, debug_port, debug_wait)
+    labels = _placement(placement)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
                   memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build,
-                  debug=debug, keep_on_failure=keep_on_failure)
+                  debug=debug, keep_on_failure=keep_on_failure, placement=labels)
     raise typer.Exit(result.exit_code)
 
 
@@ -309,7 +329,7 @@ def validate(spec_path: SpecArg, as_json: JsonOpt = False, s3_root: S3RootOpt = 
     spec = _load(spec_path, s3_root=s3_root, as_json=as_json)
     warnings = _warn_spec(spec)
     groups = [{"instance_group_name": g.instance_group_name, "instance_type": g.instance_type,
-               "instance_count": g.instance_count} for g in spec.instance_groups]
+               "instance_count": g.instance_count, "placement": dict(g.placement)} for g in spec.instance_groups]
     if as_json:
         _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs),
                     "warnings": _problems_json(warnings)})
@@ -335,6 +355,7 @@ def render_cmd(
     debug_host: DebugHostOpt = None,
     debug_port: DebugPortOpt = None,
     debug_wait: DebugWaitOpt = False,
+    placement: PlacementOpt = None,
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
@@ -344,6 +365,7 @@ def render_cmd(
     """
     limit = _memory(memory)
     debug = _debug_target(debug_host, debug_port, debug_wait)
+    labels = _placement(placement)
     spec = _load(spec_path, job_name, s3_root=s3_root, shm_size=shm_size)
     if as_request:
         text = request.dumps_request(api.as_request(spec, job_name=job_name))
@@ -361,7 +383,8 @@ def render_cmd(
                          "the request")
     out = out.resolve()
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
-                      warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug)
+                      warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug,
+                      placement=labels)
     typer.echo(render(plan))
     pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")

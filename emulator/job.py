@@ -36,18 +36,21 @@ class Job:
 
     def run(self, **run_options: Any) -> Any:
         """Validate, plan and run through `emulator.api.run` (options: engine_name, reporter, host_order,
-        seed, keep, keep_on_failure, grace, build_image, memory); returns the `JobResult`."""
+        seed, keep, keep_on_failure, grace, build_image, memory, placement); returns the `JobResult`."""
         return api.run(self.spec(), **run_options)
 
 
 def _to_raw(value: Any) -> Any:
     """Turn SDK-style objects (InstanceGroup, TrainingInput) into the YAML spec's plain mapping."""
     if isinstance(value, InstanceGroup):
-        return {
+        group: dict[str, Any] = {
             "instance_group_name": value.instance_group_name,
             "instance_type": value.instance_type,
             "instance_count": value.instance_count,
         }
+        if value.placement:
+            group["placement"] = dict(value.placement)
+        return group
     if isinstance(value, TrainingInput):
         out: dict[str, Any] = {"s3_data": value.s3_data, "distribution": value.distribution,
                                "s3_data_type": value.s3_data_type}

@@ -21,6 +21,7 @@ from emulator.debugger import DebugTarget
 from emulator.secrets import mask_environment
 from emulator.sizes import parse_size
 from emulator.spec import JobSpec, TrainingInput
+from emulator.spec.placement import constraints
 
 LABEL_PREFIX = "io.hetero-emu"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
@@ -322,6 +323,7 @@ def make_plan(
             memory_bytes=memory_bytes,
             shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
             ports=ports,
+            placement=constraints(spec.group(group.name).placement),
         )
         hosts.append(
             HostPlan(

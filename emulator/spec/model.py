@@ -131,7 +131,9 @@ JOB_KEYS = (
     "local_s3_root",
     "shm_size",
 )
-GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count")
+GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count", "placement")
+# `placement` may be left out; every other group key is required.
+REQUIRED_GROUP_KEYS = GROUP_KEYS[:3]
 CHANNEL_KEYS = (
     "s3_data",
     "distribution",
@@ -150,6 +152,9 @@ class InstanceGroup:
     instance_group_name: str
     instance_type: str
     instance_count: int
+    # Not a SageMaker field: the node labels (key, value), sorted by key, a swarm node must have to
+    # run the group's hosts (emulator.spec.placement). A tuple, so that the group stays hashable.
+    placement: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.sizes import MAX_SIZE, parse_size
-from emulator.spec import s3
+from emulator.spec import placement, s3
 from emulator.spec.fields import FieldReader, as_written
 from emulator.spec.model import (
     BASE_JOB_NAME_PATTERN,
@@ -57,6 +57,7 @@ from emulator.spec.model import (
     MAX_JOB_NAME,
     MAX_RUN_LIMIT,
     RECORD_WRAPPER_TYPES,
+    REQUIRED_GROUP_KEYS,
     S3_DATA_TYPES,
     S3_DISTRIBUTIONS,
     SMDISTRIBUTED_STRATEGIES,
@@ -443,7 +444,7 @@ class Validator(FieldReader):
             name = self.string(item, "instance_group_name", path + ".instance_group_name")
             itype = self.string(item, "instance_type", path + ".instance_type")
             count = self.integer(item, "instance_count", path + ".instance_count")
-            for key in GROUP_KEYS:
+            for key in REQUIRED_GROUP_KEYS:
                 if key not in item:
                     self.fail(f"{path}.{key}", "missing")
             if name is not None:
@@ -457,8 +458,9 @@ class Validator(FieldReader):
                 self.instance_type(itype, path + ".instance_type")
             if count is not None and count < 0:
                 self.fail(path + ".instance_count", f"must be 0 or more, got {count}")
+            labels = self.group_placement(item.get("placement"), path + ".placement")
             if name is not None and itype is not None and count is not None:
-                groups.append(InstanceGroup(name, itype, count))
+                groups.append(InstanceGroup(name, itype, count, labels))
         total = sum(g.instance_count for g in groups if g.instance_count > 0)
         if groups and len(groups) == len(items) and total == 0:
             self.fail("instance_groups", "every group has instance_count 0: the job has no host",
@@ -467,6 +469,33 @@ class Validator(FieldReader):
             self.fail("instance_groups", f"{total} hosts in all is more than this emulator runs ({MAX_HOSTS})",
                       "every host is a container on this one machine")
         return groups, True
+
+    def group_placement(self, value: Any, path: str) -> placement.Placement:
+        """A group's `placement`: node label key -> value, both strings a swarm constraint takes
+        (emulator.spec.placement); sorted by key. A bad label is reported and left out: the group
+        itself stays, so that a channel naming it is not reported too."""
+        if value is None:
+            return ()
+        if not isinstance(value, dict):
+            self.fail(path, f"must be a mapping of node label to value, got {type_name(value)} {preview(value)}",
+                      "e.g. placement: {role: cpu}")
+            return ()
+        labels: list[tuple[str, str]] = []
+        for key, item in value.items():
+            where = f"{path}.{key_text(key)}"
+            if not isinstance(key, str):
+                self.fail(where, f"label keys must be strings, got {type_name(key)}")
+            elif (problem := placement.key_problem(key)) is not None:
+                self.fail(where, problem, placement.LABEL_KEY_HINT)
+            elif not isinstance(item, str):
+                # YAML reads `gpu: true` or `zone: 1` as a boolean or number: quoting says which text is meant.
+                self.fail(where, f"must be a string, got {type_name(item)} {preview(item)}",
+                          "quote it, so that YAML reads it as text")
+            elif (problem := placement.value_problem(item)) is not None:
+                self.fail(where, problem, placement.LABEL_VALUE_HINT)
+            else:
+                labels.append((key, item))
+        return tuple(sorted(labels))
 
     def instance_type(self, name: str, path: str) -> None:
         if name in ("local", "local_gpu"):
