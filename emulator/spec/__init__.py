@@ -9,6 +9,8 @@
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).
 - `wording`: how problems name values.
 - `advice`: warnings about what a valid spec allows but probably does not mean.
+- `placement`: an instance group's node labels: their rules, their swarm constraints, and
+  `--placement` over the spec's (`with_placement`).
 
 The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
 the emulator imports from `emulator.spec`; everything else is in its module.

@@ -65,3 +65,20 @@ def test_shell_entry_point_runs_through_train(tmp_path: Path) -> None:
     assert result.status == "Completed", result.failure_reason
     assert ("algo-1", "homogeneousCluster", "SHELL ran on algo-1") in reporter.lines
     assert script.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_placed_job_runs_on_the_docker_engine_as_before(tmp_path: Path) -> None:
+    # `placement` is for a swarm's nodes: one machine has nowhere else to put a host, so the docker
+    # engine runs the job as it would without it, and says nothing (a spec is shared between engines).
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('PLACED on', __import__('os').environ['SM_CURRENT_HOST'])\n")
+    job = Job(base_dir=tmp_path, job_name="api-placed", entry_point="train.py", source_dir="code",
+              instance_groups=[InstanceGroup("data_group", "ml.c5.xlarge", 1, placement=(("role", "cpu"),)),
+                               InstanceGroup("dnn_group", "ml.c5.xlarge", 1)],
+              output_path="out")
+    reporter = RecordingReporter()
+    result = job.run(reporter=reporter, placement={"dnn_group": {"role": "gpu"}})
+    assert result.status == "Completed", result.failure_reason
+    assert reporter.warnings == []
+    assert {(host, line) for host, _, line in reporter.lines if line.startswith("PLACED")} == \
+        {("algo-1", "PLACED on algo-1"), ("algo-2", "PLACED on algo-2")}
