@@ -5,6 +5,7 @@ CreateTrainingJob request (the service has no such field)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from emulator import api
 from emulator import cli as cli_module
 from emulator.backend import registry
+from emulator.backend.swarm import service_options
 from emulator.cli import app
 from emulator.console import RecordingReporter
 from emulator.errors import UsageError
@@ -341,3 +343,21 @@ def test_a_python_jobs_instance_group_keeps_its_placement(project: Path) -> None
               instance_groups=[InstanceGroup("data", "ml.c5.xlarge", 1, placement=(("role", "cpu"),)),
                                InstanceGroup("dnn", "ml.c5.xlarge", 1)])
     assert [g.placement for g in job.spec().instance_groups] == [(("role", "cpu"),), ()]
+
+
+# swarmkit's own patterns for a constraint's two sides (manager/constraint/constraint.go, `Parse`).
+SWARMKIT_KEY = re.compile(r"(?i)^[a-z_][a-z0-9\-_.]+$")
+SWARMKIT_VALUE = re.compile(r"(?i)^[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+$")
+
+
+@pytest.mark.parametrize("labels", [{"role": "cpu"}, {"a": "B"}, {"node-kind_1.x": "eu-west-1:a/b"},
+                                    {"k": "x*(y)?+[z]\\^$|"}])
+def test_a_label_the_spec_accepts_makes_a_constraint_swarmkit_parses_into_the_service(
+        valid_raw: Raw, load: Callable[[Raw], JobSpec], labels: dict[str, str]) -> None:
+    spec = load(with_labels(valid_raw, 1, labels))
+    dnn_host = next(h for h in make_plan(spec, "placed").hosts if h.group == "dnn_group")
+    template = service_options(dnn_host.container, "net", "img", "driver", 1.0)["task_template"]
+    assert template["Placement"]["Constraints"] == list(dnn_host.container.placement)
+    for constraint in dnn_host.container.placement:
+        key, value = constraint.split("==")
+        assert SWARMKIT_KEY.fullmatch(key) and SWARMKIT_VALUE.fullmatch(value), constraint
