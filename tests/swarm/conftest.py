@@ -1,0 +1,49 @@
+"""The `swarm_cluster` fixture: one real three-node Docker swarm per test session, made of
+docker-in-docker containers of the host's engine (cluster.py), and the timings of making it printed
+at the end of the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import pytest
+from cluster import NODE_VARIANT, SwarmCluster, host_swarm_state, remove_stale_clusters
+
+#: The timings of every cluster of the session (SwarmCluster.timings), for the terminal summary.
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def swarm_node_image(docker_client: docker.DockerClient) -> str:
+    """The node image (images/swarm-node/), built offline once per machine, skipped when up to date."""
+    from emulator.backend.image import build_image
+    from emulator.recipes import load_recipe
+
+    return build_image(docker_client, load_recipe(NODE_VARIANT), progress=lambda m: None).image
+
+
+@pytest.fixture(scope="session")
+def swarm_cluster(docker_client: docker.DockerClient, swarm_node_image: str) -> Iterator[SwarmCluster]:
+    """A swarm of node-1 (manager), node-2 (`hetero.role=cpu`) and node-3 (`hetero.role=gpu`),
+    sharing one folder at the same path; removed at the end of the session whatever happened. The
+    host's own engine must not be in swarm mode, before or after."""
+    assert host_swarm_state(docker_client) == "inactive", "the host's own engine is in swarm mode"
+    remove_stale_clusters(docker_client, swarm_node_image)
+    cluster = SwarmCluster(docker_client, swarm_node_image)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+        TIMINGS.update(cluster.timings)
+    assert host_swarm_state(docker_client) == "inactive", "the host's own engine was put in swarm mode"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not TIMINGS:
+        return
+    terminalreporter.write_sep("-", "swarm harness timings")
+    for what, seconds in TIMINGS.items():
+        terminalreporter.write_line(f"{what}: {seconds:.1f} s")
