@@ -78,6 +78,9 @@ NODE_LABELS: dict[str, dict[str, str]] = {
 }
 #: The nodes of a cluster at start: node-1 the manager, the others workers.
 NODE_NAMES: tuple[str, ...] = ("node-1", "node-2", "node-3")
+#: Read timeout of the harness's docker-py clients: loading or saving an image of ~500 MB on a busy
+#: 2-core machine keeps an engine silent for longer than docker-py's default of 60 s.
+CLIENT_TIMEOUT = 600
 #: How long a node's engine, a join, or a node state change may take before the harness gives up.
 TIMEOUT_SECONDS = 90.0
 
@@ -107,8 +110,10 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = TIMEOUT_
 
 
 class SwarmCluster:
-    """A swarm of docker-in-docker nodes on the host engine `host`: `start()` makes it, `close()`
-    removes every container, network and folder it made. Use it as a context manager."""
+    """A swarm of docker-in-docker nodes on the host engine `host` (a client with a read timeout
+    long enough to save an image, CLIENT_TIMEOUT), of nodes running `image` (images/swarm-node/):
+    `start()` makes it, `close()` removes every container, network and folder it made. Use it as a
+    context manager."""
 
     def __init__(self, host: docker.DockerClient, image: str, token: str | None = None,
                  workdir: Path | None = None) -> None:
@@ -161,7 +166,7 @@ class SwarmCluster:
     def client(self, node: str) -> docker.DockerClient:
         """A docker-py client of the node's engine."""
         if node not in self._clients:
-            self._clients[node] = docker.DockerClient(base_url=self._urls[node], timeout=120)
+            self._clients[node] = docker.DockerClient(base_url=self._urls[node], timeout=CLIENT_TIMEOUT)
         return self._clients[node]
 
     def container(self, node: str) -> Container:

@@ -9,7 +9,7 @@ from typing import Any
 
 import docker
 import pytest
-from cluster import NODE_VARIANT, SwarmCluster, host_swarm_state, remove_stale_clusters
+from cluster import CLIENT_TIMEOUT, NODE_VARIANT, SwarmCluster, host_swarm_state, remove_stale_clusters
 
 #: The timings of every cluster of the session (SwarmCluster.timings), for the terminal summary.
 TIMINGS: dict[str, float] = {}
@@ -31,7 +31,9 @@ def swarm_cluster(docker_client: docker.DockerClient, swarm_node_image: str) -> 
     host's own engine must not be in swarm mode, before or after."""
     assert host_swarm_state(docker_client) == "inactive", "the host's own engine is in swarm mode"
     remove_stale_clusters(docker_client, swarm_node_image)
-    cluster = SwarmCluster(docker_client, swarm_node_image)
+    # A client of its own: docker_client gives up on a read after 10 s, and `docker save` of a large
+    # image can be silent that long while the engine is busy with other work.
+    cluster = SwarmCluster(docker.from_env(timeout=CLIENT_TIMEOUT), swarm_node_image)
     try:
         cluster.start()
         yield cluster
