@@ -39,6 +39,10 @@ LABEL = "hetero-emu.test-swarm"
 OWNER_LABEL = "hetero-emu.test-swarm.owner"
 #: Label holding the cluster's host folder, so a stale cluster's folder is removed with it.
 FOLDER_LABEL = "hetero-emu.test-swarm.folder"
+#: The name of a cluster's host folder starts with this (tempfile.mkdtemp in the temporary folder).
+FOLDER_PREFIX = "hetero-swarm-"
+#: File of a cluster's host folder naming the process that made it.
+OWNER_FILE = "owner"
 #: The recipe of the node image (images/swarm-node/).
 NODE_VARIANT = "swarm-node"
 #: The port of each node's engine inside the node (images/swarm-node/entrypoint.sh).
@@ -60,17 +64,6 @@ OVERLAY_MTU = 1350
 #: Swarm's dispatcher heartbeat (default 5 s): a node that misses its heartbeats is marked down, so
 #: a short one makes a dead node noticed within seconds.
 HEARTBEAT_SECONDS = 1
-#: Every Linux capability but SYS_RESOURCE, which this host's bounding set lacks: that is why
-#: `--privileged` (which asks for all of them) fails here. dockerd in the node needs the rest
-#: (SYS_ADMIN for mounts and namespaces, NET_ADMIN for its bridges and iptables, ...).
-NODE_CAPABILITIES: tuple[str, ...] = (
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
-    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
-    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE",
-    "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
-    "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
-)
 #: Node labels set at start, so placement constraints can be tested (node-1 has none).
 NODE_LABELS: dict[str, dict[str, str]] = {
     "node-2": {"hetero.role": "cpu"},
@@ -121,7 +114,9 @@ class SwarmCluster:
         self.image = image
         self.token = token or secrets.token_hex(4)
         #: The cluster's host folder: each node's /var/lib/docker, the shared folder, image tars.
-        self.folder = Path(tempfile.mkdtemp(prefix=f"hetero-swarm-{self.token}-", dir=workdir))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{self.token}-", dir=workdir))
+        # Who made the folder, so a sweep can tell one a killed session left from one in use.
+        (self.folder / OWNER_FILE).write_text(current_driver())
         #: The folder every node sees at the same path (the stand-in for NFS).
         self.shared = self.folder / "shared"
         self.shared.mkdir()
@@ -302,9 +297,12 @@ class SwarmCluster:
             network=self.network_name,
             ports={f"{ENGINE_PORT}/tcp": ("127.0.0.1", None)},
             volumes=volumes,
-            # What dockerd needs in a container where --privileged fails (NODE_CAPABILITIES):
-            # every other capability, no seccomp or AppArmor filter, and a cgroup namespace of its
-            # own, in which the entrypoint can remount its cgroup hierarchies read-write.
+            # --privileged asks for every capability, and this host's bounding set lacks
+            # SYS_RESOURCE, so it fails; dockerd needs the others (SYS_ADMIN for mounts and
+            # namespaces, NET_ADMIN for bridges and iptables, ...). "ALL" is the engine's own list:
+            # Docker 20.10 refuses the names of newer capabilities (PERFMON, BPF). No seccomp or
+            # AppArmor filter, and a cgroup namespace of its own, in which the entrypoint can
+            # remount the cgroup hierarchies read-write.
             cap_add=["ALL"],
             cap_drop=["SYS_RESOURCE"],
             security_opt=["seccomp=unconfined", "apparmor=unconfined"],
@@ -429,16 +427,22 @@ def remove_cluster(host: docker.DockerClient, token: str | None, image: str) -> 
     return removed
 
 
-def remove_stale_clusters(host: docker.DockerClient, image: str) -> list[str]:
-    """Remove the clusters whose maker is gone (a killed test session); a cluster another running
-    process made stays. Returns the names removed."""
+def remove_stale_clusters(host: docker.DockerClient, image: str, workdir: Path | None = None) -> list[str]:
+    """Remove the clusters whose maker is gone (a killed test session), and the host folders such a
+    session left in `workdir` (the temporary folder) even when it had no container yet; a cluster
+    another running process made stays. Returns the names of the containers and networks removed."""
     tokens: set[str] = set()
     objects: list[dict[str, str]] = [c.labels for c in host.containers.list(all=True, filters={"label": LABEL})]
     objects += [n.attrs.get("Labels") or {} for n in host.networks.list(filters={"label": LABEL})]
     for labels in objects:
         if driver_alive(labels.get(OWNER_LABEL)) is False:
             tokens.add(labels[LABEL])
-    return [name for token in sorted(tokens) for name in remove_cluster(host, token, image)]
+    removed = [name for token in sorted(tokens) for name in remove_cluster(host, token, image)]
+    for folder in Path(workdir or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*/"):
+        with contextlib.suppress(OSError):
+            if driver_alive((folder / OWNER_FILE).read_text().strip()) is False:
+                _rmtree(host, image, folder)
+    return removed
 
 
 def host_swarm_state(host: docker.DockerClient) -> str:
@@ -449,7 +453,7 @@ def host_swarm_state(host: docker.DockerClient) -> str:
 
 def _is_cluster_folder(path: str) -> bool:
     # Only a folder the harness itself made (mkdtemp with its prefix) is ever removed from a label.
-    return bool(path) and Path(path).name.startswith("hetero-swarm-") and Path(path).is_absolute()
+    return bool(path) and Path(path).name.startswith(FOLDER_PREFIX) and Path(path).is_absolute()
 
 
 def _rmtree(host: docker.DockerClient, image: str, folder: Path) -> None:

@@ -5,7 +5,6 @@ clusters are removed, and the host's own engine is never in swarm mode."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -17,10 +16,12 @@ import docker
 import pytest
 from cluster import (
     FOLDER_LABEL,
+    FOLDER_PREFIX,
     HEARTBEAT_SECONDS,
     LABEL,
     NODE_NAMES,
     OVERLAY_MTU,
+    OWNER_FILE,
     OWNER_LABEL,
     UNDERLAY_MTU,
     VXLAN_OVERHEAD,
@@ -169,11 +170,14 @@ def test_an_added_node_without_the_shared_folder_joins_and_its_death_is_noticed(
     assert sorted(swarm_cluster.swarm_nodes()) == ["node-1", "node-2", "node-3"]
 
 
-def test_a_cluster_whose_maker_is_gone_is_removed_and_a_live_one_stays(
+def test_what_a_killed_session_left_is_removed_and_a_live_cluster_stays(
         docker_client: docker.DockerClient, swarm_cluster: SwarmCluster, swarm_node_image: str) -> None:
     # The identity of this very process with another start time: a process that is gone.
     machine, pid, _ = current_driver().rsplit("/", 2)
-    folder = Path(tempfile.mkdtemp(prefix="hetero-swarm-stale-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}stale-"))
+    orphan = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}orphan-"))  # a session killed before its nodes
+    for made in (folder, orphan):
+        (made / OWNER_FILE).write_text(f"{machine}/{pid}/0")
     labels = {LABEL: f"stale-{uuid.uuid4().hex[:8]}", OWNER_LABEL: f"{machine}/{pid}/0", FOLDER_LABEL: str(folder)}
     network = docker_client.networks.create(f"hetero-swarm-{labels[LABEL]}", labels=labels)
     container = docker_client.containers.create(swarm_node_image, name=f"hetero-swarm-{labels[LABEL]}-node-1",
@@ -181,8 +185,9 @@ def test_a_cluster_whose_maker_is_gone_is_removed_and_a_live_one_stays(
     try:
         removed = remove_stale_clusters(docker_client, swarm_node_image)
         assert sorted(removed) == sorted([container.name, network.name])
-        assert not os.path.exists(folder)
+        assert not folder.exists() and not orphan.exists()
     finally:
         remove_cluster(docker_client, labels[LABEL], swarm_node_image)
+        shutil.rmtree(orphan, ignore_errors=True)
     alive = docker_client.containers.list(filters={"label": f"{LABEL}={swarm_cluster.token}"})
-    assert len(alive) == len(swarm_cluster.nodes)
+    assert len(alive) == len(swarm_cluster.nodes) and swarm_cluster.shared.is_dir()
