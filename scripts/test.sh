@@ -18,5 +18,9 @@ echo "== building the default training image (offline; skipped when up to date)"
 echo "== building the PyTorch variant (offline; skipped when up to date)"
 .venv/bin/hetero-emu image build --variant pytorch
 
+# The node image of the real swarm that tests/swarm/ makes out of docker-in-docker containers.
+echo "== building the swarm node image (offline; skipped when up to date)"
+.venv/bin/hetero-emu image build --variant swarm-node
+
 echo "== pytest"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
