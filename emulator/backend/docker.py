@@ -981,12 +981,17 @@ class _SinkFailed(Exception):
 
 
 def _demultiplex(sock: socket.socket, deliver: Callable[[bytes, int], None]) -> None:
-    """Read an attached stream to its end: frames of an 8-byte header (stream: 1 stdout, 2 stderr;
-    3 zero bytes; big-endian payload length) and the payload
-    (https://docs.docker.com/engine/api/v1.41/#operation/ContainerAttach). Consecutive frames of one
-    stream are delivered as one chunk, in order."""
+    """Read an attached stream to its end (see `demultiplex`)."""
+    demultiplex(iter(lambda: sock.recv(READ_SIZE), b""), deliver)
+
+
+def demultiplex(chunks: Iterable[bytes], deliver: Callable[[bytes, int], None]) -> None:
+    """Split a multiplexed output stream, read as `chunks` of any size: frames of an 8-byte header
+    (stream: 1 stdout, 2 stderr; 3 zero bytes; big-endian payload length) and the payload
+    (https://docs.docker.com/engine/api/v1.41/#operation/ContainerAttach; a service's logs come the
+    same way). Consecutive frames of one stream are delivered as one chunk, in order."""
     buf = bytearray()
-    while data := sock.recv(READ_SIZE):
+    for data in chunks:
         buf += data
         pos, current = 0, 0
         parts: list[bytes] = []

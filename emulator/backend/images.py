@@ -35,7 +35,7 @@ def copy_image(source: docker.DockerClient, name: str, image_id: str,
     with tempfile.NamedTemporaryFile(dir=folder, prefix="image-", suffix=".tar") as saved:
         with reporter.task(f"saving {name} for {len(targets)} node(s) that lack it"):
             try:
-                for chunk in source.api.get_image(image_id, chunk_size=CHUNK):
+                for chunk in source.api.get_image(name, chunk_size=CHUNK):  # by name: the tag arrives too
                     saved.write(chunk)
             except (docker.errors.APIError, requests.exceptions.RequestException) as err:
                 raise EnvironmentProblem(f"cannot save {name} from the manager's engine: {err}") from None

@@ -1,7 +1,7 @@
 """The Docker Swarm engine (`--engine swarm`): one job across the nodes of a swarm.
 
-Each host is a swarm service of its own, `<job>-algo-N`, in mode `replicated-job` (one task, run once)
-with restart condition `none` (the default, `any`, would restart a failed host for ever), hostname
+Each host is a swarm service of its own, `<job>-algo-N`, of one replica with restart condition `none`
+(one task, run once: the default, `any`, would restart a failed host for ever), hostname
 `algo-N` and alias `algo-N` on an attachable overlay network of the job's own, in `dnsrr` endpoint mode
 (the default VIP mode needs IPVS in the node's kernel, which many lack: the name then resolves and
 nothing answers). https://docs.docker.com/engine/swarm/services/ and
@@ -12,7 +12,7 @@ What differs from one machine, and why:
   every service at once.
 - The engine of a node other than the manager cannot be asked through the swarm: every bind mount
   must name a path that each node sees (a shared folder: NFS or similar), checked before the job by a
-  `global-job` probe on every node (`prepare`). Images reach nodes without a registry through the
+  probe on every node (`prepare`). Images reach nodes without a registry through the
   node engines the user names (HETERO_EMU_SWARM_NODES), `docker save` once and loads in parallel.
 - A task is stopped by removing its service (the swarm has no "stop one task"), after its output has
   been read to the end: `service logs` disappears with the service.
@@ -26,21 +26,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 import requests
-from docker.utils.socket import frames_iter
 
-from emulator.backend import ContainerState, ExecIO, LineSink, Resource
+from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.docker import (
+    READ_SIZE,
     START_WORKERS,
     DockerBackend,
     _engine_call,
@@ -48,10 +49,12 @@ from emulator.backend.docker import (
     _first_line,
     _interrupts_deferred,
     connect,
+    demultiplex,
 )
 from emulator.console import Reporter
-from emulator.container import ContainerSpec
+from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
+from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
 #: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
@@ -160,9 +163,52 @@ def service_options(container: ContainerSpec, network: str, image: str, driver: 
         "task_template": template,
         "name": service_name(container.name),
         "labels": {**container.labels, LABEL_DRIVER: driver},
-        "mode": docker.types.ServiceMode("replicated-job", replicas=1, concurrency=1),
+        # One task, run once: a replicated service of one replica that is never restarted. Not mode
+        # `replicated-job`, which says the same: Docker 20.10 never removes a job's tasks, nor their
+        # containers on the nodes, when the job's service is removed (measured: every exited host
+        # stayed on its node), so nothing could be left clean.
+        "mode": docker.types.ServiceMode("replicated", replicas=1),
         "endpoint_spec": docker.types.EndpointSpec(mode="dnsrr"),
     }
+
+
+@dataclass(frozen=True)
+class Node:
+    """A ready, active node of the swarm, as placement sees it."""
+
+    id: str
+    hostname: str
+    labels: Mapping[str, str]
+
+
+def _allows(node: Node, constraint: str) -> bool:
+    """Whether `node` meets one constraint of the form the plan writes, `node.labels.KEY==VALUE`
+    (emulator.spec.placement), or `!=`."""
+    negated = "!=" in constraint
+    key, _, value = constraint.partition("!=" if negated else "==")
+    key = key.strip().removeprefix("node.labels.")
+    return (node.labels.get(key) == value.strip()) != negated
+
+
+def spread(hosts: Sequence[tuple[str, Sequence[str]]], nodes: Sequence[Node]) -> dict[str, str]:
+    """Each host's node: the allowed node (its group's placement) with the fewest hosts so far, in
+    host order; ties go to the node first by hostname. The swarm's own scheduler does not spread
+    one-task services created together (measured: every host of a job on one node), so each service
+    is pinned with `node.id==`. A host no node allows is an EnvironmentProblem naming its labels:
+    its task would wait for such a node for ever."""
+    count = {node.id: 0 for node in nodes}
+    chosen: dict[str, str] = {}
+    for name, constraints in hosts:
+        allowed = [node for node in sorted(nodes, key=lambda n: n.hostname)
+                   if all(_allows(node, c) for c in constraints)]
+        if not allowed:
+            raise EnvironmentProblem(
+                f"no ready node of the swarm meets the placement of {name} ({', '.join(constraints)})",
+                hint="label a node (`docker node update --label-add KEY=VALUE NODE`), or change the group's placement")
+        best = min(allowed, key=lambda node: count[node.id])
+        count[best.id] += 1
+        chosen[name] = best.id
+    return chosen
 
 
 @dataclass
@@ -177,6 +223,10 @@ class _Stream:
     response: Any = None
     thread: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Finished(Exception):
+    """The live stream of a host whose whole log has been read: stop reading it."""
 
 
 @dataclass(frozen=True)
@@ -207,22 +257,34 @@ class SwarmBackend(DockerBackend):
         self._final: dict[str, ContainerState] = {}
         self._nodes: dict[str, str] = {}  # node id -> hostname
         self._last_poll = 0.0
-        self._polled: dict[str, _Task | None] = {}
+        self._manager: docker.DockerClient | None = None
+        self._refused: dict[str, set[Ulimit]] = {}  # per job: the ulimits some node refuses
+        self._node_of: dict[str, str] = {}  # container name -> the node id `spread` chose
 
     # -- the manager ------------------------------------------------------------------------------
 
     @property
-    def client(self) -> docker.DockerClient:
-        if self._client is None:
-            manager = self.settings.manager
-            if manager is None and not os.environ.get("DOCKER_HOST"):
-                manager = _context_host()
-            self._client = connect(base_url=manager)
-        return self._client
+    def manager(self) -> docker.DockerClient:
+        """The swarm manager's engine: HETERO_EMU_SWARM_MANAGER, else as Docker finds it (DOCKER_HOST,
+        the CLI's current context, the default socket). `client` stays this machine's engine
+        (DOCKER_HOST or the socket): where the image is built and copied from."""
+        if self._manager is None:
+            self._manager = connect(base_url=self.manager_url())
+        return self._manager
+
+    def manager_url(self) -> str | None:
+        """The manager's address, None for the one DOCKER_HOST or the default socket gives."""
+        if self.settings.manager is None and not os.environ.get("DOCKER_HOST"):
+            return _context_host()
+        return self.settings.manager
+
+    @property
+    def api(self) -> docker.APIClient:
+        return self.manager.api
 
     def ping(self) -> None:
         try:
-            swarm = self.client.info().get("Swarm") or {}
+            swarm = self.manager.info().get("Swarm") or {}
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
             raise self._lost_engine(err) from None
         if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
@@ -233,7 +295,8 @@ class SwarmBackend(DockerBackend):
             )
 
     def reaper_environment(self) -> dict[str, str]:
-        return {"DOCKER_HOST": self.settings.manager} if self.settings.manager else {}
+        url = self.manager_url()
+        return {"DOCKER_HOST": url} if url else {}
 
     # -- the nodes: images and shared folders ---------------------------------------------------
 
@@ -253,6 +316,10 @@ class SwarmBackend(DockerBackend):
         if not nodes:
             raise EnvironmentProblem("the swarm has no node that is ready and active",
                                      hint="`docker node ls` on the manager shows the nodes")
+        self._node_of.update(spread(
+            [(h.container.name, h.container.placement) for h in plan.hosts],
+            [Node(n["ID"], n.get("Description", {}).get("Hostname", n["ID"][:12]),
+                  (n.get("Spec") or {}).get("Labels") or {}) for n in nodes]))
         image = self.client.images.get(plan.image)
         ref = image.id
         if self.settings.registry:
@@ -260,18 +327,27 @@ class SwarmBackend(DockerBackend):
         else:
             self._copy_image(plan.image, image.id, nodes, reporter)
         self._image_ref[plan.job_name] = ref
-        with reporter.task(f"checking the shared folders on {len(nodes)} nodes"):
-            self._probe(plan, ref, nodes)
+        with reporter.task(f"checking that the {len(nodes)} nodes see the job's folders"):
+            refused = self._refused_ulimits(plan, ref)
+            self._check_paths(plan, ref)
+        self._refused[plan.job_name] = refused
+        if refused and required_launchers(plan.spec):
+            # Only a distributed job pins memory; telling every other job would be noise.
+            self.notes.setdefault(plan.job_name, []).extend(ulimits.refusal_notes(refused))
 
     def _copy_image(self, name: str, image_id: str, nodes: list[dict[str, Any]], reporter: Reporter) -> None:
         """Load the image into every node engine the user named that lacks it: `docker save` once,
         the loads in parallel. A node without a named engine is checked by the probe instead."""
-        manager_node = (self.client.info().get("Swarm") or {}).get("NodeID")
+        manager_node = (self.manager.info().get("Swarm") or {}).get("NodeID")
         lacking: dict[str, docker.DockerClient] = {}
         for node in nodes:
             hostname = node.get("Description", {}).get("Hostname", "")
             url = self.settings.node_engines.get(hostname)
-            if node["ID"] == manager_node or url is None:
+            if node["ID"] == manager_node:
+                if self.settings.manager is None:
+                    continue  # the manager is this machine's engine, which has the image
+                url = url or self.settings.manager
+            if url is None:
                 continue
             client = _node_client(hostname, url)
             try:
@@ -291,9 +367,9 @@ class SwarmBackend(DockerBackend):
         repository = f"{registry}/{name.split(':')[0]}"
         tag = name.rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else "latest"
         with reporter.task(f"pushing {name} to {registry}"):
-            self.api.tag(name, repository, tag)
+            self.client.api.tag(name, repository, tag)
             error = ""
-            for event in self.api.push(repository, tag, stream=True, decode=True):
+            for event in self.client.api.push(repository, tag, stream=True, decode=True):
                 error = event.get("error") or error
             if error:
                 raise EnvironmentProblem(f"cannot push {name} to {registry}: {error}",
@@ -304,73 +380,91 @@ class SwarmBackend(DockerBackend):
             raise EnvironmentProblem(f"{registry} gave no digest for {name}")
         return str(mine)
 
-    def _probe(self, plan: Plan, image: str, nodes: list[dict[str, Any]]) -> None:
-        """One `global-job` service on every node: its task mounts every path a host mounts and checks
-        a file the driver just wrote in the job folder. A node that lacks a path rejects the task
-        ("bind source path does not exist"); one that has a folder of the name but not this one
-        (not shared) fails the check; one without the image rejects it too."""
-        job_dir = Path(plan.job_dir)
-        sources = sorted({m.source for h in plan.hosts for m in h.container.mounts
-                          if not Path(m.source).is_relative_to(job_dir)})
-        marker = f".node-check-{os.getpid()}-{time.time_ns()}"
-        (job_dir / marker).write_text("written by the driver: every node must see this file\n")
-        checked = [str(job_dir), *sources]
-        mounts = [docker.types.Mount(f"{PROBE_ROOT}/{i}", src, type="bind", read_only=True)
-                  for i, src in enumerate(checked)]
-        spec = docker.types.ContainerSpec(image=image, command=["/bin/sh", "-c"],
-                                          args=[f"test -f {PROBE_ROOT}/0/{marker}"], mounts=mounts,
+    def _on_every_node(self, plan: Plan, what: str, image: str, args: Sequence[str],
+                       mounts: Sequence[docker.types.Mount] = (),
+                       limits: Sequence[Ulimit] = ()) -> dict[str, _Task | None]:
+        """Run `/bin/sh -c ARGS` once on every node (a `global` service never restarted, labelled and tracked like the
+        job's hosts, removed before returning); each node's hostname -> its task, None when it did not
+        end within PROBE_TIMEOUT."""
+        spec = docker.types.ContainerSpec(image=image, command=["/bin/sh", "-c"], args=list(args), mounts=list(mounts),
                                           labels=dict(plan.labels))
-        name = service_name(f"{plan.job_name}-node-check")
+        spec["Ulimits"] = [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in limits]
+        nodes = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"][:12]) for n in self._ready_nodes()}
         created: str | None = None
         try:
             with _interrupts_deferred():
                 created = self.api.create_service(
                     docker.types.TaskTemplate(container_spec=spec,
                                               restart_policy=docker.types.RestartPolicy(condition="none")),
-                    name=name, labels={**plan.labels, LABEL_DRIVER: self._driver},
-                    mode=docker.types.ServiceMode("global-job"))["ID"]
+                    name=service_name(f"{plan.job_name}-{what}"), labels={**plan.labels, LABEL_DRIVER: self._driver},
+                    mode=docker.types.ServiceMode("global"))["ID"]  # not global-job: see service_options
                 self._track(plan, "service", created)
-            problems = self._probe_results(created, nodes, checked)
+            deadline = time.monotonic() + PROBE_TIMEOUT
+            while True:
+                ended = {t.node: t for t in self._tasks([created]) if t.state not in PENDING_STATES}
+                if all(node in ended for node in nodes) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
         finally:
-            (job_dir / marker).unlink(missing_ok=True)
             if created is not None:
                 self._remove_services([created])
                 self._untrack(plan, [created])
-        if problems:
-            raise EnvironmentProblem(
-                "not every node of the swarm can run this job:\n  " + "\n  ".join(problems),
-                hint="every node must have the image and see the job folder and data at the same paths "
-                f"(a shared folder: README, Across machines); name node engines in {ENV_NODES} to copy "
-                "the image, or drain a node (`docker node update --availability drain NODE`) to leave it out")
+        return {hostname: ended.get(node_id) for node_id, hostname in sorted(nodes.items(), key=lambda i: i[1])}
 
-    def _probe_results(self, service: str, nodes: list[dict[str, Any]], checked: list[str]) -> list[str]:
-        names = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"][:12]) for n in nodes}
-        deadline = time.monotonic() + PROBE_TIMEOUT
-        while True:
-            tasks = {t.node: t for t in self._tasks([service])}
-            done = {node: t for node, t in tasks.items() if t.state not in PENDING_STATES}
-            if all(node in done for node in names) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+    def _refused_ulimits(self, plan: Plan, image: str) -> set[Ulimit]:
+        """The ulimits some node refuses (a dockerd without CAP_SYS_RESOURCE, as in a container): asked
+        once per swarm with a throwaway job on every node, remembered like the Docker engine's."""
+        wanted = list(dict.fromkeys(u for h in plan.hosts for u in h.container.ulimits))
+        if not wanted:
+            return set()
+
+        def probe(some: Sequence[Ulimit]) -> bool | None:
+            tasks = self._on_every_node(plan, "ulimit-check", image, ["true"], limits=some)
+            if any(t is not None and ulimits.REFUSED in t.error for t in tasks.values()):
+                return False
+            return True if all(t is not None and t.state == "complete" for t in tasks.values()) else None
+
+        return ulimits.refused(f"swarm {self.manager_url() or ulimits.engine_key()}", wanted, probe)
+
+    def _check_paths(self, plan: Plan, image: str) -> None:
+        """Every node sees every path a host mounts: a job on every node mounts them all and looks for
+        a file the driver has just written in the job folder. A node that lacks a path rejects the
+        task ("bind source path does not exist"); one with a folder of that name that is not this
+        machine's (not shared) fails the check; one without the image rejects it too."""
+        job_dir = Path(plan.job_dir)
+        sources = sorted({m.source for h in plan.hosts for m in h.container.mounts
+                          if not Path(m.source).is_relative_to(job_dir)})
+        marker = f".node-check-{os.getpid()}-{time.time_ns()}"
+        checked = [str(job_dir), *sources]
+        mounts = [docker.types.Mount(f"{PROBE_ROOT}/{i}", src, type="bind", read_only=True)
+                  for i, src in enumerate(checked)]
+        (job_dir / marker).write_text("written by the driver: every node must see this file\n")
+        try:
+            tasks = self._on_every_node(plan, "node-check", image, [f"test -f {PROBE_ROOT}/0/{marker}"], mounts)
+        finally:
+            (job_dir / marker).unlink(missing_ok=True)
         problems = []
-        for node_id, hostname in sorted(names.items(), key=lambda item: item[1]):
-            task = done.get(node_id)
+        for hostname, task in tasks.items():
             if task is None:
-                problems.append(f"node {hostname}: the check did not finish in {PROBE_TIMEOUT:g} s "
-                                f"({tasks[node_id].state if node_id in tasks else 'no task'})")
+                problems.append(f"node {hostname}: the check did not finish in {PROBE_TIMEOUT:g} s")
             elif task.state == "complete":
                 continue
             elif "No such image" in task.error:
-                problems.append(f"node {hostname} does not have the image")
+                problems.append(f"node {hostname} does not have the image {plan.image}")
             elif "bind source path does not exist" in task.error:
                 missing = task.error.rsplit(":", 1)[-1].strip()
                 problems.append(f"node {hostname} cannot see {missing or 'a path the hosts mount'}")
             elif task.exit_code == 1:
-                problems.append(f"node {hostname} has a folder {checked[0]} but not this machine's: "
+                problems.append(f"node {hostname} has a folder {checked[0]}, but not the one on this machine: "
                                 "the job folder is not shared with it")
             else:
                 problems.append(f"node {hostname}: {task.error or task.state} (exit code {task.exit_code})")
-        return problems
+        if problems:
+            raise EnvironmentProblem(
+                "not every node of the swarm can run this job:\n  " + "\n  ".join(problems),
+                hint="every node needs the image and must see the job folder and the data at the same paths "
+                f"(a shared folder: README, Across machines); name node engines in {ENV_NODES} to copy "
+                "the image, or drain a node (`docker node update --availability drain NODE`) to leave it out")
 
     # -- the hosts ------------------------------------------------------------------------------
 
@@ -411,9 +505,13 @@ class SwarmBackend(DockerBackend):
 
         def create(name: str) -> None:
             host = self._specs[name]
-            plan = next(p for p in self._plans.values() if any(h.container.name == name for h in p.hosts))
+            plan = self._plan_of(name)
+            assert plan is not None  # create_containers recorded it
             image = self._image_ref.get(plan.job_name, host.container.image)
-            options = service_options(host.container, plan.network, image, self._driver, self._grace)
+            container = host.container.without_ulimits(self._refused.get(plan.job_name, set()))
+            if name in self._node_of:
+                container = replace(container, placement=(*container.placement, f"node.id=={self._node_of[name]}"))
+            options = service_options(container, plan.network, image, self._driver, self._grace)
             with _interrupts_deferred():
                 try:
                     service = self.api.create_service(**options)["ID"]
@@ -444,16 +542,18 @@ class SwarmBackend(DockerBackend):
         stream = self._logs[name]
 
         def pump() -> None:
+            def deliver(data: bytes, kind: int) -> None:
+                with stream.lock:
+                    if stream.finished:
+                        raise _Finished
+                    self._deliver(name, stream, kind, data)
+
             try:
                 response = self._service_logs(self._services[name], follow=True)
                 stream.response = response
-                sock = self.api._get_raw_response_socket(response)
-                for kind, data in frames_iter(sock, False):
-                    with stream.lock:
-                        if stream.finished:
-                            return
-                        self._deliver(name, stream, kind, data)
-            except Exception:  # noqa: BLE001 - closed under us, or the service is gone: the final read covers it
+                with contextlib.closing(response):
+                    demultiplex(response.iter_content(chunk_size=None), deliver)
+            except Exception:  # noqa: BLE001 - finished, hung up on, or the service is gone: the final read covers it
                 return
 
         stream.thread = threading.Thread(target=pump, name=f"logs-{name}", daemon=True)
@@ -461,8 +561,10 @@ class SwarmBackend(DockerBackend):
 
     def _service_logs(self, service: str, follow: bool) -> Any:
         params = {"follow": follow, "stdout": True, "stderr": True, "timestamps": False, "tail": "all"}
-        return self.api._get(self.api._url("/services/{0}/logs", service), params=params, stream=True,
-                             timeout=None if follow else 60)
+        response = self.api._get(self.api._url("/services/{0}/logs", service), params=params, stream=True,
+                                 timeout=None if follow else 60)
+        self.api._raise_for_status(response)
+        return response
 
     def _deliver(self, name: str, stream: _Stream, kind: int, data: bytes) -> None:
         kind = 2 if kind == 2 else 1
@@ -483,11 +585,12 @@ class SwarmBackend(DockerBackend):
         ok = True
         if service is not None:
             try:
+                # Read through requests, which ends the (chunked, kept-alive) answer where the
+                # engine ends it; a read of the raw socket waits for a close that never comes.
                 response = self._service_logs(service, follow=False)
-                sock = self.api._get_raw_response_socket(response)
-                for kind, data in frames_iter(sock, False):
-                    whole[2 if kind == 2 else 1] += data
-                response.close()
+                with contextlib.closing(response):
+                    demultiplex(response.iter_content(chunk_size=READ_SIZE),
+                                lambda data, kind: whole[kind].extend(data))
             except (docker.errors.APIError, requests.exceptions.RequestException, OSError):
                 ok = False
         with stream.lock:
@@ -497,8 +600,7 @@ class SwarmBackend(DockerBackend):
                 if rest:
                     self._deliver(name, stream, kind, rest)
         if stream.response is not None:
-            with contextlib.suppress(Exception):
-                stream.response.close()
+            _hang_up(stream.response)
         return ok
 
     def wait_logs(self, timeout: float) -> list[str]:
@@ -648,14 +750,32 @@ class SwarmBackend(DockerBackend):
         for name in [h.container.name for h in plan.hosts]:
             self._finish_logs(name)
         super().remove(plan)
+        self._wait_nodes_clear(plan.job_name)
         for host in plan.hosts:
             self._services.pop(host.container.name, None)
             self._specs.pop(host.container.name, None)
+            self._node_of.pop(host.container.name, None)
         self._plans.pop(plan.job_name, None)
         self._image_ref.pop(plan.job_name, None)
+        self._refused.pop(plan.job_name, None)
 
-    def keep(self, plan: Plan) -> None:
-        super().keep(plan)
+    def _wait_nodes_clear(self, job: str) -> None:
+        """Wait until no container of the job is left on the nodes whose engines the user named. The
+        manager forgets an exited task as soon as its service is removed, before the node's agent
+        has removed the container (measured: a second or two later), so the manager cannot tell."""
+        clients = []
+        for node, url in self.settings.node_engines.items():
+            with contextlib.suppress(EnvironmentProblem):
+                clients.append(_node_client(node, url))
+        deadline = time.monotonic() + REMOVE_TIMEOUT
+        while clients and time.monotonic() < deadline:
+            try:
+                clients = [c for c in clients
+                           if c.api.containers(all=True, filters={"label": f"{LABEL_JOB}={job}"}, quiet=True)]
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                return  # a node that stopped answering has nothing more to say here
+            if clients:
+                time.sleep(0.2)
 
     @_engine_call
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
@@ -671,7 +791,7 @@ class SwarmBackend(DockerBackend):
                 docker.types.TaskTemplate(container_spec=spec,
                                           restart_policy=docker.types.RestartPolicy(condition="none")),
                 name=service_name(f"{plan.job_name}-chown"), labels={**plan.labels, LABEL_DRIVER: self._driver},
-                mode=docker.types.ServiceMode("replicated-job", replicas=1))["ID"]
+                mode=docker.types.ServiceMode("replicated", replicas=1))["ID"]  # not a job: see service_options
             self._track(plan, "service", service)
         try:
             deadline = time.monotonic() + 300
@@ -777,6 +897,15 @@ def _parse_task(raw: Mapping[str, Any]) -> _Task:
                  exit_code=int(code) if exited and code is not None else None,
                  error=str(status.get("Err") or ""), timestamp=_epoch(status.get("Timestamp")),
                  container=str(container.get("ContainerID") or ""))
+
+
+def _hang_up(response: requests.Response) -> None:
+    """End a streamed answer another thread is reading: shut its socket down, which wakes that
+    reader (who then closes the answer). Closing it from here instead waits for the reader: for ever
+    on a `--follow` stream, which the engine never ends while the service exists."""
+    raw: Any = response.raw
+    with contextlib.suppress(Exception):
+        raw._fp.fp.raw._sock.shutdown(socket.SHUT_RDWR)
 
 
 def _context_host() -> str | None:

@@ -66,7 +66,7 @@ def test_a_service_is_the_containers_name_unless_the_swarm_would_refuse_it() -> 
 def test_a_host_is_a_run_once_job_that_is_never_restarted_on_a_dnsrr_overlay() -> None:
     options = service_options(HOST, "job-net", "sha256:abc", "driver-1", grace=7)
     assert options["name"] == "job-algo-2"
-    assert options["mode"] == {"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}}
+    assert options["mode"] == {"replicated": {"Replicas": 1}}
     assert options["endpoint_spec"]["Mode"] == "dnsrr"
     template = options["task_template"]
     assert template["RestartPolicy"]["Condition"] == "none"
