@@ -77,8 +77,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream the image build's tool output (mmdebstrap, "
                                           "pip wheel, docker build) instead of only its steps; it always goes to "
                                           "the build log file too.")]
-EngineOpt = Annotated[str, typer.Option("--engine", help="The container engine to use (registered engines: docker).",
-                                        envvar="HETERO_EMU_ENGINE")]
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", envvar="HETERO_EMU_ENGINE",
+    help="The container engine: docker (this machine's), or swarm (one job across the nodes of a Docker swarm, "
+    "through its manager: HETERO_EMU_SWARM_MANAGER or DOCKER_HOST; README: Across machines).")]
 HostOrderOpt = Annotated[
     HostOrder,
     typer.Option("--host-order", help="spec: algo-1..N in group order; shuffled: hosts assigned to groups "

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker
 import docker.errors
@@ -51,6 +51,7 @@ from emulator.backend.docker import (
     connect,
     demultiplex,
 )
+from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
@@ -626,19 +627,25 @@ class SwarmBackend(DockerBackend):
                 found[key] = (version, _parse_task(raw))
         return [task for _, task in found.values()]
 
-    def _task_of(self, names: Sequence[str]) -> dict[str, _Task | None]:
-        """Each host's task, one manager call for all of them (the service filter takes a list)."""
+    def _task_of(self, names: Sequence[str]) -> dict[str, _Task | None | Literal["removed"]]:
+        """Each host's latest task, by the job's label: one manager call per job, however many hosts
+        (the engine's `service` filter refuses the lot when one of them was removed). "removed": its
+        service is gone (`hetero-emu stop`, `clean`, or by hand); None: no task yet."""
         ids = {self._services[n]: n for n in names if n in self._services}
-        result: dict[str, _Task | None] = {n: None for n in names}
-        if not ids:
-            return result
+        result: dict[str, _Task | None | Literal["removed"]] = {n: None for n in names}
+        jobs = {plan.job_name for n in ids.values() if (plan := self._plan_of(n)) is not None}
         by_service: dict[str, list[dict[str, Any]]] = {}
-        for raw in self.api.tasks(filters={"service": list(ids)}):
-            by_service.setdefault(str(raw.get("ServiceID")), []).append(raw)
+        for job in sorted(jobs):
+            for raw in self.api.tasks(filters={"label": f"{LABEL_JOB}={job}"}):
+                by_service.setdefault(str(raw.get("ServiceID")), []).append(raw)
+        missing = [service for service in ids if service not in by_service]
+        existing = {str(s["ID"]) for s in self.api.services(filters={"id": missing})} if missing else set()
         for service, name in ids.items():
             raws = sorted(by_service.get(service, []), key=lambda r: int((r.get("Version") or {}).get("Index", 0)))
             if raws:
                 result[name] = _parse_task(raws[-1])
+            elif service not in existing:
+                result[name] = "removed"
         return result
 
     @_engine_call
@@ -659,7 +666,11 @@ class SwarmBackend(DockerBackend):
                 threading.Thread(target=self._finish_logs, args=(name,), daemon=True).start()
         return [self._final.get(name) or ContainerState(name, running=True) for name in names]
 
-    def _state_of(self, name: str, task: _Task | None, gone_nodes: Mapping[str, Any]) -> ContainerState:
+    def _state_of(self, name: str, task: _Task | None | Literal["removed"],
+                  gone_nodes: Mapping[str, Any]) -> ContainerState:
+        if task == "removed":
+            return ContainerState(name, running=False, error="its service was removed (hetero-emu stop or clean, "
+                                  "or docker service rm)", finished_at=time.time())
         if task is None:
             if name in self._services:
                 return ContainerState(name, running=True)  # created, not scheduled yet
@@ -690,29 +701,49 @@ class SwarmBackend(DockerBackend):
 
     @_engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
-        """Read each host's output to its end, then remove its service: the swarm stops the task
-        (SIGTERM, SIGKILL after the grace period given at creation) and removes its container."""
-        names = [n for n in names if n in self._services]
-        for name in names:
-            self._finish_logs(name)
-        seen = self._task_of(names)
-        services = [self._services[n] for n in names]
-        last = self._remove_services(services)
-        for name in names:
-            task = last.get(self._services[name]) or seen.get(name)
-            code = task.exit_code if task is not None and task.exit_code is not None else None
-            self._final.setdefault(name, ContainerState(
-                name, running=False, exit_code=code, finished_at=time.time(),
-                error="" if code is not None else "stopped: its service was removed"))
-        for name in names:
-            plan = self._plan_of(name)
-            if plan is not None:
-                self._untrack(plan, [self._services[name]])
-            self._services.pop(name, None)
+        """Scale each host's service to 0 replicas: the swarm stops its task (SIGTERM, SIGKILL after the
+        grace period the service was created with) and keeps the service, so its exit code and its
+        whole log can still be read; the services go in `remove`, as the Docker engine's containers."""
+        names = [n for n in names if n in self._services and n not in self._final]
+        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
+            list(pool.map(self._scale_to_zero, names))
+        self._await_ends(names, self._grace + REMOVE_TIMEOUT)
 
+    @_engine_call
     def kill(self, names: Sequence[str]) -> None:
-        # The swarm has no "kill a task": removing its service is the quickest there is.
+        """SIGKILL through the engine of the node that runs the host, where the user named it; the
+        swarm itself has nothing quicker than the stop."""
+        names = [n for n in names if n in self._services and n not in self._final]
+        for task in self._task_of(names).values():
+            if isinstance(task, _Task) and task.container and (url := self.settings.node_engines.get(
+                    self._nodes.get(task.node, ""))):
+                with contextlib.suppress(EmulatorError, docker.errors.APIError, requests.exceptions.RequestException):
+                    _node_client(self._nodes[task.node], url).api.kill(task.container)
         self.stop(names, 0)
+
+    def _scale_to_zero(self, name: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            service = self.api.inspect_service(self._services[name])
+            self.api.update_service(service["ID"], version=service["Version"]["Index"],
+                                    mode=docker.types.ServiceMode("replicated", replicas=0),
+                                    fetch_current_spec=True)
+
+    def _await_ends(self, names: Sequence[str], timeout: float) -> None:
+        """Until each host's task has ended (or its service is gone), at most `timeout`: its state is
+        then kept for `states`, and its log read to the end."""
+        deadline = time.monotonic() + timeout
+        pending = list(names)
+        while pending:
+            for name, task in self._task_of(pending).items():
+                state = self._state_of(name, task, {})
+                if not state.running:
+                    self._final[name] = state
+                    self._finish_logs(name)
+                    pending.remove(name)
+            if pending:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
 
     def _plan_of(self, name: str) -> Plan | None:
         return next((p for p in self._plans.values() if any(h.container.name == name for h in p.hosts)), None)
@@ -826,19 +857,32 @@ class SwarmBackend(DockerBackend):
                     status = "pending"
                 else:
                     status = task.state if task.exit_code is None else f"{task.state} ({task.exit_code})"
-                found.append(Resource("container", s["Spec"]["Name"], labels.get(LABEL_JOB, ""), labels, status, None))
+                found.append(Resource("container", s["Spec"]["Name"], labels.get(LABEL_JOB, ""), labels, status,
+                                      driver_alive(labels.get(LABEL_DRIVER))))
             for n in self.api.networks(filters=filters):
                 if n.get("Driver") != "overlay":
                     continue
                 labels = n.get("Labels") or {}
-                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "", None))
+                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
+                                      driver_alive(labels.get(LABEL_DRIVER))))
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
             raise self._lost_engine(err) from None
         return found
 
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
-        # A service's task stops with the grace period it was created with.
-        self.remove_resources([r for r in resources if r.kind == "container"])
+        """Stop hosts (`hetero-emu stop`). A job whose driver runs on this machine was asked first (the
+        stop request in its job folder) and stops its hosts itself, reading each one's log to the end
+        before its service goes: it is given the time. Otherwise the services are removed here (each
+        task stops with the grace period it was created with)."""
+        hosts = [r for r in resources if r.kind == "container"]
+        if hosts and all(r.driver_alive for r in hosts):
+            deadline = time.monotonic() + grace + REMOVE_TIMEOUT
+            names = {r.name for r in hosts}
+            while time.monotonic() < deadline:
+                if not names & {r.name for r in self.find(hosts[0].job) if r.kind == "container"}:
+                    return
+                time.sleep(0.5)
+        self.remove_resources(hosts)
 
     @_engine_call
     def remove_resources(self, resources: Iterable[Resource]) -> None:
