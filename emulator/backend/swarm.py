@@ -61,7 +61,6 @@ from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, Ho
 #: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
 ENV_MANAGER = "HETERO_EMU_SWARM_MANAGER"
 ENV_NODES = "HETERO_EMU_SWARM_NODES"
-ENV_REGISTRY = "HETERO_EMU_SWARM_REGISTRY"
 ENV_MTU = "HETERO_EMU_SWARM_MTU"
 
 # Task states before the container has exited (moby/swarmkit api/types.proto TaskState).
@@ -86,12 +85,11 @@ PROBE_ROOT = "/hetero-emu-probe"
 @dataclass(frozen=True)
 class SwarmSettings:
     """How to reach the swarm: the manager (None: as Docker finds it, DOCKER_HOST or the default
-    socket), the node engines images are copied through (node hostname -> engine URL), a registry to
-    push the job's image to instead, and the MTU of the job's overlay network (None: the engine's)."""
+    socket), the node engines images are copied through (node hostname -> engine URL), and the MTU of
+    the job's overlay network (None: the engine's)."""
 
     manager: str | None = None
     node_engines: Mapping[str, str] = field(default_factory=dict)
-    registry: str | None = None
     mtu: int | None = None
 
     @classmethod
@@ -107,8 +105,7 @@ class SwarmSettings:
         mtu_text = env.get(ENV_MTU, "").strip()
         if mtu_text and not (mtu_text.isdigit() and 576 <= int(mtu_text) <= 9000):
             raise UsageError(f"{ENV_MTU}: {mtu_text!r} is not an MTU between 576 and 9000")
-        return cls(env.get(ENV_MANAGER) or None, engines, env.get(ENV_REGISTRY) or None,
-                   int(mtu_text) if mtu_text else None)
+        return cls(env.get(ENV_MANAGER) or None, engines, int(mtu_text) if mtu_text else None)
 
 
 def service_name(container_name: str) -> str:
@@ -321,12 +318,11 @@ class SwarmBackend(DockerBackend):
             [(h.container.name, h.container.placement) for h in plan.hosts],
             [Node(n["ID"], n.get("Description", {}).get("Hostname", n["ID"][:12]),
                   (n.get("Spec") or {}).get("Labels") or {}) for n in nodes]))
-        image = self.client.images.get(plan.image)
-        ref = image.id
-        if self.settings.registry:
-            ref = self._push(plan.image, reporter)
-        else:
-            self._copy_image(plan.image, image.id, nodes, reporter)
+        # By id: a task naming an image id never pulls (moby daemon/cluster/executor/container/adapter.go
+        # pullImage: "Skip pulling if the image is referenced by image ID"), so a node uses the copy it
+        # has, the very same image everywhere, and no registry is asked.
+        ref = str(self.client.images.get(plan.image).id)
+        self._copy_image(plan.image, ref, nodes, reporter)
         self._image_ref[plan.job_name] = ref
         with reporter.task(f"checking that the {len(nodes)} nodes see the job's folders"):
             refused = self._refused_ulimits(plan, ref)
@@ -360,26 +356,6 @@ class SwarmBackend(DockerBackend):
         from emulator.backend.images import copy_image
 
         copy_image(self.client, name, image_id, lacking, reporter)
-
-    def _push(self, name: str, reporter: Reporter) -> str:
-        """Tag the image into the user's registry, push it, and return its digest reference (a node
-        pulls a canonical reference only when it lacks that digest)."""
-        registry = self.settings.registry
-        repository = f"{registry}/{name.split(':')[0]}"
-        tag = name.rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else "latest"
-        with reporter.task(f"pushing {name} to {registry}"):
-            self.client.api.tag(name, repository, tag)
-            error = ""
-            for event in self.client.api.push(repository, tag, stream=True, decode=True):
-                error = event.get("error") or error
-            if error:
-                raise EnvironmentProblem(f"cannot push {name} to {registry}: {error}",
-                                         hint=f"check the registry, or unset {ENV_REGISTRY} to copy the image instead")
-        digests = self.client.images.get(f"{repository}:{tag}").attrs.get("RepoDigests") or []
-        mine = next((d for d in digests if d.startswith(repository + "@")), None)
-        if mine is None:
-            raise EnvironmentProblem(f"{registry} gave no digest for {name}")
-        return str(mine)
 
     def _on_every_node(self, plan: Plan, what: str, image: str, args: Sequence[str],
                        mounts: Sequence[docker.types.Mount] = (),

@@ -33,10 +33,9 @@ HOST = ContainerSpec(
 def test_settings_come_from_the_environment() -> None:
     settings = SwarmSettings.from_env({"HETERO_EMU_SWARM_MANAGER": "tcp://m:2375",
                                        ENV_NODES: "node-2=tcp://n2:2375, node-3=ssh://me@n3",
-                                       "HETERO_EMU_SWARM_REGISTRY": "reg:5000", ENV_MTU: "1350"})
+                                       ENV_MTU: "1350"})
     assert settings.manager == "tcp://m:2375"
     assert dict(settings.node_engines) == {"node-2": "tcp://n2:2375", "node-3": "ssh://me@n3"}
-    assert settings.registry == "reg:5000"
     assert settings.mtu == 1350
     assert SwarmSettings.from_env({}) == SwarmSettings()
 
