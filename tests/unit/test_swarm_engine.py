@@ -12,11 +12,13 @@ from emulator.backend.swarm import (
     ENV_MTU,
     ENV_NODES,
     SERVICE_NAME_LIMIT,
+    Node,
     SwarmBackend,
     SwarmSettings,
     _parse_task,
     service_name,
     service_options,
+    spread,
 )
 from emulator.container import ContainerSpec, Mount, Ulimit
 from emulator.errors import EnvironmentProblem, UsageError
@@ -139,3 +141,26 @@ def test_exit_codes_and_pending_tasks() -> None:
     assert backend._state_of("job-algo-2", None, {}).running  # created, not scheduled yet
     done = backend._state_of("job-algo-2", _parse_task(_task("failed", 2, "task: non-zero exit (2)")), {})
     assert (done.running, done.exit_code) == (False, 2)
+
+
+NODES = [Node("id1", "node-1", {}), Node("id2", "node-2", {"role": "cpu"}), Node("id3", "node-3", {"role": "gpu"})]
+
+
+def test_hosts_are_spread_evenly_over_the_nodes_in_host_order() -> None:
+    chosen = spread([(f"job-algo-{i}", ()) for i in range(1, 7)], NODES)
+    assert list(chosen.values()) == ["id1", "id2", "id3", "id1", "id2", "id3"]
+
+
+def test_a_groups_placement_keeps_its_hosts_on_the_labelled_nodes_and_the_rest_spread_around_them() -> None:
+    chosen = spread([("job-algo-1", ("node.labels.role==gpu",)), ("job-algo-2", ("node.labels.role==gpu",)),
+                     ("job-algo-3", ()), ("job-algo-4", ("node.labels.role!=gpu",))], NODES)
+    assert chosen["job-algo-1"] == chosen["job-algo-2"] == "id3"
+    assert chosen["job-algo-3"] == "id1"  # the least used node, first by hostname
+    assert chosen["job-algo-4"] == "id2"
+
+
+def test_a_placement_no_node_meets_is_an_error_naming_the_host_and_the_labels() -> None:
+    with pytest.raises(EnvironmentProblem) as caught:
+        spread([("job-algo-1", ("node.labels.role==tpu",))], NODES)
+    assert "job-algo-1" in caught.value.message and "role==tpu" in caught.value.message
+    assert "--label-add" in (caught.value.hint or "")
