@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -677,25 +678,41 @@ class SwarmBackend(DockerBackend):
 
     @_engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
-        """Scale each host's service to 0 replicas: the swarm stops its task (SIGTERM, SIGKILL after the
-        grace period the service was created with) and keeps the service, so its exit code and its
-        whole log can still be read; the services go in `remove`, as the Docker engine's containers."""
-        names = [n for n in names if n in self._services and n not in self._final]
-        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
-            list(pool.map(self._scale_to_zero, names))
+        """Stop hosts and wait for their ends. A host on a node whose engine the user named is stopped
+        there (`docker stop`: SIGTERM, SIGKILL after `grace`), so its task ends as a host that exited
+        does, with its exit code. Any other host's service is scaled to 0 replicas: the swarm stops
+        its task (SIGTERM, SIGKILL after the grace period the service was created with) and deletes
+        it, exit code and all (Docker 20.10). The services are removed in `remove`, at the end, as
+        the Docker engine's containers."""
+        self._signal(names, lambda api, container: api.stop(container, timeout=max(1, math.ceil(grace))))
         self._await_ends(names, self._grace + REMOVE_TIMEOUT)
 
     @_engine_call
     def kill(self, names: Sequence[str]) -> None:
         """SIGKILL through the engine of the node that runs the host, where the user named it; the
         swarm itself has nothing quicker than the stop."""
+        self._signal(names, lambda api, container: api.kill(container))
+        self._await_ends(names, self._grace + REMOVE_TIMEOUT)
+
+    def _signal(self, names: Sequence[str], act: Callable[[docker.APIClient, str], object]) -> None:
+        """`act` on each running host's container through its node's engine, else scale its service to 0."""
         names = [n for n in names if n in self._services and n not in self._final]
-        for task in self._task_of(names).values():
-            if isinstance(task, _Task) and task.container and (url := self.settings.node_engines.get(
-                    self._nodes.get(task.node, ""))):
-                with contextlib.suppress(EmulatorError, docker.errors.APIError, requests.exceptions.RequestException):
-                    _node_client(self._nodes[task.node], url).api.kill(task.container)
-        self.stop(names, 0)
+        tasks = self._task_of(names)
+
+        def one(name: str) -> None:
+            task = tasks.get(name)
+            node = self._nodes.get(task.node, "") if isinstance(task, _Task) else ""
+            url = self.settings.node_engines.get(node)
+            if isinstance(task, _Task) and task.container and url:
+                try:
+                    act(_node_client(node, url).api, task.container)
+                    return
+                except (EmulatorError, docker.errors.APIError, requests.exceptions.RequestException):
+                    pass  # that engine cannot do it: the swarm still can
+            self._scale_to_zero(name)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
+            list(pool.map(one, names))
 
     def _scale_to_zero(self, name: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
@@ -705,13 +722,24 @@ class SwarmBackend(DockerBackend):
                                     fetch_current_spec=True)
 
     def _await_ends(self, names: Sequence[str], timeout: float) -> None:
-        """Until each host's task has ended (or its service is gone), at most `timeout`: its state is
-        then kept for `states`, and its log read to the end."""
+        """Until each host's task has ended, at most `timeout`: its state is then kept for `states`,
+        and its log read to the end. Scaled to 0, a service's task is deleted once stopped (Docker
+        20.10), so its last state seen on the way is what is known of its end; the live log stream
+        has followed it to its last line."""
         deadline = time.monotonic() + timeout
         pending = list(names)
+        last: dict[str, _Task] = {}
         while pending:
             for name, task in self._task_of(pending).items():
-                state = self._state_of(name, task, {})
+                if isinstance(task, _Task):
+                    last[name] = task
+                    state = self._state_of(name, task, {})
+                elif task is None:  # the stopped task is gone with what it told
+                    seen = last.get(name)
+                    state = ContainerState(name, running=False, exit_code=seen.exit_code if seen else None,
+                                           finished_at=time.time(), error="stopped: its task was removed")
+                else:
+                    state = self._state_of(name, task, {})
                 if not state.running:
                     self._final[name] = state
                     self._finish_logs(name)
@@ -719,7 +747,7 @@ class SwarmBackend(DockerBackend):
             if pending:
                 if time.monotonic() > deadline:
                     break
-                time.sleep(0.2)
+                time.sleep(0.1)
 
     def _plan_of(self, name: str) -> Plan | None:
         return next((p for p in self._plans.values() if any(h.container.name == name for h in p.hosts)), None)
@@ -822,8 +850,9 @@ class SwarmBackend(DockerBackend):
         found = []
         try:
             services = self.api.services(filters=filters)
+            # By label, not by service: the engine refuses a list naming a service removed meanwhile.
             tasks = {t.get("ServiceID"): _parse_task(t) for t in
-                     (self.api.tasks(filters={"service": [s["ID"] for s in services]}) if services else [])}
+                     (self.api.tasks(filters={"label": filters["label"]}) if services else [])}
             for s in services:
                 labels = (s.get("Spec") or {}).get("Labels") or {}
                 task = tasks.get(s["ID"])
@@ -841,7 +870,9 @@ class SwarmBackend(DockerBackend):
                 labels = n.get("Labels") or {}
                 found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
                                       driver_alive(labels.get(LABEL_DRIVER))))
-        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+        except docker.errors.APIError as err:
+            raise EnvironmentProblem(f"the swarm manager cannot list the jobs: {_first_line(err)}") from None
+        except requests.exceptions.RequestException as err:
             raise self._lost_engine(err) from None
         return found
 
