@@ -71,6 +71,19 @@ def connect(timeout: float = 10, base_url: str | None = None) -> docker.DockerCl
     return client
 
 
+_Item = TypeVar("_Item")
+
+
+def together(action: Callable[[_Item], object], items: Sequence[_Item]) -> None:
+    """`action` on every item at once, from up to START_WORKERS threads; interrupted, the items not
+    begun are dropped (once those under way are done) and the interrupt goes on."""
+    pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(items))))
+    try:
+        list(pool.map(action, items))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0][:300] if text else type(err).__name__
@@ -523,13 +536,9 @@ class DockerBackend:
             except docker.errors.APIError as err:
                 errors.append(f"{name}: {_first_line(err)}")
 
-        pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names))))
-        try:
-            list(pool.map(start_one, names))
-        finally:
-            # Interrupted: the starts not yet begun are dropped (those containers are just removed),
-            # instead of starting every host only to stop it again.
-            pool.shutdown(wait=True, cancel_futures=True)
+        # Interrupted: the starts not yet begun are dropped (those containers are just removed),
+        # instead of starting every host only to stop it again.
+        together(start_one, names)
         if errors:
             taken = any("port is already allocated" in e or "address already in use" in e for e in errors)
             raise EnvironmentProblem("cannot start containers: " + "; ".join(errors),

@@ -31,7 +31,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +42,6 @@ import requests
 from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.docker import (
     READ_SIZE,
-    START_WORKERS,
     DockerBackend,
     _engine_call,
     _epoch,
@@ -51,6 +49,7 @@ from emulator.backend.docker import (
     _interrupts_deferred,
     connect,
     demultiplex,
+    together,
 )
 from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
@@ -500,11 +499,7 @@ class SwarmBackend(DockerBackend):
                 self._track(plan, "service", service)
             self._follow(name)
 
-        pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names))))
-        try:
-            list(pool.map(create, names))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        together(create, names)
         if errors:
             raise EnvironmentProblem("cannot create the hosts' services: " + "; ".join(errors))
 
@@ -711,8 +706,7 @@ class SwarmBackend(DockerBackend):
                     pass  # that engine cannot do it: the swarm still can
             self._scale_to_zero(name)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(names)))) as pool:
-            list(pool.map(one, names))
+        together(one, names)
 
     def _scale_to_zero(self, name: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
