@@ -225,7 +225,10 @@ class SwarmCluster:
     def swarm_nodes(self) -> dict[str, dict[str, Any]]:
         """The manager's view: host name -> node attributes (`docker node inspect`)."""
         found = self.client(self.manager).nodes.list()
-        return {str(n.attrs["Description"]["Hostname"]): dict(n.attrs) for n in found}
+        # A node that has just joined may be listed before it has described itself (no
+        # Description.Hostname yet, seen here while forming the swarm): it is not known by name yet.
+        return {str(n.attrs["Description"]["Hostname"]): dict(n.attrs) for n in found
+                if (n.attrs.get("Description") or {}).get("Hostname")}
 
     def node_id(self, node: str) -> str | None:
         attrs = self.swarm_nodes().get(node)
