@@ -97,7 +97,7 @@ finally:
 # which need one given at create), a /24 of its own per run in a private range Docker's default
 # pools do not hand out: a network the engine fails to remove (see the module's docstring) keeps its
 # subnet, and must not fail every later run.
-BASELINE_RANGE = ipaddress.ip_network("10.213.0.0/16")
+BASELINE_RANGE = ipaddress.IPv4Network("10.213.0.0/16")
 
 
 def baseline_subnet(run: int) -> tuple[str, str]:
