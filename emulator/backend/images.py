@@ -20,7 +20,9 @@ from emulator.errors import EnvironmentProblem
 
 # Bytes per read of the saved image: large reads keep a 400 MB save to a few thousand calls.
 CHUNK = 1 << 20
-# A load of a few hundred MB into a busy node takes a while; the client's default 10 s is far too short.
+# A save or a load of a few hundred MB on a busy engine takes a while, and the engine may send nothing
+# for longer than the client's default read timeout of 10 s (measured: a save timed out so with the
+# machine's load average at 8).
 LOAD_TIMEOUT = 900
 
 
@@ -35,7 +37,11 @@ def copy_image(source: docker.DockerClient, name: str, image_id: str,
     with tempfile.NamedTemporaryFile(dir=folder, prefix="image-", suffix=".tar") as saved:
         with reporter.task(f"saving {name} for {len(targets)} node(s) that lack it"):
             try:
-                for chunk in source.api.get_image(name, chunk_size=CHUNK):  # by name: the tag arrives too
+                # docker-py's get_image takes no timeout: the same GET, with one. By name: the tag arrives too.
+                response = source.api._get(source.api._url("/images/{0}/get", name), stream=True,
+                                           timeout=LOAD_TIMEOUT)
+                source.api._raise_for_status(response)
+                for chunk in response.iter_content(chunk_size=CHUNK):
                     saved.write(chunk)
             except (docker.errors.APIError, requests.exceptions.RequestException) as err:
                 raise EnvironmentProblem(f"cannot save {name} from the manager's engine: {err}") from None
