@@ -210,14 +210,15 @@ def main() -> None:
             specs = {hosts: job_spec(hosts, cluster.shared) for hosts in HOST_COUNTS}
 
             cold = run_once(specs[4], "swarm")
+            if cold is None:
+                raise SystemExit("the first swarm run failed (above): nothing to compare")
             if recorder.calls != 1:
                 raise SystemExit(f"the first swarm run copied the image {recorder.calls} times, not once: "
                                  "did the nodes start with it?")
             print(f"image copy ({TRAINING_IMAGE}, save and loads {recorder.total:.1f} s): "
                   + ", ".join(f"{node} {s:.1f} s" for node, s in sorted(recorder.per_node.items())), flush=True)
-            if cold is not None:
-                print(f"first swarm run, 4 hosts (pays the copy): start {cold['start']:.2f} s, "
-                      f"end-to-end {cold['end_to_end']:.2f} s", flush=True)
+            print(f"first swarm run, 4 hosts (pays the copy): start {cold['start']:.2f} s, "
+                  f"end-to-end {cold['end_to_end']:.2f} s", flush=True)
             run_once(specs[4], "docker")  # warm-up: both engines have run once before measuring
 
             for i in range(args.runs):
