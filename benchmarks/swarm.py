@@ -147,8 +147,8 @@ def spread_text(values: list[float]) -> str:
 def print_table(samples: Mapping[tuple[int, str], list[dict[str, float]]], runs: int) -> list[dict[str, Any]]:
     """The medians per host count and engine, with the swarm/plain ratio; returns the rows."""
     rows: list[dict[str, Any]] = []
-    print(f"\nmedian of {runs} runs (min-max)")
-    print(f"{'hosts':>5}  {'engine':<6}  {'start s':>7}  {'(min-max)':>11}  {'hosts ran s':>11}  "
+    print(f"\nmedian of the runs that completed, n of {runs} (min-max)")
+    print(f"{'hosts':>5}  {'engine':<6}  {'n':>2}  {'start s':>7}  {'(min-max)':>11}  {'hosts ran s':>11}  "
           f"{'end-to-end s':>12}  {'(min-max)':>11}  {'ratio start':>11}  {'ratio e2e':>9}")
     for hosts in HOST_COUNTS:
         medians: dict[str, dict[str, float]] = {}
@@ -163,7 +163,7 @@ def print_table(samples: Mapping[tuple[int, str], list[dict[str, float]]], runs:
                 ratio_start = f"{medians['swarm']['start'] / medians['docker']['start']:.2f}"
                 ratio_e2e = f"{medians['swarm']['end_to_end'] / medians['docker']['end_to_end']:.2f}"
             m = medians[engine]
-            print(f"{hosts:>5}  {'plain' if engine == 'docker' else engine:<6}  {m['start']:>7.2f}  "
+            print(f"{hosts:>5}  {'plain' if engine == 'docker' else engine:<6}  {len(done):>2}  {m['start']:>7.2f}  "
                   f"{spread_text([d['start'] for d in done]):>11}  {m['ran']:>11.2f}  {m['end_to_end']:>12.2f}  "
                   f"{spread_text([d['end_to_end'] for d in done]):>11}  {ratio_start:>11}  {ratio_e2e:>9}")
             rows.append({"hosts": hosts, "engine": engine, "runs": done, "median": m,
