@@ -240,8 +240,9 @@ class _Task:
 
 
 class SwarmBackend(DockerBackend):
-    """Executes a Plan on a Docker swarm, through its manager. The watcher, the image checks and the
-    default image's build are the Docker backend's, aimed at the manager's engine."""
+    """Executes a Plan on a Docker swarm, through its manager (`manager`, `api`). The image checks and
+    the default image's build are the Docker backend's, on this machine's engine (`client`), where the
+    image is copied from; the watcher is the Docker backend's, aimed at the manager."""
 
     def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None) -> None:
         super().__init__(client)
