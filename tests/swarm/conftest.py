@@ -1,6 +1,6 @@
 """The `swarm_cluster` fixture: one real three-node Docker swarm per test session, made of
-docker-in-docker containers of the host's engine (cluster.py), and the timings of making it printed
-at the end of the session."""
+docker-in-docker containers of the host's engine (cluster.py), and the timings of making it and the
+table of faults (fault_table.py) printed at the end of the session."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import docker
 import pytest
 from cluster import CLIENT_TIMEOUT, NODE_VARIANT, SwarmCluster, host_swarm_state, remove_stale_clusters
+from fault_table import ROWS, table
 
 #: The timings of every cluster of the session (SwarmCluster.timings), for the terminal summary.
 TIMINGS: dict[str, float] = {}
@@ -44,6 +45,9 @@ def swarm_cluster(docker_client: docker.DockerClient, swarm_node_image: str) -> 
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if ROWS:
+        terminalreporter.write_sep("-", "swarm fault table")
+        terminalreporter.write_line(table())
     if not TIMINGS:
         return
     terminalreporter.write_sep("-", "swarm harness timings")
