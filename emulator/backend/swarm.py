@@ -626,8 +626,7 @@ class SwarmBackend(DockerBackend):
         asking = [n for n in names if n not in self._final]
         try:
             tasks = self._task_of(asking)
-            gone_nodes = {n["ID"]: n for n in self.api.nodes()
-                          if (n.get("Status") or {}).get("State") in NODE_GONE}
+            gone_nodes = self._gone_nodes()
         except docker.errors.APIError as err:
             raise self._lost_engine(err) from None
         self._last_poll = time.monotonic()
@@ -638,6 +637,10 @@ class SwarmBackend(DockerBackend):
                 self._final[name] = state
                 threading.Thread(target=self._finish_logs, args=(name,), daemon=True).start()
         return [self._final.get(name) or ContainerState(name, running=True) for name in names]
+
+    def _gone_nodes(self) -> dict[str, Any]:
+        """The nodes that run nothing any more (NODE_GONE), by id."""
+        return {n["ID"]: n for n in self.api.nodes() if (n.get("Status") or {}).get("State") in NODE_GONE}
 
     def _state_of(self, name: str, task: _Task | None | Literal["removed"],
                   gone_nodes: Mapping[str, Any]) -> ContainerState:
@@ -762,15 +765,21 @@ class SwarmBackend(DockerBackend):
             try:
                 # Unfiltered: the engine's `service` filter refuses a service that no longer exists.
                 raws = [t for t in self.api.tasks() if t.get("ServiceID") in remaining]
+                gone = self._gone_nodes() if raws else {}
             except docker.errors.APIError:
-                raws = []
+                raws, gone = [], {}
             alive = set()
             for raw in raws:
                 service = str(raw.get("ServiceID"))
                 task = _parse_task(raw)
                 if task.exit_code is not None or service not in last:
                     last[service] = task
-                alive.add(service)
+                # A node that went down never reports its task removed: the manager lists it until
+                # the node returns or is removed (measured: still there REMOVE_TIMEOUT later, so a
+                # job with a dead node took 130 s to end). Its container went with the node, and
+                # the job's network is removed all the same (tests/swarm/test_swarm_faults.py).
+                if task.node not in gone:
+                    alive.add(service)
             remaining = [s for s in remaining if s in alive]
             if remaining:
                 time.sleep(0.2)

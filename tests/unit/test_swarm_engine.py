@@ -164,3 +164,33 @@ def test_a_placement_no_node_meets_is_an_error_naming_the_host_and_the_labels() 
         spread([("job-algo-1", ("node.labels.role==tpu",))], NODES)
     assert "job-algo-1" in caught.value.message and "role==tpu" in caught.value.message
     assert "--label-add" in (caught.value.hint or "")
+
+
+class _DeadNodeManager:
+    """A manager whose removed service keeps its task on node n2, which went down: the listing a dead
+    node leaves until it returns or is removed."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.task_calls = 0
+
+    def inspect_service(self, service: str) -> dict[str, Any]:
+        return {"ID": "s1"}
+
+    def remove_service(self, service: str) -> None:
+        self.removed.append(service)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        self.task_calls += 1
+        return [_task("running", node="n2")]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"ID": "n1", "Status": {"State": "ready"}}, {"ID": "n2", "Status": {"State": "down"}}]
+
+
+def test_removing_a_service_whose_node_went_down_does_not_wait_for_its_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = _DeadNodeManager()
+    monkeypatch.setattr(SwarmBackend, "api", property(lambda self: manager))
+    last = SwarmBackend(SwarmSettings())._remove_services(["job-algo-2"])
+    assert manager.removed == ["job-algo-2"] and manager.task_calls == 1  # asked once, not for REMOVE_TIMEOUT
+    assert last["s1"].node == "n2" and last["s1"].state == "running"
