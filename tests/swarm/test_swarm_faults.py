@@ -192,7 +192,12 @@ def test_a_node_dying_mid_job_fails_its_host_names_the_node_and_stops_the_rest(
         hosts = {h.host: h for h in result.hosts}
         assert f"its node {node} went down" in (hosts["algo-4"].failure_reason or "")
         for other in ("algo-1", "algo-2", "algo-3"):
-            assert hosts[other].exit_code == 143, hosts[other]  # SIGTERM when their services were removed
+            # Stopped by the emulator (their services removed: SIGTERM). The exit code of a task on a
+            # worker is often gone before the manager reports it (measured: None on node-2), on the
+            # manager's own node it is 143.
+            assert (hosts[other].failure_reason or "").startswith("stopped by the emulator"), hosts[other]
+            assert hosts[other].exit_code in (143, None), hosts[other]
+        assert hosts["algo-1"].exit_code == 143
         assert returned - killed["at"] < 60
     finally:
         cluster.remove_node(node)
