@@ -728,16 +728,17 @@ class SwarmBackend(DockerBackend):
         pending = list(names)
         last: dict[str, _Task] = {}
         while pending:
+            gone_nodes = self._gone_nodes()  # a host on a node that died will not report its end
             for name, task in self._task_of(pending).items():
                 if isinstance(task, _Task):
                     last[name] = task
-                    state = self._state_of(name, task, {})
+                    state = self._state_of(name, task, gone_nodes)
                 elif task is None:  # the stopped task is gone with what it told
                     seen = last.get(name)
                     state = ContainerState(name, running=False, exit_code=seen.exit_code if seen else None,
                                            finished_at=time.time(), error="stopped: its task was removed")
                 else:
-                    state = self._state_of(name, task, {})
+                    state = self._state_of(name, task, gone_nodes)
                 if not state.running:
                     self._final[name] = state
                     self._finish_logs(name)
@@ -807,12 +808,14 @@ class SwarmBackend(DockerBackend):
             with contextlib.suppress(EnvironmentProblem):
                 clients.append(_node_client(node, url))
         deadline = time.monotonic() + REMOVE_TIMEOUT
-        while clients and time.monotonic() < deadline:
+        def holds_some(client: docker.DockerClient) -> bool:
             try:
-                clients = [c for c in clients
-                           if c.api.containers(all=True, filters={"label": f"{LABEL_JOB}={job}"}, quiet=True)]
+                return bool(client.api.containers(all=True, filters={"label": f"{LABEL_JOB}={job}"}, quiet=True))
             except (docker.errors.APIError, requests.exceptions.RequestException):
-                return  # a node that stopped answering has nothing more to say here
+                return False  # a node that stopped answering has nothing more to say here
+
+        while clients and time.monotonic() < deadline:
+            clients = [c for c in clients if holds_some(c)]
             if clients:
                 time.sleep(0.2)
 
