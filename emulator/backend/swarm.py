@@ -903,6 +903,10 @@ class SwarmBackend(DockerBackend):
         resources = list(resources)
         services = [r.name for r in resources if r.kind in ("container", "service")]
         self._remove_services(services)
+        # As `remove` does: the manager forgets the tasks before the nodes have removed their
+        # containers, so without this `clean` returned with the job's containers still on the nodes.
+        for job in sorted({r.job for r in resources if r.job}):
+            self._wait_nodes_clear(job)
         problems = []
         for r in resources:
             if r.kind != "network":
