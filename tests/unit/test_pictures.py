@@ -275,12 +275,14 @@ class NoTimesBackend(FakeBackend):
 
 
 def test_without_the_engines_times_the_drivers_clock_draws_the_bars(spec: JobSpec) -> None:
-    fake = NoTimesBackend({"algo-1": exits(0, 0.0), "algo-2": exits(0, 0.0), "algo-3": exits(0, 0.3)})
+    # algo-3 exits a whole second after the others: the driver sees each exit at a poll, so a busy
+    # machine that polls late still draws it far longer.
+    fake = NoTimesBackend({"algo-1": exits(0, 0.0), "algo-2": exits(0, 0.0), "algo-3": exits(0, 1.0)})
     result = run_fake(spec, fake)
 
     found = bars(parse(result.job_dir / "timeline.svg"))
     assert len({r.get("x") for r in found.values()}) == 1  # the common start
-    assert float(found["algo-3"].get("width", "0")) > 3 * float(found["algo-1"].get("width", "0"))
+    assert float(found["algo-3"].get("width", "0")) > 2 * float(found["algo-1"].get("width", "0"))
 
 
 def test_a_timeline_that_cannot_be_written_is_a_warning_not_a_failure(spec: JobSpec,
