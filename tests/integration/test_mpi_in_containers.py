@@ -10,6 +10,7 @@ allreduce over the 4 ranks proves the ranks really talk across containers.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +105,17 @@ def mpi_spec(tmp_path: Path, **fields: Any) -> JobSpec:
     return validate(raw, base_dir=tmp_path)
 
 
+# mpirun --tag-output prefixes every chunk a rank writes, not every line. Under PYTHONUNBUFFERED a
+# print() is two writes (the text, then "\n"); when orted reads them apart the line ends in a second,
+# empty tag: `[1,0]<stdout>:MPI_JSON {...}[1,0]<stdout>:` (seen in CI). SageMaker shows the same.
+MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
+
+
 def tagged(reporter: RecordingReporter, tag: str) -> dict[str, list[dict[str, Any]]]:
-    """host -> the JSON of each line carrying `<tag> {...}` (mpirun may prefix a rank's lines)."""
+    """host -> the JSON of each line carrying `<tag> {...}`, mpirun's tags taken out."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for host, _group, line in reporter.lines:
+    for host, _group, tagged_line in reporter.lines:
+        line = MPI_TAG.sub("", tagged_line)
         at = line.find(tag + " ")
         if at >= 0:
             found.setdefault(host, []).append(json.loads(line[at + len(tag) + 1:]))
