@@ -53,6 +53,8 @@ RECENT_BYTES = 64 * 1024
 CONSOLE_BACKLOG = 2 * 1024 * 1024
 # How often a host's "lines not shown" count is printed while it floods (and once at the end).
 DROP_REPORT_INTERVAL = 5.0
+# The console thread's shortest sleep while a progress state waits to be shown.
+MIN_WAKE = 0.01
 
 
 def display_text(raw: bytes) -> str:
@@ -185,6 +187,7 @@ class _ConsoleFeed:
                 if key not in self._gap:
                     self._gap.add(key)
                     self._queue.append((host.name, stream, None))
+                    self._cond.notify()
                 return
             self._gap.discard(key)
             self._queue.append((host.name, stream, chunk))
@@ -201,7 +204,7 @@ class _ConsoleFeed:
         while True:
             with self._cond:
                 if not self._queue and not self._closing:
-                    self._cond.wait(self.interval)
+                    self._cond.wait(self._idle_timeout())
                 batch = list(self._queue)
                 self._queue.clear()
                 self._queued.clear()
@@ -219,6 +222,16 @@ class _ConsoleFeed:
                 self._line((host, stream), rest)
         for key in self._folds:
             self._show_held(key)  # the output ended inside what looked like the toolkit's block
+
+    def _idle_timeout(self) -> float | None:
+        """How long the thread may sleep with nothing queued (called holding the lock): until a held
+        progress state is due, or a flood's next drop count; otherwise until it is fed. Waking every
+        `interval` instead spun a whole core when the interval is 0 (RecordingReporter), which on a
+        small machine slowed the very containers whose output it waited for."""
+        timeouts = [max(self.interval, MIN_WAKE)] if self._progress else []
+        if self._dropped:
+            timeouts.append(DROP_REPORT_INTERVAL)
+        return min(timeouts, default=None)
 
     def _report_dropped(self, now: float, final: bool) -> None:
         """Say how many lines of each host were not shown: at most every DROP_REPORT_INTERVAL
