@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import json
 import math
 import os
 import select
-import signal
 import socket
 import threading
 import time
@@ -17,7 +15,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +23,7 @@ import docker.errors
 import requests
 
 from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
+from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
 from emulator.backend.liveness import current_driver, driver_alive
 from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
@@ -65,7 +63,7 @@ def connect(timeout: float = 10, base_url: str | None = None) -> docker.DockerCl
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
         raise DockerUnavailable(
-            f"no Docker engine answers: {_first_line(err)}",
+            f"no Docker engine answers: {first_line(err)}",
             hint="start the Docker daemon (systemctl start docker) or set DOCKER_HOST",
         ) from None
     return client
@@ -82,72 +80,6 @@ def together(action: Callable[[_Item], object], items: Sequence[_Item]) -> None:
         list(pool.map(action, items))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__
-
-
-def _epoch(stamp: object) -> float | None:
-    """Docker's RFC 3339 timestamp with nanoseconds -> seconds since the epoch."""
-    if not isinstance(stamp, str) or stamp.startswith("0001-"):
-        return None
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    try:
-        seconds = datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp()
-    except ValueError:
-        return None
-    digits = "".join(ch for ch in fraction if ch.isdigit())
-    return seconds + (int(digits) / 10 ** len(digits) if digits else 0.0)
-
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _engine_call(method: _Method) -> _Method:
-    """An engine that stops answering (connection refused, reset, timed out) mid-job becomes one
-    DockerUnavailable (exit code 3) and marks the backend so that teardown leaves the removal to
-    the watcher instead of waiting out one timeout per container."""
-
-    @functools.wraps(method)
-    def call(self: DockerBackend, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except requests.exceptions.RequestException as err:
-            raise self._lost_engine(err) from None
-
-    return call  # type: ignore[return-value]
-
-
-SIGNALS_DEFERRED = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred(on_signal: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM while the engine creates something, and deliver them once it is
-    recorded. Interrupted while waiting for the engine's answer, the driver would never learn the
-    id of a container the engine still creates: nobody would remove it. A create takes tens of
-    milliseconds, so the delay is not felt. Only the main thread can handle signals. `on_signal`
-    is called when one is held (to give up work not begun yet)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-
-    def hold(signum: int, _frame: object) -> None:
-        held.append(signum)
-        if on_signal is not None:
-            on_signal()
-
-    previous = {sig: signal.signal(sig, hold) for sig in SIGNALS_DEFERRED}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if held:
-            signal.raise_signal(held[0])  # the restored handler runs now (KeyboardInterrupt)
 
 
 @dataclass(frozen=True)
@@ -301,7 +233,7 @@ class DockerBackend:
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {_first_line(err)}") from None
+            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
 
     def reaper_environment(self) -> dict[str, str]:
         """What the watcher's environment adds to this process's to reach the same engine."""
@@ -310,7 +242,7 @@ class DockerBackend:
     def _lost_engine(self, err: BaseException) -> DockerUnavailable:
         """Mark the engine lost (teardown then leaves removal to the watcher) and say so."""
         self._engine_lost = True
-        return DockerUnavailable(f"the Docker engine stopped answering: {_first_line(err)}",
+        return DockerUnavailable(f"the Docker engine stopped answering: {first_line(err)}",
                                  hint="check the daemon; `hetero-emu clean` removes what is left")
 
     @contextlib.contextmanager
@@ -358,7 +290,7 @@ class DockerBackend:
     def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
         """One machine: the image is here already (ensure_image), and so is every path."""
 
-    @_engine_call
+    @engine_call
     def create_network(self, plan: Plan) -> None:
         """A bridge network of the job's own, with a fixed address per host.
 
@@ -384,7 +316,7 @@ class DockerBackend:
         remembered = subnets.recall()
         for given in ([remembered] if remembered else []) + [None, None, None]:
             try:
-                with _interrupts_deferred():
+                with interrupts_deferred():
                     # internal=True: a bridge with no route out of the host, while containers on it
                     # still reach each other: what EnableNetworkIsolation means for a multi-host job.
                     if given is None:
@@ -416,11 +348,11 @@ class DockerBackend:
                                                             [h.name for h in plan.hosts])
             return
         raise EnvironmentProblem(
-            f"cannot create network {plan.network}: {_first_line(last_error or Exception('unknown'))}",
+            f"cannot create network {plan.network}: {first_line(last_error or Exception('unknown'))}",
             hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
         )
 
-    @_engine_call
+    @engine_call
     def create_container(self, plan: Plan, host: HostPlan) -> None:
         api = self.api
         options = container_options(self._within_engine_limits(plan, host.container), plan.network,
@@ -429,7 +361,7 @@ class DockerBackend:
         networking = api.create_networking_config({plan.network: api.create_endpoint_config(**options.endpoint)})
         # Created and recorded together: a Ctrl-C waits the few milliseconds until the engine's
         # answer is recorded, so teardown and the watcher know every container that exists.
-        with _interrupts_deferred():
+        with interrupts_deferred():
             try:
                 created = api.create_container(**options.create, host_config=host_config,
                                                networking_config=networking)
@@ -444,7 +376,7 @@ class DockerBackend:
                 if err.status_code == 409:
                     hint = "a container of that name is left from an earlier run: `hetero-emu clean`"
                 raise EnvironmentProblem(
-                    f"cannot create container {host.container.name}: {_first_line(err)}", hint=hint
+                    f"cannot create container {host.container.name}: {first_line(err)}", hint=hint
                 ) from None
             self._track(plan, "container", created["Id"])
 
@@ -473,14 +405,14 @@ class DockerBackend:
                 given_up.set()
                 raise
 
-        with _interrupts_deferred(on_signal=given_up.set), \
+        with interrupts_deferred(on_signal=given_up.set), \
                 ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(hosts)))) as pool:
             futures = [pool.submit(create, host) for host in hosts]
             concurrent.futures.wait(futures)
         for future in futures:
             future.result()
 
-    @_engine_call
+    @engine_call
     def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
         """The ulimits of `wanted` this engine cannot give a container (backend/ulimits.py)."""
         if not wanted:
@@ -503,7 +435,7 @@ class DockerBackend:
         An image without `true` fails after the limits are set: that counts as accepted. None when
         no container could be made (no such image): no verdict."""
         api = self.api
-        with _interrupts_deferred():
+        with interrupts_deferred():
             try:
                 created = api.create_container(
                     plan.image, entrypoint=["true"], command=[], labels={**plan.labels, LABEL_DRIVER: self._driver},
@@ -526,7 +458,7 @@ class DockerBackend:
                 api.remove_container(created["Id"], force=True)
                 self._untrack(plan, [created["Id"]])
 
-    @_engine_call
+    @engine_call
     def start(self, names: Sequence[str]) -> None:
         errors: list[str] = []
 
@@ -534,7 +466,7 @@ class DockerBackend:
             try:
                 self.api.start(name)
             except docker.errors.APIError as err:
-                errors.append(f"{name}: {_first_line(err)}")
+                errors.append(f"{name}: {first_line(err)}")
 
         # Interrupted: the starts not yet begun are dropped (those containers are just removed),
         # instead of starting every host only to stop it again.
@@ -544,7 +476,7 @@ class DockerBackend:
             raise EnvironmentProblem("cannot start containers: " + "; ".join(errors),
                                      hint="choose a free port with --debug-port PORT" if taken else None)
 
-    @_engine_call
+    @engine_call
     def follow_logs(self, name: str, sink: LineSink) -> None:
         """Attach to the container's stdout and stderr (before it starts: nothing is missed) and
         hand every chunk to `sink` from a thread of its own, until the container's streams close.
@@ -557,7 +489,7 @@ class DockerBackend:
         try:
             attached = self.api.attach_socket(name, params={"stdout": 1, "stderr": 1, "stream": 1})
         except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot attach to container {name}: {_first_line(err)}") from None
+            raise EnvironmentProblem(f"cannot attach to container {name}: {first_line(err)}") from None
         # docker-py hands back the socket's file object (or the socket itself over TLS); the
         # client's timeout must not end the stream of a host that is quiet for a while.
         raw: socket.socket = getattr(attached, "_sock", attached)
@@ -647,7 +579,7 @@ class DockerBackend:
         wanted = set(names)
         return {n.lstrip("/") for c in listed for n in c.get("Names") or []} & wanted
 
-    @_engine_call
+    @engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:
         running_now = self._listed_running(names) if len(names) > 1 else set()
         others = [name for name in names if name not in running_now]
@@ -674,11 +606,11 @@ class DockerBackend:
             exit_code=None if running else int(state.get("ExitCode", 0)),
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
-            finished_at=None if running else _epoch(state.get("FinishedAt")),
-            started_at=_epoch(state.get("StartedAt")),
+            finished_at=None if running else epoch(state.get("FinishedAt")),
+            started_at=epoch(state.get("StartedAt")),
         )
 
-    @_engine_call
+    @engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
         def stop_one(name: str) -> None:
             try:
@@ -702,7 +634,7 @@ class DockerBackend:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    @_engine_call
+    @engine_call
     def kill(self, names: Sequence[str]) -> None:
         def kill_one(name: str) -> None:
             try:
@@ -737,7 +669,7 @@ class DockerBackend:
         self._untrack(plan, [r.name for r in resources])
         self._addresses.pop(plan.job_name, None)
 
-    @_engine_call
+    @engine_call
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         """Give every host's /opt/ml tree to uid:gid, so a user who is not root can read and delete
         what the job's containers (root) wrote. The driver cannot chown root's files itself, so a
@@ -747,7 +679,7 @@ class DockerBackend:
         security = " ".join(self.client.info().get("SecurityOptions") or [])
         if "name=rootless" in security:
             return  # rootless Docker: root in a container is this user already, the files are theirs
-        with _interrupts_deferred():
+        with interrupts_deferred():
             try:
                 created = api.create_container(
                     plan.image,
@@ -763,7 +695,7 @@ class DockerBackend:
                     ),
                 )
             except (docker.errors.APIError, requests.exceptions.RequestException) as err:
-                raise EnvironmentProblem(f"cannot start the chown container: {_first_line(err)}") from None
+                raise EnvironmentProblem(f"cannot start the chown container: {first_line(err)}") from None
             self._track(plan, "container", created["Id"])
         ident = created["Id"]
         try:
@@ -772,7 +704,7 @@ class DockerBackend:
             if code != 0:
                 raise EnvironmentProblem(f"`chown -R {uid}:{gid}` exited with code {code} in image {plan.image}")
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
-            raise EnvironmentProblem(f"the chown container failed: {_first_line(err)}") from None
+            raise EnvironmentProblem(f"the chown container failed: {first_line(err)}") from None
         finally:
             with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
                 api.remove_container(ident, force=True)
@@ -792,13 +724,13 @@ class DockerBackend:
                 found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
                                       driver_alive(labels.get(LABEL_DRIVER))))
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
-            raise DockerUnavailable(f"cannot list containers: {_first_line(err)}") from None
+            raise DockerUnavailable(f"cannot list containers: {first_line(err)}") from None
         return found
 
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
         self.stop([r.name for r in resources if r.kind == "container"], grace)
 
-    @_engine_call
+    @engine_call
     def remove_resources(self, resources: Iterable[Resource]) -> None:
         resources = list(resources)
         problems: list[str] = []
@@ -812,7 +744,7 @@ class DockerBackend:
                 # 409 "removal ... already in progress": the watcher (or a `clean` elsewhere) is
                 # removing it right now, so it is going.
                 if err.status_code != 409 or "already in progress" not in str(err):
-                    problems.append(f"container {name}: {_first_line(err)}")
+                    problems.append(f"container {name}: {first_line(err)}")
 
         containers = [r.name for r in resources if r.kind == "container"]
         if containers:
@@ -826,13 +758,13 @@ class DockerBackend:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as err:
-                problems.append(f"network {r.name}: {_first_line(err)}")
+                problems.append(f"network {r.name}: {first_line(err)}")
         if problems:
             raise EmulatorError("could not remove everything: " + "; ".join(problems),
                                 hint="run `hetero-emu clean` once the engine is healthy")
 
 
-    @_engine_call
+    @engine_call
     def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
         try:
             state = self.api.inspect_container(container.name)["State"]
@@ -852,7 +784,7 @@ class DockerBackend:
             ident = api.exec_create(name, list(command), stdin=io.tty, tty=io.tty)["Id"]
             attached = api.exec_start(ident, tty=io.tty, socket=True)
         except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot run {command[0]!r} in {name}: {_first_line(err)}") from None
+            raise EnvironmentProblem(f"cannot run {command[0]!r} in {name}: {first_line(err)}") from None
         raw: socket.socket = getattr(attached, "_sock", attached)
         raw.settimeout(None)  # a command may be quiet for longer than the client's timeout
         if io.tty and io.size:
@@ -882,7 +814,7 @@ class DockerBackend:
         labels = {**container.labels, LABEL_DRIVER: self._driver}
         image = ident = None
         try:
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 try:
                     # A commit diffs the container's whole writable layer: seconds on fuse-overlayfs
                     # under load, well past the client's usual timeout.
@@ -897,7 +829,7 @@ class DockerBackend:
                     )["Id"])
                 except docker.errors.APIError as err:
                     raise EnvironmentProblem(f"cannot make a copy of {container.name} to run {command[0]!r} in: "
-                                             f"{_first_line(err)}") from None
+                                             f"{first_line(err)}") from None
             attached = api.attach_socket(ident, params={"stdin": int(io.tty), "stdout": 1, "stderr": 1,
                                                         "stream": 1})
             raw: socket.socket = getattr(attached, "_sock", attached)
@@ -907,7 +839,7 @@ class DockerBackend:
                     api.start(ident)
                 except docker.errors.APIError as err:
                     # e.g. the command is not in the image: exit code 127, as `docker run` says
-                    io.stderr.write(f"{_first_line(err)}\n".encode())
+                    io.stderr.write(f"{first_line(err)}\n".encode())
                     io.stderr.flush()
                     return 127 if "executable file not found" in str(err) or "no such file" in str(err) else 126
                 if io.tty and io.size:

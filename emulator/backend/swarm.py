@@ -40,17 +40,8 @@ import docker.errors
 import requests
 
 from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
-from emulator.backend.docker import (
-    READ_SIZE,
-    DockerBackend,
-    _engine_call,
-    _epoch,
-    _first_line,
-    _interrupts_deferred,
-    connect,
-    demultiplex,
-    together,
-)
+from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
+from emulator.backend.docker import READ_SIZE, DockerBackend, connect, demultiplex, together
 from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
@@ -250,8 +241,7 @@ class SwarmBackend(DockerBackend):
         self._grace = 10.0
         self._image_ref: dict[str, str] = {}
         self._services: dict[str, str] = {}  # container name -> service id
-        self._specs: dict[str, HostPlan] = {}
-        self._plans: dict[str, Plan] = {}
+        self._hosts: dict[str, tuple[Plan, HostPlan]] = {}  # container name -> its job's plan, the host
         self._logs: dict[str, _Stream] = {}
         self._final: dict[str, ContainerState] = {}
         self._nodes: dict[str, str] = {}  # node id -> hostname
@@ -305,12 +295,11 @@ class SwarmBackend(DockerBackend):
         return [n for n in nodes
                 if n.get("Status", {}).get("State") == "ready" and n.get("Spec", {}).get("Availability") == "active"]
 
-    @_engine_call
+    @engine_call
     def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
         """Before any host is created: the job's image on every node (copied where it lacks), and
         every path the hosts mount seen by every node, or one error naming the node."""
         self._grace = grace
-        self._plans[plan.job_name] = plan
         nodes = self._ready_nodes()
         if not nodes:
             raise EnvironmentProblem("the swarm has no node that is ready and active",
@@ -370,7 +359,7 @@ class SwarmBackend(DockerBackend):
         nodes = {n["ID"]: n.get("Description", {}).get("Hostname", n["ID"][:12]) for n in self._ready_nodes()}
         created: str | None = None
         try:
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 created = self.api.create_service(
                     docker.types.TaskTemplate(container_spec=spec,
                                               restart_policy=docker.types.RestartPolicy(condition="none")),
@@ -446,26 +435,25 @@ class SwarmBackend(DockerBackend):
 
     # -- the hosts ------------------------------------------------------------------------------
 
-    @_engine_call
+    @engine_call
     def create_network(self, plan: Plan) -> None:
         """An attachable overlay network of the job's own (`internal` for EnableNetworkIsolation)."""
         options = {"com.docker.network.driver.mtu": str(self.settings.mtu)} if self.settings.mtu else None
-        with _interrupts_deferred():
+        with interrupts_deferred():
             try:
                 network = self.api.create_network(plan.network, driver="overlay", attachable=True, scope="swarm",
                                                   internal=plan.network_isolation, options=options,
                                                   labels={**plan.labels, LABEL_DRIVER: self._driver},
                                                   check_duplicate=True)
             except docker.errors.APIError as err:
-                raise EnvironmentProblem(f"cannot create network {plan.network}: {_first_line(err)}",
+                raise EnvironmentProblem(f"cannot create network {plan.network}: {first_line(err)}",
                                          hint="a network of that name may be left from an earlier run: "
                                          "`hetero-emu clean --engine swarm`") from None
             self._track(plan, "network", network["Id"])
 
     def create_container(self, plan: Plan, host: HostPlan) -> None:
         """Nothing is created yet: a service starts running as soon as it exists (see `start`)."""
-        self._specs[host.container.name] = host
-        self._plans[plan.job_name] = plan
+        self._hosts[host.container.name] = (plan, host)
 
     def create_containers(self, plan: Plan, hosts: Sequence[HostPlan], sink: LineSink,
                           created: Callable[[str], None]) -> None:
@@ -475,26 +463,24 @@ class SwarmBackend(DockerBackend):
             self._logs[host.container.name] = _Stream(service_name(host.container.name), sink)
             created(host.container.name)
 
-    @_engine_call
+    @engine_call
     def start(self, names: Sequence[str]) -> None:
         """Create every host's service at once (each starts its task as it is created), then follow
         each one's output."""
         errors: list[str] = []
 
         def create(name: str) -> None:
-            host = self._specs[name]
-            plan = self._plan_of(name)
-            assert plan is not None  # create_containers recorded it
+            plan, host = self._hosts[name]
             image = self._image_ref.get(plan.job_name, host.container.image)
             container = host.container.without_ulimits(self._refused.get(plan.job_name, set()))
             if name in self._node_of:
                 container = replace(container, placement=(*container.placement, f"node.id=={self._node_of[name]}"))
             options = service_options(container, plan.network, image, self._driver, self._grace)
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 try:
                     service = self.api.create_service(**options)["ID"]
                 except docker.errors.APIError as err:
-                    errors.append(f"{options['name']}: {_first_line(err)}")
+                    errors.append(f"{options['name']}: {first_line(err)}")
                     return
                 self._services[name] = service
                 self._track(plan, "service", service)
@@ -606,7 +592,7 @@ class SwarmBackend(DockerBackend):
         service is gone (`hetero-emu stop`, `clean`, or by hand); None: no task yet."""
         ids = {self._services[n]: n for n in names if n in self._services}
         result: dict[str, _Task | None | Literal["removed"]] = {n: None for n in names}
-        jobs = {plan.job_name for n in ids.values() if (plan := self._plan_of(n)) is not None}
+        jobs = {self._hosts[n][0].job_name for n in ids.values() if n in self._hosts}
         by_service: dict[str, list[dict[str, Any]]] = {}
         for job in sorted(jobs):
             for raw in self.api.tasks(filters={"label": f"{LABEL_JOB}={job}"}):
@@ -621,7 +607,7 @@ class SwarmBackend(DockerBackend):
                 result[name] = "removed"
         return result
 
-    @_engine_call
+    @engine_call
     def states(self, names: Sequence[str]) -> list[ContainerState]:
         asking = [n for n in names if n not in self._final]
         try:
@@ -654,7 +640,7 @@ class SwarmBackend(DockerBackend):
         node = self._nodes.get(task.node) or (gone_nodes.get(task.node, {}).get("Description") or {}).get(
             "Hostname", task.node[:12])
         if task.state in REFUSED_STATES:
-            host = self._specs[name].name if name in self._specs else name
+            host = self._hosts[name][1].name if name in self._hosts else name
             raise EnvironmentProblem(f"node {node} refused to run {host}: {task.error or task.state}",
                                      hint="every node must have the image and see each mounted path "
                                      "(README, Across machines)")
@@ -675,7 +661,7 @@ class SwarmBackend(DockerBackend):
     def wait_exits(self, names: Sequence[str], timeout: float) -> None:
         time.sleep(max(timeout, SWARM_POLL_SECONDS - (time.monotonic() - self._last_poll)))
 
-    @_engine_call
+    @engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
         """Stop hosts and wait for their ends. A host on a node whose engine the user named is stopped
         there (`docker stop`: SIGTERM, SIGKILL after `grace`), so its task ends as a host that exited
@@ -686,7 +672,7 @@ class SwarmBackend(DockerBackend):
         self._signal(names, lambda api, container: api.stop(container, timeout=max(1, math.ceil(grace))))
         self._await_ends(names, self._grace + REMOVE_TIMEOUT)
 
-    @_engine_call
+    @engine_call
     def kill(self, names: Sequence[str]) -> None:
         """SIGKILL through the engine of the node that runs the host, where the user named it; the
         swarm itself has nothing quicker than the stop."""
@@ -748,9 +734,6 @@ class SwarmBackend(DockerBackend):
                     break
                 time.sleep(0.1)
 
-    def _plan_of(self, name: str) -> Plan | None:
-        return next((p for p in self._plans.values() if any(h.container.name == name for h in p.hosts)), None)
-
     def _remove_services(self, services: Sequence[str]) -> dict[str, _Task]:
         """Remove services and wait until their tasks are gone from every node (a network cannot be
         removed while a task is attached to it); returns each one's last task seen."""
@@ -793,9 +776,8 @@ class SwarmBackend(DockerBackend):
         self._wait_nodes_clear(plan.job_name)
         for host in plan.hosts:
             self._services.pop(host.container.name, None)
-            self._specs.pop(host.container.name, None)
+            self._hosts.pop(host.container.name, None)
             self._node_of.pop(host.container.name, None)
-        self._plans.pop(plan.job_name, None)
         self._image_ref.pop(plan.job_name, None)
         self._refused.pop(plan.job_name, None)
 
@@ -819,7 +801,7 @@ class SwarmBackend(DockerBackend):
             if clients:
                 time.sleep(0.2)
 
-    @_engine_call
+    @engine_call
     def fix_ownership(self, plan: Plan, uid: int, gid: int) -> None:
         """Give the hosts' files (written by root on the nodes, in the shared job folder) to uid:gid,
         with a one-task job of the job's image on any node."""
@@ -828,7 +810,7 @@ class SwarmBackend(DockerBackend):
                                           command=["chown", "-R", f"{uid}:{gid}", "/hosts"], user="0",
                                           mounts=[docker.types.Mount("/hosts", hosts_dir, type="bind")],
                                           labels=dict(plan.labels))
-        with _interrupts_deferred():
+        with interrupts_deferred():
             service = self.api.create_service(
                 docker.types.TaskTemplate(container_spec=spec,
                                           restart_policy=docker.types.RestartPolicy(condition="none")),
@@ -878,7 +860,7 @@ class SwarmBackend(DockerBackend):
                 found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
                                       driver_alive(labels.get(LABEL_DRIVER))))
         except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"the swarm manager cannot list the jobs: {_first_line(err)}") from None
+            raise EnvironmentProblem(f"the swarm manager cannot list the jobs: {first_line(err)}") from None
         except requests.exceptions.RequestException as err:
             raise self._lost_engine(err) from None
         return found
@@ -898,7 +880,7 @@ class SwarmBackend(DockerBackend):
                 time.sleep(0.5)
         self.remove_resources(hosts)
 
-    @_engine_call
+    @engine_call
     def remove_resources(self, resources: Iterable[Resource]) -> None:
         resources = list(resources)
         services = [r.name for r in resources if r.kind in ("container", "service")]
@@ -921,14 +903,14 @@ class SwarmBackend(DockerBackend):
                 except docker.errors.APIError as err:
                     # Tasks being torn down on a node still hold an endpoint for a moment.
                     if time.monotonic() > deadline:
-                        problems.append(f"network {r.name}: {_first_line(err)}")
+                        problems.append(f"network {r.name}: {first_line(err)}")
                         break
                     time.sleep(0.5)
         if problems:
             raise EmulatorError("could not remove everything: " + "; ".join(problems),
                                 hint="run `hetero-emu clean --engine swarm` once the swarm is healthy")
 
-    @_engine_call
+    @engine_call
     def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
         """`exec` in a running host: through the engine of the node that runs its task, which the user
         names in HETERO_EMU_SWARM_NODES (the swarm itself cannot run a command in a task)."""
@@ -957,7 +939,7 @@ def _parse_task(raw: Mapping[str, Any]) -> _Task:
     exited = state in ("complete", "failed", "shutdown") and bool(container.get("ContainerID"))
     return _Task(state=state, node=str(raw.get("NodeID") or ""),
                  exit_code=int(code) if exited and code is not None else None,
-                 error=str(status.get("Err") or ""), timestamp=_epoch(status.get("Timestamp")),
+                 error=str(status.get("Err") or ""), timestamp=epoch(status.get("Timestamp")),
                  container=str(container.get("ContainerID") or ""))
 
 
