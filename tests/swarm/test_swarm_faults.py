@@ -128,14 +128,29 @@ def label_node(cluster: SwarmCluster, node: str, labels: dict[str, str]) -> None
 
 
 def node_of_hosts(cluster: SwarmCluster, job: str) -> dict[str, str]:
-    """Each running host of the job (algo-N) -> the host name of the node its task runs on."""
+    """Each host of the job (algo-N) -> the host name of the node its task was given to. Whatever the
+    task's state: a node reports a task running a moment after its container has started (and said
+    READY), so a filter on "running" once missed a host that was running."""
     manager = cluster.client(cluster.manager).api
     names = {attrs["ID"]: name for name, attrs in cluster.swarm_nodes().items()}
     services = manager.services(filters={"label": f"{LABEL_JOB}={job}"})
     hosts = {s["ID"]: s["Spec"]["Labels"][LABEL_HOST] for s in services if LABEL_HOST in s["Spec"]["Labels"]}
     tasks = manager.tasks(filters={"service": list(hosts)}) if hosts else []
-    return {hosts[t["ServiceID"]]: names.get(t.get("NodeID", ""), "?") for t in tasks
-            if t["Status"]["State"] == "running"}
+    return {hosts[t["ServiceID"]]: names.get(t["NodeID"], "?") for t in tasks if t.get("NodeID")}
+
+
+@contextmanager
+def extra_node(cluster: SwarmCluster, image: str, *, shared: bool, with_image: bool = True) -> Iterator[str]:
+    """A node added for one fault, so the session's three stay as other tests expect; the three have
+    the image, the new one too unless `with_image` is false. Removed afterwards, whatever happened."""
+    cluster.load_image_everywhere(image)
+    node = cluster.add_node(shared=shared)
+    try:
+        if with_image:
+            cluster.load_image(node, image)
+        yield node
+    finally:
+        cluster.remove_node(node)
 
 
 def cli_run(spec: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -150,10 +165,7 @@ def cli_run(spec: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_a_node_dying_mid_job_fails_its_host_names_the_node_and_stops_the_rest(
         swarm_cluster: SwarmCluster, training_image: str, tmp_path: Path) -> None:
     cluster = swarm_cluster
-    cluster.load_image_everywhere(training_image)
-    node = cluster.add_node(shared=True)
-    try:
-        cluster.load_image(node, training_image)
+    with extra_node(cluster, training_image, shared=True) as node:
         label_node(cluster, node, DOOMED)
         job = unique("swarm-node-dies")
         # `rest` spreads over node-1..3 (a host each, by hostname), `doomed` goes to the new node.
@@ -196,8 +208,6 @@ def test_a_node_dying_mid_job_fails_its_host_names_the_node_and_stops_the_rest(
             assert (hosts[other].failure_reason or "").startswith("stopped by the emulator"), hosts[other]
             assert hosts[other].exit_code == 143, hosts[other]
         assert returned - killed["at"] < 60
-    finally:
-        cluster.remove_node(node)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,25 +246,15 @@ def refused_before_any_host(cluster: SwarmCluster, tmp_path: Path, nodes: Sequen
 
 def test_a_node_without_the_image_is_named_before_any_host_starts(
         swarm_cluster: SwarmCluster, training_image: str, tmp_path: Path) -> None:
-    cluster = swarm_cluster
-    cluster.load_image_everywhere(training_image)
-    node = cluster.add_node(shared=True)
-    try:
+    with extra_node(swarm_cluster, training_image, shared=True, with_image=False) as node:
         # Not in HETERO_EMU_SWARM_NODES: the engine cannot copy the image into it.
-        refused_before_any_host(cluster, tmp_path, NODE_NAMES, "a node without the image (not among the node engines)",
+        refused_before_any_host(swarm_cluster, tmp_path, NODE_NAMES,
+                                "a node without the image (not among the node engines)",
                                 [f"node {node} does not have the image {training_image}"])
-    finally:
-        cluster.remove_node(node)
 
 
 def test_a_node_that_cannot_see_the_shared_folder_is_named_with_the_folder_before_any_host_starts(
         swarm_cluster: SwarmCluster, training_image: str, tmp_path: Path) -> None:
-    cluster = swarm_cluster
-    cluster.load_image_everywhere(training_image)
-    node = cluster.add_node(shared=False)
-    try:
-        cluster.load_image(node, training_image)
-        refused_before_any_host(cluster, tmp_path, [*NODE_NAMES, node], "a node that cannot see the shared folder",
-                                [f"node {node} cannot see {{job_dir}}"])
-    finally:
-        cluster.remove_node(node)
+    with extra_node(swarm_cluster, training_image, shared=False) as node:
+        refused_before_any_host(swarm_cluster, tmp_path, [*NODE_NAMES, node],
+                                "a node that cannot see the shared folder", [f"node {node} cannot see {{job_dir}}"])
