@@ -102,6 +102,17 @@ def test_updates_are_throttled_to_the_reporters_interval(tmp_path: Path) -> None
     assert [line for _, _, line in reporter.lines] == ["49"]
 
 
+def fed_with_a_pause(tmp_path: Path, first: bytes, pause: float, then: bytes) -> RecordingReporter:
+    """What a console showed of one host's output that came as `first`, `pause` seconds of quiet, `then`."""
+    reporter = RecordingReporter()
+    logs = LogCollector(plan_with(tmp_path), reporter)
+    logs("j-algo-1", first)
+    time.sleep(pause)
+    logs("j-algo-1", then)
+    logs.close()
+    return reporter
+
+
 def test_an_idle_console_sleeps_until_it_is_fed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the RecordingReporter's 0 s progress interval the console thread once woke without end
     while the hosts were quiet, a whole core taken from their containers."""
@@ -109,25 +120,13 @@ def test_an_idle_console_sleeps_until_it_is_fed(tmp_path: Path, monkeypatch: pyt
     real = logs_module._ConsoleFeed._show_due_progress
     monkeypatch.setattr(logs_module._ConsoleFeed, "_show_due_progress",
                         lambda self, now, only=None: (wakes.append(only), real(self, now, only))[1])
-    plan = plan_with(tmp_path)
-    reporter = RecordingReporter()
-    logs = LogCollector(plan, reporter)
-    logs("j-algo-1", b"one line\n")
-    time.sleep(0.5)
-    logs("j-algo-1", b"two\n")
-    logs.close()
+    reporter = fed_with_a_pause(tmp_path, b"one line\n", 0.5, b"two\n")
     assert [line for _, _, line in reporter.lines] == ["one line", "two"]
     assert len([only for only in wakes if only is None]) <= 5, len(wakes)
 
 
 def test_a_crlf_split_between_chunks_is_one_line_and_no_update(tmp_path: Path) -> None:
-    plan = plan_with(tmp_path)
-    reporter = RecordingReporter()
-    logs = LogCollector(plan, reporter)
-    logs("j-algo-1", b"windows line\r")
-    time.sleep(0.05)
-    logs("j-algo-1", b"\nnext\r\n")
-    logs.close()
+    reporter = fed_with_a_pause(tmp_path, b"windows line\r", 0.05, b"\nnext\r\n")
     assert reporter.updates == []
     assert [line for _, _, line in reporter.lines] == ["windows line", "next"]
 
