@@ -71,6 +71,8 @@ REMOVE_TIMEOUT = 120.0
 SWARM_POLL_SECONDS = 0.5
 # The folder in the probe's container where each checked path is mounted.
 PROBE_ROOT = "/hetero-emu-probe"
+# A placement no node meets (a node id is 25 base-36 characters): see SwarmBackend._stop_by_update.
+NOWHERE = "node.id==hetero-emu-stopped"
 
 
 @dataclass(frozen=True)
@@ -601,8 +603,11 @@ class SwarmBackend(DockerBackend):
         existing = {str(s["ID"]) for s in self.api.services(filters={"id": missing})} if missing else set()
         for service, name in ids.items():
             raws = sorted(by_service.get(service, []), key=lambda r: int((r.get("Version") or {}).get("Index", 0)))
+            # The task that ran, once there is one: a host stopped through the swarm has a later,
+            # never-placed task too (_stop_by_update).
+            ran = [r for r in raws if ((r.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID")]
             if raws:
-                result[name] = _parse_task(raws[-1])
+                result[name] = _parse_task((ran or raws)[-1])
             elif service not in existing:
                 result[name] = "removed"
         return result
@@ -664,23 +669,22 @@ class SwarmBackend(DockerBackend):
     @engine_call
     def stop(self, names: Sequence[str], grace: float) -> None:
         """Stop hosts and wait for their ends. A host on a node whose engine the user named is stopped
-        there (`docker stop`: SIGTERM, SIGKILL after `grace`), so its task ends as a host that exited
-        does, with its exit code. Any other host's service is scaled to 0 replicas: the swarm stops
-        its task (SIGTERM, SIGKILL after the grace period the service was created with) and deletes
-        it, exit code and all (Docker 20.10). The services are removed in `remove`, at the end, as
-        the Docker engine's containers."""
+        there (`docker stop`: SIGTERM, SIGKILL after `grace`); any other through the manager
+        (_stop_by_update: SIGTERM, SIGKILL after the grace period the service was created with).
+        Either way its task ends as a host that exited does, with its exit code. The services are
+        removed in `remove`, at the end, as the Docker engine's containers."""
         self._signal(names, lambda api, container: api.stop(container, timeout=max(1, math.ceil(grace))))
         self._await_ends(names, self._grace + REMOVE_TIMEOUT)
 
     @engine_call
     def kill(self, names: Sequence[str]) -> None:
         """SIGKILL through the engine of the node that runs the host, where the user named it; the
-        swarm itself has nothing quicker than the stop."""
+        swarm itself has nothing quicker than the stop (a task's grace period cannot be changed)."""
         self._signal(names, lambda api, container: api.kill(container))
         self._await_ends(names, self._grace + REMOVE_TIMEOUT)
 
     def _signal(self, names: Sequence[str], act: Callable[[docker.APIClient, str], object]) -> None:
-        """`act` on each running host's container through its node's engine, else scale its service to 0."""
+        """`act` on each running host's container through its node's engine, else stop it through the manager."""
         names = [n for n in names if n in self._services and n not in self._final]
         tasks = self._task_of(names)
 
@@ -694,21 +698,28 @@ class SwarmBackend(DockerBackend):
                     return
                 except (EmulatorError, docker.errors.APIError, requests.exceptions.RequestException):
                     pass  # that engine cannot do it: the swarm still can
-            self._scale_to_zero(name)
+            self._stop_by_update(name)
 
         together(one, names)
 
-    def _scale_to_zero(self, name: str) -> None:
+    def _stop_by_update(self, name: str) -> None:
+        """Stop a host through the manager alone: update its service to a placement no node meets.
+        The update stops the running task first (update order stop-first, the swarm's default) and
+        keeps it in the service's task history with its exit code; the task that replaces it waits,
+        never placed, until the service is removed at the end. Scaling the service to 0 stops the
+        task the same way but deletes it at once, exit code and all (Docker 20.10), so the host's
+        end was unknown."""
         with contextlib.suppress(docker.errors.NotFound):
             service = self.api.inspect_service(self._services[name])
-            self.api.update_service(service["ID"], version=service["Version"]["Index"],
-                                    mode=docker.types.ServiceMode("replicated", replicas=0),
+            template = dict(service["Spec"]["TaskTemplate"])
+            template["Placement"] = {**(template.get("Placement") or {}), "Constraints": [NOWHERE]}
+            self.api.update_service(service["ID"], version=service["Version"]["Index"], task_template=template,
                                     fetch_current_spec=True)
 
     def _await_ends(self, names: Sequence[str], timeout: float) -> None:
         """Until each host's task has ended, at most `timeout`: its state is then kept for `states`,
-        and its log read to the end. Scaled to 0, a service's task is deleted once stopped (Docker
-        20.10), so its last state seen on the way is what is known of its end; the live log stream
+        and its log read to the end. A task deleted on the way (its service scaled to 0 by hand,
+        Docker 20.10) leaves its last state seen as what is known of its end; the live log stream
         has followed it to its last line."""
         deadline = time.monotonic() + timeout
         pending = list(names)

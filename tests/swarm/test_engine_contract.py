@@ -167,8 +167,10 @@ def test_a_job_whose_hosts_all_exit_0_completes_and_each_host_is_itself(engine: 
     assert job_doc(result.job_dir)["TrainingJobStatus"] == "Completed"
 
 
-def test_the_first_failing_host_fails_the_job_and_the_others_are_stopped(engine: Engine) -> None:
-    spec = make_spec(
+def failing_spec(engine: Engine, job: str) -> JobSpec:
+    """algo-1 (group crashers) writes a failure file and exits 3 after 1 s; algo-2 and algo-3
+    (sleepers) say "sleeping" and sleep 600 s."""
+    return make_spec(
         engine,
         '''
         if GROUP == "sleepers":
@@ -178,11 +180,12 @@ def test_the_first_failing_host_fails_the_job_and_the_others_are_stopped(engine:
         Path("/opt/ml/output/failure").write_text("ValueError: loss is NaN at step 12")
         raise SystemExit(3)
         ''',
-        job_name("ct-fail"),
+        job,
         instance_groups=groups(("crashers", 1), ("sleepers", 2)),
     )
-    result = run(engine, spec, grace=5)
 
+
+def assert_the_crash_failed_the_job_and_stopped_the_sleepers(result: JobResult) -> None:
     assert result.status == "Failed"
     reason = result.failure_reason or ""
     assert reason.startswith("AlgorithmError: algo-1 (crashers)"), reason
@@ -199,6 +202,28 @@ def test_the_first_failing_host_fails_the_job_and_the_others_are_stopped(engine:
         assert b"sleeping\n" in log_of(result, name)
     doc = job_doc(result.job_dir)
     assert (doc["TrainingJobStatus"], doc["FailureReason"]) == ("Failed", reason)
+
+
+def test_the_first_failing_host_fails_the_job_and_the_others_are_stopped(engine: Engine) -> None:
+    assert_the_crash_failed_the_job_and_stopped_the_sleepers(run(engine, failing_spec(engine, job_name("ct-fail")),
+                                                                 grace=5))
+
+
+@pytest.mark.parametrize("engine", ["swarm"], indirect=True)
+def test_a_swarm_reached_through_its_manager_alone_stops_the_others_with_their_exit_codes(
+        engine: Engine, training_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a swarm of several machines usually offers: the manager, and no node's engine. The
+    sleepers are stopped through the manager (their services updated to a placement no node meets),
+    and still end with the exit code of the SIGTERM; the nodes then remove what is left by themselves."""
+    assert engine.cluster is not None
+    engine.cluster.load_image_everywhere(training_image)  # no node engine to copy it through
+    monkeypatch.delenv("HETERO_EMU_SWARM_NODES")
+    job = job_name("ct-fail-manager")
+    assert_the_crash_failed_the_job_and_stopped_the_sleepers(run(engine, failing_spec(engine, job), grace=5))
+    deadline = time.monotonic() + 30
+    while left := engine.leftovers(job):
+        assert time.monotonic() < deadline, left
+        time.sleep(0.5)
 
 
 def test_an_early_exit_0_stops_nobody(engine: Engine) -> None:

@@ -3,6 +3,7 @@ for it, and how the manager's task and node records become a host's state."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from emulator.backend import registry
 from emulator.backend.swarm import (
     ENV_MTU,
     ENV_NODES,
+    NOWHERE,
     SERVICE_NAME_LIMIT,
     Node,
     SwarmBackend,
@@ -22,6 +24,8 @@ from emulator.backend.swarm import (
 )
 from emulator.container import ContainerSpec, Mount, Ulimit
 from emulator.errors import EnvironmentProblem, UsageError
+from emulator.plan import make_plan
+from emulator.spec import validate
 
 HOST = ContainerSpec(
     image="img:1", command=("train",), entrypoint=None, name="job-algo-2", hostname="algo-2", aliases=("algo-2",),
@@ -194,3 +198,52 @@ def test_removing_a_service_whose_node_went_down_does_not_wait_for_its_task(monk
     last = SwarmBackend(SwarmSettings())._remove_services(["job-algo-2"])
     assert manager.removed == ["job-algo-2"] and manager.task_calls == 1  # asked once, not for REMOVE_TIMEOUT
     assert last["s1"].node == "n2" and last["s1"].state == "running"
+
+
+class _StoppingManager:
+    """A manager as the swarm answers a stop asked of it alone: once the service is updated, the task
+    that ran is shut down by its node and kept with its exit code, and the task that replaces it waits,
+    never placed (a later version, no container)."""
+
+    def __init__(self) -> None:
+        self.templates: list[dict[str, Any]] = []
+
+    def inspect_service(self, service: str) -> dict[str, Any]:
+        return {"ID": "s1", "Version": {"Index": 5},
+                "Spec": {"TaskTemplate": {"ContainerSpec": {"Image": "sha256:1"},
+                                          "Placement": {"Constraints": ["node.id==n1"]}}}}
+
+    def update_service(self, service: str, version: int, task_template: dict[str, Any],
+                       fetch_current_spec: bool) -> None:
+        assert (service, version, fetch_current_spec) == ("s1", 5, True)
+        self.templates.append(task_template)
+
+    def tasks(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        assert filters == {"label": "io.hetero-emu.job=job"}
+        if not self.templates:
+            return [_task("running")]
+        replacement = {**_task("pending", container=""), "ID": "t2", "Version": {"Index": 9}}
+        return [replacement, _task("shutdown", 143)]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"ID": "n1", "Status": {"State": "ready"}}]
+
+
+def test_a_host_stopped_through_the_manager_alone_ends_with_its_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No node engine named: the host's service is updated to a placement no node meets, which stops
+    its task and keeps it (scaled to 0, the task went with its exit code); its state is that task's."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text("")
+    plan = make_plan(validate({"job_name": "job", "entry_point": "t.py", "source_dir": "code",
+                               "instance_type": "ml.c5.xlarge", "instance_count": 2}, base_dir=tmp_path), "job")
+    manager = _StoppingManager()
+    monkeypatch.setattr(SwarmBackend, "api", property(lambda self: manager))
+    backend = _backend_with("job-algo-2")
+    backend._hosts["job-algo-2"] = (plan, plan.hosts[1])
+    backend.stop(["job-algo-2"], grace=5)
+    (template,) = manager.templates
+    assert template["Placement"]["Constraints"] == [NOWHERE]
+    assert template["ContainerSpec"] == {"Image": "sha256:1"}  # the rest of the task as it was
+    (state,) = backend.states(["job-algo-2"])
+    assert (state.running, state.exit_code) == (False, 143)
