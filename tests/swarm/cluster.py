@@ -415,7 +415,7 @@ def remove_cluster(host: docker.DockerClient, token: str | None, image: str) -> 
     selector = LABEL if token is None else f"{LABEL}={token}"
     removed: list[str] = []
     folders: set[str] = set()
-    for container in host.containers.list(all=True, filters={"label": selector}):
+    for container in host.containers.list(all=True, filters={"label": selector}, ignore_removed=True):
         folders.add(container.labels.get(FOLDER_LABEL, ""))
         with contextlib.suppress(docker.errors.NotFound):
             container.remove(force=True, v=True)
@@ -435,7 +435,8 @@ def remove_stale_clusters(host: docker.DockerClient, image: str, workdir: Path |
     session left in `workdir` (the temporary folder) even when it had no container yet; a cluster
     another running process made stays. Returns the names of the containers and networks removed."""
     tokens: set[str] = set()
-    objects: list[dict[str, str]] = [c.labels for c in host.containers.list(all=True, filters={"label": LABEL})]
+    objects: list[dict[str, str]] = [
+        c.labels for c in host.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
     objects += [n.attrs.get("Labels") or {} for n in host.networks.list(filters={"label": LABEL})]
     for labels in objects:
         if driver_alive(labels.get(OWNER_LABEL)) is False:

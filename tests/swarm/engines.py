@@ -28,14 +28,15 @@ class Engine:
 
         left = [f"ps: {r.kind} {r.name}" for r in api.ps(engine_name=self.name) if r.job == job]
         label = {"label": f"{LABEL_JOB}={job}"}
-        if self.cluster is None:
-            left += [f"container {c.name}" for c in self.host.containers.list(all=True, filters=label)]
-            left += [f"network {n.name}" for n in self.host.networks.list(filters=label)]
-            return left
-        for node in self.cluster.nodes:
-            client = self.cluster.client(node)
-            left += [f"{node}: container {c.name}" for c in client.containers.list(all=True, filters=label)]
-            left += [f"{node}: network {n.name}" for n in client.networks.list(filters=label)]
-        left += [f"service {s.name}" for s in self.cluster.client(self.cluster.manager).services.list(filters=label)]
+        # The low-level lists: docker-py's `containers.list` inspects each container it listed, and
+        # one removed in between (by the watcher this is waiting for) failed the call with a 404.
+        engines = [("", self.host)] if self.cluster is None else [
+            (f"{node}: ", self.cluster.client(node)) for node in self.cluster.nodes]
+        for where, client in engines:
+            left += [f"{where}container {c['Names'][0]}" for c in client.api.containers(all=True, filters=label)]
+            left += [f"{where}network {n['Name']}" for n in client.api.networks(filters=label)]
+        if self.cluster is not None:
+            manager = self.cluster.client(self.cluster.manager).api
+            left += [f"service {s['Spec']['Name']}" for s in manager.services(filters=label)]
         return left
 
