@@ -603,11 +603,12 @@ class SwarmBackend(DockerBackend):
         existing = {str(s["ID"]) for s in self.api.services(filters={"id": missing})} if missing else set()
         for service, name in ids.items():
             raws = sorted(by_service.get(service, []), key=lambda r: int((r.get("Version") or {}).get("Index", 0)))
+            tasks = [_parse_task(raw) for raw in raws]
             # The task that ran, once there is one: a host stopped through the swarm has a later,
             # never-placed task too (_stop_by_update).
-            ran = [r for r in raws if ((r.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID")]
-            if raws:
-                result[name] = _parse_task((ran or raws)[-1])
+            ran = [task for task in tasks if task.container]
+            if tasks:
+                result[name] = (ran or tasks)[-1]
             elif service not in existing:
                 result[name] = "removed"
         return result
