@@ -104,8 +104,14 @@ def test_no_ssh_host_key_is_baked_into_the_image(client: docker.DockerClient, re
     )
     assert code == 0, out
     settings = set(out.lower().splitlines())
-    assert {"hostkey /root/.ssh/ssh_host_ed25519_key", "usepam no", "strictmodes no",
+    assert {"hostkey /root/.ssh/ssh_host_ed25519_key", "usepam yes", "strictmodes no",
             "permitrootlogin without-password", "passwordauthentication no"} <= settings, out
+    # PAM as in AWS's images: pam_loginuid (which cannot write /proc/self/loginuid in a container) is
+    # optional, and pam_env still reads /etc/environment for the ranks mpirun starts over ssh.
+    code, out = run_in_image(client, "cat", "/etc/pam.d/sshd")
+    pam = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    assert ["session", "optional", "pam_loginuid.so"] in pam, out
+    assert any(line[:3] == ["session", "required", "pam_env.so"] for line in pam), out
 
 
 @pytest.mark.docker

@@ -41,8 +41,8 @@ from sagemaker_training import environment
 env = environment.Environment()
 me = socket.gethostname()
 data_host = env.instance_groups_dict["data"]["hosts"][0]
-# Hyperparameters, not environment variables: mpirun's remote ranks get only what it forwards with -x,
-# while every host has /opt/ml/input/config/hyperparameters.json.
+# Every host has /opt/ml/input/config/hyperparameters.json; a rank started over ssh gets the job's
+# `environment:` through /etc/environment, which the toolkit's MPI worker writes and PAM reads.
 offload = env.hyperparameters.get("offload", False)
 
 if env.current_instance_group == "data":
@@ -80,8 +80,10 @@ else:
     mine = rank + 1
 total = comm.allreduce(mine)
 hosts = comm.gather(me)
+steps = comm.gather(os.environ.get("STEPS"))
 if rank == 0:
-    print("MPI_JSON " + json.dumps({"size": comm.Get_size(), "total": total, "hosts": hosts, "master": me}), flush=True)
+    print("MPI_JSON " + json.dumps({"size": comm.Get_size(), "total": total, "hosts": hosts, "master": me,
+                                    "steps": dict(zip(hosts, steps))}), flush=True)
 '''.replace("__PORT__", str(DATA_PORT)).replace("__RANKS__", str(RANKS))
 
 
@@ -146,6 +148,17 @@ def test_mpi_allreduce_across_two_hosts_of_one_group(tmp_path: Path) -> None:
     assert_mpi_ran(reporter, ["algo-2", "algo-3"], ["algo-1"], total=sum(range(1, RANKS + 1)))
     job = json.loads((result.job_dir / "job.json").read_text())
     assert job["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"] == str(PROCESSES_PER_HOST)
+
+
+def test_a_rank_on_another_host_reads_the_jobs_environment(tmp_path: Path) -> None:
+    """As on AWS's images: the toolkit's MPI worker writes its environment to /etc/environment and sshd's
+    pam_env gives it to the ranks mpirun starts over ssh, so every rank sees the job's `environment:`."""
+    reporter = RecordingReporter()
+    result = run_job(mpi_spec(tmp_path, environment={"STEPS": "3"}), reporter=reporter)
+
+    assert result.status == "Completed", result.failure_reason
+    (found,) = tagged(reporter, "MPI_JSON")["algo-2"]
+    assert found["steps"] == {"algo-2": "3", "algo-3": "3"}, found
 
 
 def test_mpi_with_a_shuffled_host_order(tmp_path: Path) -> None:

@@ -100,13 +100,13 @@ def test_variant_for_tag_names_the_recipe_that_builds_it() -> None:
     assert variant_for_tag("my/custom-trainer:1") is None
 
 
-def test_training_sshd_uses_the_mounted_host_key_and_no_pam() -> None:
+def test_training_sshd_uses_the_mounted_host_key_and_pam_as_aws_images_do() -> None:
     folder = load_recipe("training").folder
     sshd = {line.split()[0]: line.split(None, 1)[1] for line in (folder / "sshd.conf").read_text().splitlines()
             if line.strip() and not line.startswith("#")}
     assert sshd["HostKey"] == "/root/.ssh/ssh_host_ed25519_key"
     assert sshd["StrictModes"] == "no"  # the mount may belong to a non-root host user
-    assert sshd["UsePAM"] == "no"  # pam_loginuid cannot write /proc/self/loginuid in a container
+    assert sshd["UsePAM"] == "yes"  # pam_env hands /etc/environment to the ranks mpirun starts over ssh
     assert sshd["PasswordAuthentication"] == "no"
     assert "StrictHostKeyChecking no" in (folder / "ssh.conf").read_text()
     dockerfile = (folder / "Dockerfile").read_text()
