@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, debugger, hostfiles, jobs, staging, wheelhouse
+from emulator import compose, contract, debugger, frameworks, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
 from emulator.backend import Backend, ExecIO, Resource, ulimits
 from emulator.backend.liveness import driver_alive
@@ -29,7 +29,7 @@ from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
-from emulator.progress import StepReporter
+from emulator.progress import StepReporter, as_step_reporter
 from emulator.recipes import DEFAULT_VARIANT, load_recipe
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import (
@@ -461,12 +461,27 @@ def clean(job: str | None = None, *, everything: bool = False,
 
 
 def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
-                progress: StepReporter | Callable[[str], None] = lambda message: None, verbose: bool = False) -> Any:
+                progress: StepReporter | Callable[[str], None] = lambda message: None, verbose: bool = False,
+                framework: str | None = None, python: str | None = None) -> Any:
     """Build the image of a recipe in images/ (default: the training image) in the Docker engine
     (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes,
     waited_seconds). `progress` gets one line per step (an `emulator.progress.StepPrinter` draws them
-    live); the tools' output goes to a log file it names, and to `progress` too when `verbose`."""
+    live); the tools' output goes to a log file it names, and to `progress` too when `verbose`.
+    `framework` ("pytorch:1.11") builds that framework's image instead, on the Python nearest to
+    `python` ("py38"; default: the newest the SDK lists for that version), saying so when it differs
+    (`emulator.frameworks`)."""
     from emulator.backend.docker import connect
+
+    if framework is not None:
+        from emulator.backend.framework_build import build_framework_image
+
+        name, version = frameworks.parse_framework(framework)
+        target = frameworks.choose(name, version, python)  # usage errors before the engine is asked
+        if target.substituted:
+            as_step_reporter(progress, verbose).info(target.python_note())
+        return build_framework_image(connect(), target, rebuild=rebuild, progress=progress, verbose=verbose)
+    if python is not None:
+        raise UsageError("--python goes with --framework", hint="e.g. --framework pytorch:1.11 --python py38")
     from emulator.backend.image import build_image as build
 
     recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked

@@ -81,6 +81,8 @@ class JobResult:
     transitions: tuple[dict[str, Any], ...] = ()
     # The containers and network were left in place, stopped (--keep, or --keep-on-failure on a failure).
     kept: bool = False
+    # Which image stood in for the one the job named, and on which Python (emulator.aws.images).
+    image_notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -442,7 +444,8 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "TrainingJobStatus": result.status,
         "SecondaryStatus": result.secondary_status or result.status,
         "AlgorithmSpecification": {
-            "TrainingImage": plan.image,
+            # As the request named it (an ECR name stays an ECR name); what ran is under Emulator.Image.
+            "TrainingImage": spec.requested_image or plan.image,
             "TrainingInputMode": spec.input_mode,
             **({"ContainerEntrypoint": list(plan.entrypoint)} if plan.entrypoint is not None else {}),
             **({"ContainerArguments": list(plan.command)} if spec.container_arguments else {}),
@@ -464,7 +467,10 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "BillableTimeInSeconds": int(round(result.billable_seconds)),
         "Environment": mask_environment(spec.environment),
         "Emulator": {
-            "HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network,
+            "HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network, "Image": plan.image,
+            # Which local image stood in for the one the job named, and on which Python (emulator.aws.images).
+            **({"StandIn": {"For": spec.requested_image, "Image": plan.image, "Notes": list(spec.image_notes)}}
+               if spec.requested_image else {}),
             # What the summary prints: the hosts' run, packing the artifacts, and the whole run.
             "Seconds": {"Training": round(result.seconds, 3), "Artifacts": round(result.artifact_seconds, 3),
                         "Total": round(result.total_seconds, 3)},

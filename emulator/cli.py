@@ -252,6 +252,8 @@ def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
         err.write(f"FailureReason: {masker.mask_truncated(result.failure_reason)}\n")
     if result.seed is not None:
         err.write(f"host order seed: {result.seed}\n")
+    for note in result.image_notes:
+        err.write(f"image:  {note}\n")
     err.write(f"job:    {result.job_dir / 'job.json'}\n")
     if result.model_artifact:
         err.write(f"model:  {result.model_artifact}\n")
@@ -400,13 +402,22 @@ def image_build(
         "--variant", metavar="NAME",
         help=f"The recipe to build, a folder of images/: {', '.join(variant_names()) or DEFAULT_VARIANT}.")]
     = DEFAULT_VARIANT,
+    framework: Annotated[str | None, typer.Option(
+        "--framework", metavar="FRAMEWORK:VERSION",
+        help="Build the image of a framework version instead, as AWS's training image of it: pytorch:1.11 "
+        "(torch, torchvision, torchaudio, sagemaker-pytorch-training) or tensorflow:2.9 (TensorFlow, Horovod "
+        "with MPI, sagemaker-tensorflow-training). Jobs build the one they need on their own.")] = None,
+    python: Annotated[str | None, typer.Option(
+        "--python", metavar="PY_VERSION",
+        help="With --framework: the estimator's py_version (py38, py310). The image runs it where Debian has "
+        "it (3.9, 3.11, 3.13), else the nearest Python the framework has wheels for, and says so.")] = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build an image offline from its recipe (default: the training image, Debian rootfs + the real
     sagemaker-training toolkit + Open MPI): one line per step, the tools' output in a log file."""
     report = api.build_image(variant=variant, rebuild=rebuild, progress=StepPrinter(sys.stderr, verbose=verbose),
-                             verbose=verbose)
+                             verbose=verbose, framework=framework, python=python)
     if as_json:
         _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
                     "size_bytes": report.size_bytes})

@@ -19,7 +19,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator import artifacts, debugger, hostfiles, jobs, pipes, secrets, staging, wheelhouse
 from emulator.artifacts import HostResult, JobResult
+from emulator.aws.images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
 from emulator.console import ConsoleReporter, Reporter
@@ -41,6 +42,7 @@ from emulator.errors import (
     JobFolderTaken,
     UsageError,
 )
+from emulator.frameworks import FrameworkImage, for_tag
 from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan, mpi_groups
@@ -115,19 +117,26 @@ def run_job(
     created: datetime | None = None,
     debug: DebugTarget | None = None,
     keep_on_failure: bool = False,
+    images: Mapping[str, str] | None = None,
+    framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
 ) -> JobResult:
     """Plan and run one job; returns its JobResult (the caller maps status to an exit code). `created`
     is the job's CreationTime when it was asked for before this run began (the SDK session's
     CreateTrainingJob); by default the run's start. `debug`: the host whose script runs under debugpy
     (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked.
     `keep_on_failure`: a job that ends Failed keeps its (stopped) containers and network, as `keep`
-    keeps every job's."""
+    keeps every job's. `images` maps ECR names to local images (emulator.aws.images: an image the engine
+    has under the name wins, then this table, then a framework image, built by `framework_builder` when
+    missing)."""
     if backend is None:
         from emulator.backend.registry import engine
 
         backend = engine()
         if image_builder is None:
             image_builder = getattr(backend, "build_default_image", None)
+    if framework_builder is None:
+        framework_builder = getattr(backend, "build_framework_image", None)
+    spec = with_image(spec, DEFAULT_IMAGE_MAP if images is None else images, backend.image_present)
     seed = choose_seed(host_order, seed)
     if debug is not None:
         debugger.check_target(spec, debug)
@@ -138,7 +147,7 @@ def run_job(
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
             options = RunOptions(keep, grace, build_image, created, keep_on_failure)
-            return Run(plan, backend, reporter, options, now, image_builder).execute()
+            return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()
         except JobFolderTaken:
             # Two runs of one spec started in the same millisecond drew the same generated name
             # (the SDK's timestamp has millisecond resolution): the later one takes the next name.
@@ -160,6 +169,7 @@ class Run:
         options: RunOptions,
         now: Callable[[], datetime],
         image_builder: Callable[[Reporter], None] | None = None,
+        framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -167,6 +177,7 @@ class Run:
         self.options = options
         self.now = now
         self.image_builder = image_builder
+        self.framework_builder = framework_builder
         self.names = [h.container.name for h in plan.hosts]
         self.masker = secrets.Masker(*(h.container.environment for h in plan.hosts))
         self.host_of = {h.container.name: h for h in plan.hosts}
@@ -191,6 +202,8 @@ class Run:
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
         self.backend.ping()
+        for note in plan.spec.image_notes:  # which image stands in for the one named, on which Python
+            reporter.info(note)
         try:
             self.ensure_image()
         except KeyboardInterrupt:
@@ -348,7 +361,7 @@ class Run:
             self.kept = self.kept or (self.options.keep_on_failure and status == "Failed" and lost is None)
             result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
                                end, secondary, plan.seed, self.began, packed, packing, self.creation,
-                               tuple(self.transitions), kept=self.kept)
+                               tuple(self.transitions), kept=self.kept, image_notes=plan.spec.image_notes)
             artifacts.write_description(plan, result)
             if lost is not None:
                 raise lost
@@ -469,9 +482,13 @@ class Run:
         image = self.plan.image
         if self.backend.image_present(image):
             return
+        framework = for_tag(image)
+        if framework is not None:
+            self.build_framework_image(framework)
+            return
         if image != DEFAULT_IMAGE:
-            # A recipe's image (the PyTorch variant an SDK PyTorch estimator maps to, say) is not
-            # built on the fly like the default one: it is large (images/README.md); say how to build it.
+            # A recipe's image (the swarm node, say) is not built on the fly like the default one and
+            # the framework images: say how to build it.
             variant = variant_for_tag(image)
             raise ImageMissing(
                 f"image {image} is not in the Docker engine",
@@ -487,6 +504,19 @@ class Run:
         # another process that held the build lock meanwhile ("waited 93 s for another build").
         self.reporter.step(f"the default image {image} is missing")
         self.image_builder(self.reporter)
+
+    def build_framework_image(self, framework: FrameworkImage) -> None:
+        """A missing framework image is built as the default one is (progress, under the build lock, once)."""
+        command = (f"hetero-emu image build --framework {framework.framework}:{framework.version} "
+                   f"--python {framework.py_version}")
+        if not self.options.build_image:
+            raise ImageMissing(f"the framework image {framework.tag} is not built yet (and --no-build builds nothing)",
+                               hint=f"build it with `{command}`, or run without --no-build")
+        if self.framework_builder is None:
+            raise ImageMissing(f"the framework image {framework.tag} is not built yet", hint=f"run `{command}`")
+        self.reporter.step(f"the framework image {framework.tag} is missing: building it "
+                           f"({framework.framework} {framework.version} on Python {framework.python})")
+        self.framework_builder(framework, self.reporter)
 
     def ensure_wheels(self) -> None:
         """The wheelhouse the hosts' `pip install -r requirements.txt` reads, built before anything

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,12 @@ from emulator.spec import request, s3
 
 
 def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple[Path, str], engine_name: str,
-                 created: datetime, overrides: dict[str, Any] | None = None) -> None:
+                 created: datetime, overrides: dict[str, Any] | None = None,
+                 images: Mapping[str, str] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root[0]),
                                 "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat(),
-                                "Overrides": overrides or {}}, sort_keys=True))
+                                "Overrides": overrides or {}, "Images": dict(images or {})}, sort_keys=True))
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +48,7 @@ def main(argv: list[str]) -> int:
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
                                             ticket.get("Overrides"))
         result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
-                         created=datetime.fromisoformat(ticket["CreationTime"]))
+                         created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}))
     except (KeyboardInterrupt, Interrupted):
         # Stopped before the hosts ran (building the image, staging): the run could not record it.
         sys.stderr.write("stopped (StopTrainingJob)\n")

@@ -1,43 +1,98 @@
-"""Which local image runs a job whose request names an ECR image.
+"""Which image runs a job whose request names an ECR image.
 
-A framework estimator without `image_uri` (`PyTorch(framework_version=..., py_version=...)`) asks the
-SDK for the AWS Deep Learning Container of that framework, an ECR name such as
-`763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310`. No registry is
-reachable here, so such names map to local images through a table: a key is a whole image name, a
-repository (`pytorch-training`), or a repository and tag (`pytorch-training:2.1.0-gpu-py310`); the
-most specific key wins, and `*` stands for every other ECR image. The default table sends AWS's
-PyTorch training images to the project's PyTorch variant (`hetero-emu image build --variant pytorch`:
-PyTorch and the sagemaker-pytorch-training toolkit, so `torch_distributed` runs torchrun as there) and
-every other ECR image to the project's training image (`hetero-emu image build`), which carries the
-real sagemaker-training toolkit the framework images run. A name that is not an ECR name is a local
-image already and is used as it is.
+A framework estimator without `image_uri` (`PyTorch(framework_version="1.11.0", py_version="py38")`)
+asks the SDK for AWS's Deep Learning Container of that framework, an ECR name such as
+`763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38`. The rules, in order:
+
+1. **A real image wins.** An image the engine has under the very name the request gives (pulled
+   elsewhere and `docker load`ed, or a local build tagged so) runs as it is.
+2. **The user's table.** A key is a whole image name, a repository and tag
+   (`pytorch-training:1.11.0-gpu-py38`) or a repository (`pytorch-training`); the most specific key
+   wins, and `*` stands for every other ECR name (`EmulatorSession(images=...)`).
+3. **A framework image.** AWS's PyTorch and TensorFlow training images become the framework image of
+   that version and Python (`emulator.frameworks`; built when missing).
+4. Otherwise the name has no stand-in: an error naming it, before anything starts.
+
+A name that is not an ECR name is a local image already and is used as it is. Pure: the engine is
+asked only through the `present` function the caller passes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
-from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
+from emulator.errors import ImageMissing
+from emulator.frameworks import FrameworkImage, from_ecr
+from emulator.spec.model import JobSpec
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]
 ECR_NAME = re.compile(r"(?P<registry>\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?)/"
                       r"(?P<repository>[^:@]+)(?P<reference>[:@].+)?")
-# The repositories of the SDK's PyTorch training images (sagemaker/image_uri_config/pytorch.json,
-# pytorch-training-compiler.json, pytorch-smp.json): each runs sagemaker_pytorch_container.training:main.
-PYTORCH_REPOSITORIES = ("pytorch-training", "sagemaker-pytorch", "pytorch-trcomp-training",
-                        "smdistributed-modelparallel")
-DEFAULT_IMAGE_MAP: Mapping[str, str] = {"*": DEFAULT_IMAGE, **{repo: PYTORCH_IMAGE for repo in PYTORCH_REPOSITORIES}}
+#: The user's table by default: nothing beyond the framework images.
+DEFAULT_IMAGE_MAP: Mapping[str, str] = {}
 
 
-def local_image(name: str, table: Mapping[str, str]) -> str:
-    """The local image that runs for `name` (see the module's doc for the table's keys)."""
+@dataclass(frozen=True)
+class ImageChoice:
+    """The image a job names and the image that runs it."""
+
+    requested: str
+    image: str
+    #: The framework image that stands in (rule 3), None otherwise.
+    framework: FrameworkImage | None = None
+
+    @property
+    def stands_in(self) -> bool:
+        return self.image != self.requested
+
+    def notes(self) -> tuple[str, ...]:
+        """The lines a job prints once: which image stands in for the one it named, and on which Python
+        a framework image runs when it is not the one named (`pytorch 1.11.0 py38: running on Python 3.9`)."""
+        if not self.stands_in:
+            return ()
+        lines = [f"image {self.requested} is not in the Docker engine: {self.image} stands in for it"]
+        if self.framework is not None and self.framework.substituted:
+            lines.append(self.framework.python_note())
+        return tuple(lines)
+
+
+def is_ecr_name(name: str) -> bool:
+    return ECR_NAME.fullmatch(name) is not None
+
+
+def choose_image(name: str, table: Mapping[str, str], present: Callable[[str], bool]) -> ImageChoice:
+    """The image that runs for `name` (the module's rules). ImageMissing when an ECR name has no
+    stand-in; UsageError when it names a framework version or Python that cannot run here."""
     match = ECR_NAME.fullmatch(name)
-    if match is None:
-        return name
+    if match is None or present(name):
+        return ImageChoice(name, name)
     repository = match["repository"]
     tag = (match["reference"] or ":latest").lstrip(":")
-    for key in (name, f"{repository}:{tag}", repository, "*"):
+    for key in (name, f"{repository}:{tag}", repository):
         if key in table:
-            return table[key]
-    return name
+            return ImageChoice(name, table[key])
+    framework = from_ecr(repository, tag)
+    if framework is not None:
+        return ImageChoice(name, framework.tag, framework)
+    if "*" in table:
+        return ImageChoice(name, table["*"])
+    raise ImageMissing(
+        f"image {name} is not in the Docker engine, and no local image stands in for it (stand-ins are built "
+        "for AWS's pytorch-training images from PyTorch 1.10 and tensorflow-training from TensorFlow 2.6)",
+        hint=f"load or tag a local image as {name} (docker load / docker tag), or map its repository to a "
+        f"local image: EmulatorSession(images={{'{repository}': 'IMAGE'}})")
+
+
+def local_image(name: str, table: Mapping[str, str], present: Callable[[str], bool] = lambda name: False) -> str:
+    """The image that runs for `name`: `choose_image(...).image`."""
+    return choose_image(name, table, present).image
+
+
+def with_image(spec: JobSpec, table: Mapping[str, str], present: Callable[[str], bool]) -> JobSpec:
+    """The spec with the image that runs it (`choose_image`), the name it gave and the notes kept."""
+    choice = choose_image(spec.image_uri, table, present)
+    if not choice.stands_in:
+        return spec
+    return replace(spec, image_uri=choice.image, requested_image=choice.requested, image_notes=choice.notes())

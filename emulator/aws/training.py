@@ -29,10 +29,10 @@ from typing import Any
 import emulator
 from emulator import api, contract, jobs, staging
 from emulator.aws import driver
-from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
+from emulator.aws.images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
-from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.errors import SpecError, UsageError
+from emulator.backend.registry import DEFAULT_ENGINE, engine
+from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.spec import request, s3
 
 FINAL = ("Completed", "Failed", "Stopped")
@@ -73,8 +73,14 @@ class SageMakerTraining(Service):
                            f"and a training job with this name already exists ({arn})")
         raw = json.loads(json.dumps(params, default=str))
         algorithm = raw.get("AlgorithmSpecification")
+        local = None
         if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
-            algorithm["TrainingImage"] = local_image(algorithm["TrainingImage"], self.images)
+            # Which image will run is decided again by the driver (it may have been built meanwhile);
+            # asked here too, an ECR name nothing stands in for is refused at once.
+            try:
+                local = choose_image(algorithm["TrainingImage"], self.images, self.image_present).image
+            except EmulatorError as err:
+                raise ApiError("ValidationException", err.message + (f" ({err.hint})" if err.hint else "")) from None
         overrides = self.region_override(raw)
         try:
             with s3.given_root(self.s3_root, self.s3_origin):
@@ -89,12 +95,12 @@ class SageMakerTraining(Service):
         folder = jobs.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
-                            overrides)
+                            overrides, self.images)
         transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),
                     CreationTime=created.isoformat(), SecondaryStatus="Starting",
-                    SecondaryStatusTransitions=transitions, LocalImage=raw["AlgorithmSpecification"]["TrainingImage"])
+                    SecondaryStatusTransitions=transitions, LocalImage=local)
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(emulator.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
@@ -105,6 +111,14 @@ class SageMakerTraining(Service):
         self.drivers[name] = proc
         jobs.record(name, job_dir, "InProgress", DriverPid=proc.pid)
         return {"TrainingJobArn": arn}
+
+    def image_present(self, name: str) -> bool:
+        """Whether the engine has an image of this name; False when no engine answers (the driver then
+        says so)."""
+        try:
+            return engine(self.engine_name).image_present(name)
+        except EmulatorError:
+            return False
 
     def region_override(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """The job runs in this service's region (its hosts' AWS_REGION, its ARN) unless the request
@@ -203,7 +217,8 @@ class SageMakerTraining(Service):
         if requested:
             # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
             doc.setdefault("AlgorithmSpecification", {})["TrainingImage"] = requested
-            doc.setdefault("Emulator", {})["Image"] = record.doc.get("LocalImage", requested)
+            # What ran (job.json's, once there is one), else what CreateTrainingJob chose.
+            doc.setdefault("Emulator", {}).setdefault("Image", record.doc.get("LocalImage") or requested)
         return doc
 
     def summary(self, record: jobs.JobRecord) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from emulator.backend.reaper import Reaper
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
+from emulator.frameworks import FrameworkImage
 from emulator.jobs import state_dir, write_atomically
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
@@ -215,6 +216,12 @@ class DockerBackend:
         from emulator.backend.image import build_default_image
 
         build_default_image(self.client, progress=reporter)
+
+    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
+        """Build a framework image offline, reporting progress (`run` does this when it is missing)."""
+        from emulator.backend.framework_build import build_framework_image
+
+        build_framework_image(self.client, framework, progress=reporter)
 
     def image_present(self, image: str) -> bool:
         labels = self._inspect_labels(image)

@@ -86,6 +86,9 @@ DPKG_OPTIONS: tuple[str, ...] = (
 #: mmdebstrap's hook that merges /usr with symlinks itself. Without it, bookworm's
 #: init-system-helpers pulls in the usrmerge package and, through it, ~45 MB of perl.
 MERGED_USR_HOOK = Path("/usr/share/mmdebstrap/hooks/merged-usr")
+#: Suites the hook is not for: bullseye predates usrmerge's pull-in (and the hook's essential step
+#: fails there), so its rootfs keeps the layout its own packages give it.
+NO_MERGED_USR_HOOK = frozenset({"bullseye"})
 #: A rootfs is only useful for building this image, so recommends would be dead weight.
 APT_OPTIONS: tuple[str, ...] = ('APT::Install-Recommends "false"',)
 
@@ -413,7 +416,8 @@ def _make_rootfs_with(recipe: Recipe, tarball: Path, tool: str, mirrors: Sequenc
                 "--variant=minbase",
                 "--format=tar",
                 f"--include={','.join(recipe.packages)}",
-                *([f"--hook-dir={MERGED_USR_HOOK}"] if MERGED_USR_HOOK.is_dir() else []),
+                *([f"--hook-dir={MERGED_USR_HOOK}"] if MERGED_USR_HOOK.is_dir() and suite not in NO_MERGED_USR_HOOK
+                  else []),
                 *(f"--aptopt={opt}" for opt in APT_OPTIONS),
                 *(f"--dpkgopt={opt}" for opt in DPKG_OPTIONS),
                 *(f'--customize-hook=rm -f "$1"/{pattern}' for pattern in ROOTFS_REMOVE),
@@ -699,7 +703,7 @@ def _rootfs_recipe(recipe: Recipe) -> str:
             "dpkg": DPKG_OPTIONS,
             "apt": APT_OPTIONS,
             "remove": ROOTFS_REMOVE,
-            "usr": "merged by hook",
+            "usr": "as the suite makes it" if recipe.debian in NO_MERGED_USR_HOOK else "merged by hook",
         },
         sort_keys=True,
     )

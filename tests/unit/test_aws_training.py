@@ -15,9 +15,9 @@ from botocore.exceptions import ClientError, ParamValidationError
 
 from emulator import jobs
 from emulator.aws import stub
-from emulator.aws.images import DEFAULT_IMAGE_MAP, local_image
+from emulator.aws.images import DEFAULT_IMAGE_MAP, choose_image, local_image
 from emulator.aws.training import SageMakerTraining
-from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
+from emulator.errors import ImageMissing, UsageError
 
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310"
 
@@ -131,18 +131,57 @@ def test_list_training_jobs_filters_sorts_and_pages(project: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "table", "expected"), [
-    (ECR, DEFAULT_IMAGE_MAP, PYTORCH_IMAGE),  # AWS's PyTorch images run as the PyTorch variant
-    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311", DEFAULT_IMAGE_MAP,
-     PYTORCH_IMAGE),
-    ("520713654638.dkr.ecr.us-west-2.amazonaws.com/sagemaker-pytorch:1.0.0-cpu-py3", DEFAULT_IMAGE_MAP,
-     PYTORCH_IMAGE),
+    # AWS's framework images become the framework image of that version, on the nearest Python here.
+    (ECR, DEFAULT_IMAGE_MAP, "hetero-emu/pytorch-training:2.1.0-py311"),
+    ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.11.0-gpu-py38", DEFAULT_IMAGE_MAP,
+     "hetero-emu/pytorch-training:1.11.0-py39"),
     ("763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.13-cpu-py310", DEFAULT_IMAGE_MAP,
-     DEFAULT_IMAGE),
+     "hetero-emu/tensorflow-training:2.13.0-py311"),
+    ("763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.9.2-gpu-py39-cu112-ubuntu20.04-sagemaker",
+     DEFAULT_IMAGE_MAP, "hetero-emu/tensorflow-training:2.9.2-py39"),
+    # The user's table wins over the framework images; its `*` only catches what nothing else does.
     (ECR, {"pytorch-training": "mine:torch", "*": "other"}, "mine:torch"),
     (ECR, {"pytorch-training:2.1.0-gpu-py310": "exact:tag", "pytorch-training": "repo"}, "exact:tag"),
     (ECR, {ECR: "whole", "pytorch-training:2.1.0-gpu-py310": "tag"}, "whole"),
-    ("123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/tensorflow-training:2.13", {"*": "any"}, "any"),
+    (ECR, {"*": "other"}, "hetero-emu/pytorch-training:2.1.0-py311"),
+    ("123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/my-trainer:2.13", {"*": "any"}, "any"),
     ("my-local/image:1", {"*": "any"}, "my-local/image:1"),  # not an ECR name: used as it is
 ])
 def test_ecr_names_map_to_local_images(name: str, table: dict[str, str], expected: str) -> None:
     assert local_image(name, table) == expected
+
+
+def test_an_image_the_engine_has_under_the_ecr_name_runs_as_it_is() -> None:
+    asked: list[str] = []
+    choice = choose_image(ECR, {"pytorch-training": "mine:torch"}, lambda name: asked.append(name) or True)
+    assert (choice.image, choice.stands_in, choice.notes()) == (ECR, False, ())
+    assert asked == [ECR]
+
+
+def test_a_stand_in_says_what_it_stands_in_for_and_the_python_it_runs() -> None:
+    name = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
+    choice = choose_image(name, DEFAULT_IMAGE_MAP, lambda _: False)
+    assert choice.notes() == (
+        f"image {name} is not in the Docker engine: hetero-emu/pytorch-training:1.11.0-py39 stands in for it",
+        "pytorch 1.11.0 py38: running on Python 3.9")
+    # The Python named where Debian has it: no second line.
+    same = choose_image(name.replace("1.11.0-gpu-py38", "2.9.2-gpu-py39").replace("pytorch", "tensorflow"),
+                        DEFAULT_IMAGE_MAP, lambda _: False)
+    assert len(same.notes()) == 1 and same.framework is not None and same.framework.python == "3.9"
+
+
+@pytest.mark.parametrize("name", [
+    "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-trainer:latest",
+    "763104351884.dkr.ecr.us-west-2.amazonaws.com/xgboost:1.7-1",
+    "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.5.0-gpu-py36",  # before 1.10
+])
+def test_an_ecr_name_with_no_stand_in_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(ImageMissing) as info:
+        choose_image(name, DEFAULT_IMAGE_MAP, lambda _: False)
+    assert name in info.value.message and "docker tag" in str(info.value.hint)
+
+
+def test_a_framework_version_for_a_python_it_never_had_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"pytorch 1.11.0 was never released for py310"):
+        choose_image("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py310",
+                     DEFAULT_IMAGE_MAP, lambda _: False)

@@ -30,6 +30,7 @@ from emulator.backend import Resource
 from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
+from emulator.frameworks import FrameworkImage
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
 
@@ -595,6 +596,60 @@ def test_missing_variant_image_is_refused_with_its_build_command(spec_of: Callab
     assert info.value.hint == "build it with `hetero-emu image build --variant pytorch`"
     assert built == []  # a large variant is never built on the fly, unlike the default image
     assert not {"create_network", "create_container", "start"} & set(fake.call_names())
+
+
+AWS_PYTORCH = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
+LOCAL_PYTORCH = "hetero-emu/pytorch-training:1.11.0-py39"
+
+
+def test_a_missing_ecr_image_runs_as_its_framework_image_built_once_and_said(
+    spec_of: Callable[..., JobSpec],
+) -> None:
+    fake = FakeBackend(images=())
+    built: list[FrameworkImage] = []
+
+    def builder(framework: FrameworkImage, rep: object) -> None:
+        built.append(framework)
+        fake.images.add(framework.tag)
+
+    result, reporter = run(spec_of(HETERO + f"image_uri: {AWS_PYTORCH}\n"), fake, framework_builder=builder)
+
+    assert result.status == "Completed"
+    assert [b.tag for b in built] == [LOCAL_PYTORCH]
+    assert fake.call_names().index("image_present") < fake.call_names().index("create_network")
+    assert ("image_labels", LOCAL_PYTORCH) in fake.calls  # the launchers checked on the image that runs
+    notes = (f"image {AWS_PYTORCH} is not in the Docker engine: {LOCAL_PYTORCH} stands in for it",
+             "pytorch 1.11.0 py38: running on Python 3.9")
+    assert [i for i in reporter.infos if i in notes] == list(notes), reporter.infos
+    assert result.image_notes == notes
+    doc = job_json(result)
+    # DescribeTrainingJob names the image as the job named it; what ran is the emulator's note.
+    assert doc["AlgorithmSpecification"]["TrainingImage"] == AWS_PYTORCH
+    assert doc["Emulator"]["Image"] == LOCAL_PYTORCH
+    assert doc["Emulator"]["StandIn"] == {"For": AWS_PYTORCH, "Image": LOCAL_PYTORCH, "Notes": list(notes)}
+
+
+def test_an_ecr_image_the_engine_has_runs_as_it_is(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(images=(AWS_PYTORCH,))
+    built: list[object] = []
+
+    result, _ = run(spec_of(HETERO + f"image_uri: {AWS_PYTORCH}\n"), fake, framework_builder=built.append)
+
+    assert result.status == "Completed" and built == [] and result.image_notes == ()
+    assert job_json(result)["Emulator"]["Image"] == AWS_PYTORCH
+    assert "StandIn" not in job_json(result)["Emulator"]
+
+
+def test_a_missing_framework_image_with_no_build_is_refused_with_its_build_command(
+    spec_of: Callable[..., JobSpec],
+) -> None:
+    fake = FakeBackend(images=())
+    with pytest.raises(ImageMissing) as info:
+        run_job(spec_of(HETERO + f"image_uri: {AWS_PYTORCH}\n"), backend=fake, reporter=RecordingReporter(),
+                build_image=False, framework_builder=lambda *_: None)
+    assert info.value.hint is not None
+    assert "hetero-emu image build --framework pytorch:1.11.0 --python py38" in info.value.hint
+    assert not {"create_network", "create_container"} & set(fake.call_names())
 
 
 def test_missing_default_image_is_built_with_the_image_builder(spec_of: Callable[..., JobSpec]) -> None:

@@ -1,0 +1,205 @@
+"""Build a framework image (`emulator.frameworks.FrameworkImage`) from images/framework/, offline.
+
+Four steps, reported as every image build reports them (`emulator.backend.image`):
+
+1. the Debian rootfs of the Python the image runs (bullseye 3.9, bookworm 3.11, trixie 3.13) with
+   images/framework/packages.txt, made with mmdebstrap and cached by its recipe;
+2. that tarball `docker import`ed as `hetero-emu/base:framework-<suite>`;
+3. images/framework/install.sh in a container of that base which reaches the package index
+   (`emulator.backend.index_container`): pip installs the pinned framework, its companions and the
+   toolkits into /opt/venv with the host's pip cache mounted (a second build downloads nothing), and a
+   TensorFlow image compiles Horovod once per (Horovod, TensorFlow, Python);
+4. the container committed as the image, with the environment AWS's image of the framework has.
+
+A `docker build` would copy the multi-gigabyte wheels into the build context, a layer, and a second
+stage; a commit writes the installed files once. The image carries a label with the hash of its recipe
+(the folder, the rootfs recipe, the pins); when an image with that tag and label exists nothing is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from emulator.backend import image as images
+from emulator.backend import index_container
+from emulator.defaults import default_cache_dir
+from emulator.errors import ImageBuildError
+from emulator.frameworks import FrameworkImage
+from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
+from emulator.recipes import LAUNCHERS_LABEL, VARIANT_LABEL, Recipe, images_dir, launchers_label, parse_package_list
+
+#: The recipe folder every framework image is built from.
+VARIANT = "framework"
+#: Labels on a framework image: what it is, so `describe` and the tests can say it without running it.
+FRAMEWORK_LABEL = "hetero-emu.image.framework"
+BUILD = "/opt/hetero-emu-build"
+#: The files of images/training/ that install.sh copies in (sshd and ssh settings): part of the hash.
+SHARED_FILES = ("training/sshd.conf", "training/ssh.conf")
+_PIP_FAILURE = re.compile(r"^(ERROR: .*)$")
+
+
+def base_recipe(suite: str) -> Recipe:
+    """The rootfs recipe of framework images on `suite` (its packages from images/framework/packages.txt)."""
+    folder = images_dir() / VARIANT
+    try:
+        packages = parse_package_list((folder / "packages.txt").read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ImageBuildError(f"cannot read {folder / 'packages.txt'}: {exc.strerror}",
+                              hint="reinstall hetero-emu; images/ is part of the package") from exc
+    return Recipe(name=f"{VARIANT}-{suite}", folder=folder, tag=f"{images.BASE_REPOSITORY}:{VARIANT}-{suite}",
+                  debian=suite, base_recipe=None, packages=packages, requirements=None, launchers=(),
+                  pip_wheel_args=())
+
+
+def recipe_hash(target: FrameworkImage) -> str:
+    """sha256 of what decides the image: the recipe folder and rootfs recipe, the shared ssh settings,
+    and the pins."""
+    digest = hashlib.sha256(images.recipe_hash(base_recipe(target.suite)).encode())
+    for name in SHARED_FILES:
+        digest.update(name.encode() + b"\0" + _read(images_dir() / name) + b"\0")
+    digest.update(json.dumps([target.requirements, target.horovod, target.python, target.training_module]).encode())
+    return digest.hexdigest()
+
+
+def up_to_date(client: docker.DockerClient, target: FrameworkImage) -> bool:
+    return images._labels(client, target.tag).get(images.RECIPE_LABEL) == recipe_hash(target)
+
+
+def build_framework_image(
+    client: docker.DockerClient,
+    target: FrameworkImage,
+    *,
+    rebuild: bool = False,
+    progress: StepReporter | images.Progress = print,
+    cache_dir: Path | None = None,
+    verbose: bool = False,
+) -> images.BuildReport:
+    """Build `target`'s image, or do nothing when it is up to date (built=False). `rebuild` redoes the
+    install step (the rootfs, pip's cache and Horovod's wheel stay cached). Raises ImageBuildError,
+    naming the build's log file."""
+    started = time.monotonic()
+    steps = as_step_reporter(progress, verbose)
+    cache = (cache_dir or default_cache_dir()).expanduser()
+    want = recipe_hash(target)
+    if not rebuild and up_to_date(client, target):
+        steps.info(f"image {target.tag} is up to date (recipe {want[:12]}); nothing to build")
+        size = images._image_size(client, target.tag)
+        return images.BuildReport(target.tag, False, time.monotonic() - started, size, ())
+    images._mkdir(cache)
+    with images._build_lock(cache / "build.lock", steps) as waited:
+        if waited is not None and not rebuild and up_to_date(client, target):
+            steps.info(f"waited {waited:.0f} s for another build of {target.tag} to finish")
+            return images.BuildReport(target.tag, False, time.monotonic() - started,
+                                      images._image_size(client, target.tag), (), waited)
+        log = new_log(cache / "logs", f"build-{target.framework}-{target.version}-py{target.python}")
+        steps.info(f"building {target.tag} ({target.framework} {target.version} on Python {target.python}) from "
+                   f"{images_dir() / VARIANT}; the tools' output goes to {log.path}")
+        try:
+            done = _build_locked(client, target, cache, want, rebuild=rebuild, steps=steps, log=log)
+        except ImageBuildError as err:
+            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
+        finally:
+            log.close()
+    size = images._image_size(client, target.tag)
+    seconds = time.monotonic() - started
+    steps.info(f"image {target.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
+    return images.BuildReport(target.tag, True, seconds, size, done, waited)
+
+
+def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Path, want: str, *, rebuild: bool,
+                  steps: StepReporter, log: LogFile) -> tuple[str, ...]:
+    base = base_recipe(target.suite)
+    # The rootfs is redone only with --rebuild of the rootfs itself; a framework --rebuild keeps it.
+    base_step = images._step_base(client, base, cache, rebuild=False, steps=steps, log=log)
+    old_image = images._image_id(client, target.tag)
+    title = images._title(base, 3, f"install: pip in a container of {images.base_image(base)} "
+                                   f"({len(target.requirements)} pins{', horovod' if target.horovod else ''})")
+    with steps.task(title, log=log) as task:
+        _install_and_commit(client, target, images.base_image(base), cache, want, task)
+    steps.info(f"✓ {images._title(base, 4, f'commit: {target.tag}')}")
+    images._remove_quietly(client, old_image, keep=images._image_id(client, target.tag))
+    return base_step, "install: done", f"commit: {target.tag}"
+
+
+def _install_and_commit(client: docker.DockerClient, target: FrameworkImage, base: str, cache: Path, want: str,
+                        task: Task) -> None:
+    pip_cache = cache / "pip"
+    horovod = cache / "horovod" / _horovod_key(target)
+    for folder in (pip_cache, horovod):
+        images._mkdir(folder)
+    with tempfile.TemporaryDirectory(prefix="hetero-emu-framework-") as tmp:
+        (Path(tmp) / "requirements.txt").write_text("".join(pin + "\n" for pin in target.requirements))
+        binds = {
+            tmp: {"bind": BUILD + "/job", "mode": "ro"},
+            str(images_dir()): {"bind": BUILD + "/images", "mode": "ro"},
+            str(pip_cache): {"bind": "/root/.cache/pip", "mode": "rw"},
+            str(horovod): {"bind": BUILD + "/wheels", "mode": "rw"},
+        }
+        environment = {"HETERO_EMU_PYTHON": target.python, "HETERO_EMU_HOROVOD": target.horovod or "",
+                       "HETERO_EMU_REQUIREMENTS": BUILD + "/job/requirements.txt"}
+
+        def commit(container: docker.models.containers.Container) -> None:
+            task.log(f"committing the container as {target.tag}")
+            repository, tag = target.tag.rsplit(":", 1)
+            container.commit(repository=repository, tag=tag, conf=_image_config(target, want))
+
+        outcome = index_container.run(
+            client, base, ["bash", BUILD + "/images/" + VARIANT + "/install.sh"], environment=environment,
+            binds=binds, on_line=task.log, commit=commit)
+    if outcome.exit_code != 0:
+        failed = next((line for line in reversed(outcome.tail) if _PIP_FAILURE.match(line)), None)
+        raise ImageBuildError(
+            f"installing {target.framework} {target.version} on Python {target.python} failed (exit code "
+            f"{outcome.exit_code})" + (f": {failed}" if failed else ""),
+            hint="the build container needs the package index (PyPI) as the host reaches it; see the output above")
+    if images._labels(client, target.tag).get(images.RECIPE_LABEL) != want:
+        raise ImageBuildError(f"committing {target.tag} left no image with the new label",
+                              hint=f"run `hetero-emu image build --framework {target.framework}:{target.version} "
+                                   f"--python {target.py_version} --rebuild`")
+
+
+def _image_config(target: FrameworkImage, want: str) -> dict[str, object]:
+    # The whole config, not changes over the build container's: that one's variables (PIP_CERT, ...)
+    # and command must not become the image's.
+    return {
+        "Env": [
+            "VIRTUAL_ENV=/opt/venv",
+            "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG=C.UTF-8",
+            "PYTHONUNBUFFERED=1",
+            "PYTHONDONTWRITEBYTECODE=1",
+            # As in AWS's image of the framework: the toolkit's `train` hands the job to this module.
+            f"SAGEMAKER_TRAINING_MODULE={target.training_module}",
+        ],
+        "Cmd": ["train"],  # what the service runs in a training container (docs/contract.md: Command)
+        "Entrypoint": None,
+        "WorkingDir": "/opt/ml/code",
+        "Labels": {
+            images.RECIPE_LABEL: want,
+            VARIANT_LABEL: VARIANT,
+            LAUNCHERS_LABEL: launchers_label(target.launchers),
+            FRAMEWORK_LABEL: json.dumps({"Framework": target.framework, "FrameworkVersion": target.version,
+                                         "Python": target.python}, sort_keys=True),
+        },
+    }
+
+
+def _horovod_key(target: FrameworkImage) -> str:
+    # A Horovod wheel is compiled against one TensorFlow and one Python: its cache key is all three.
+    return f"horovod-{target.horovod}-tf{target.version}-py{target.python}" if target.horovod else "none"
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ImageBuildError(f"image recipe file {path} is missing: {exc.strerror}",
+                              hint="reinstall hetero-emu; images/ is part of the package") from exc

@@ -1,0 +1,126 @@
+"""A short-lived container that reaches the package index: where pip decides what an image needs.
+
+A job's hosts never reach a network beyond the job's own, but two things must ask PyPI as the image
+itself would: building a framework image (pip installs the framework into the image's own Python)
+and building a job's requirements.txt wheelhouse (pip resolves the file against what the job's image
+already has, for its Python and ABI). Both run pip in a container of the image on the engine's default
+bridge network, which reaches whatever the host reaches.
+
+The host may reach the index through a TLS-inspecting proxy whose CA only the host trusts: the host's
+CA bundle (what its pip uses) is mounted read-only for that container alone and named in PIP_CERT, so
+nothing of the host's trust ends up in an image (a bind mount is not part of a commit). pip's other
+settings of the host that say where the index is (an index URL, a proxy, a timeout) are passed on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from emulator.errors import EnvironmentProblem
+
+#: Where the host's CA bundle is mounted in an index container.
+CA_PATH = "/etc/hetero-emu/index-ca.pem"
+#: The host's variables that say how to reach the index, passed on as they are.
+PASSED_ON = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES",
+             "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+#: The name of every index container starts so (it carries no label: a commit would copy it into the image).
+NAME_PREFIX = "hetero-emu-index-"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an index container ended: its exit code and its last output lines."""
+
+    exit_code: int
+    tail: tuple[str, ...] = field(default_factory=tuple)
+
+
+def host_ca_bundle(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The CA bundle the host's pip verifies the index with: PIP_CERT, else SSL_CERT_FILE or
+    REQUESTS_CA_BUNDLE, else OpenSSL's default file; None when none exists."""
+    env = os.environ if environ is None else environ
+    candidates = [env.get(name) for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")]
+    candidates.append(ssl.get_default_verify_paths().cafile)
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def index_settings(environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The environment and the bind mounts an index container gets so that its pip reaches the index
+    as the host's does."""
+    env = os.environ if environ is None else environ
+    variables = {name: env[name] for name in PASSED_ON if env.get(name)}
+    binds: dict[str, dict[str, str]] = {}
+    bundle = host_ca_bundle(env)
+    if bundle is not None:
+        binds[str(bundle.resolve())] = {"bind": CA_PATH, "mode": "ro"}
+        variables["PIP_CERT"] = CA_PATH
+    variables["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    variables["PIP_NO_INPUT"] = "1"
+    return variables, binds
+
+
+def run(client: docker.DockerClient, image: str, command: Sequence[str], *, environment: Mapping[str, str],
+        binds: Mapping[str, Mapping[str, str]], on_line: Callable[[str], None], tail_lines: int = 40,
+        commit: Callable[[docker.models.containers.Container], None] | None = None,
+        working_dir: str | None = None) -> Outcome:
+    """Run `command` in a new container of `image` that reaches the index, each output line to `on_line`;
+    `commit` (called only when the command exited 0) may commit the container before it is removed,
+    which it always is. EnvironmentProblem when the engine refuses the container.
+
+    The container's own configuration stays the image's: a commit merges it into the new image, so
+    the variables are given on `env`'s command line, the folders as mounts (not volumes), and no label."""
+    settings, index_binds = index_settings()
+    mounts = [docker.types.Mount(target=spec["bind"], source=source, type="bind", read_only=spec.get("mode") == "ro")
+              for source, spec in {**index_binds, **binds}.items()]
+    variables = [f"{name}={value}" for name, value in sorted({**settings, **environment}.items())]
+    try:
+        container = client.containers.create(
+            image, ["env", *variables, *command], mounts=mounts, name=NAME_PREFIX + uuid.uuid4().hex[:12],
+            working_dir=working_dir, network_mode="bridge", detach=True)
+    except docker.errors.DockerException as exc:
+        raise EnvironmentProblem(f"cannot create a container of {image} to run pip in: {_one_line(exc)}",
+                                 hint="is the Docker engine running, and the image built?") from exc
+    tail: deque[str] = deque(maxlen=tail_lines)
+    try:
+        container.start()
+        pending = ""
+        for chunk in container.logs(stream=True, follow=True):
+            pending += chunk.decode("utf-8", errors="replace")
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                if line := line.rstrip("\r").rstrip():
+                    tail.append(line)
+                    on_line(line)
+        if pending.strip():
+            tail.append(pending.strip())
+            on_line(pending.strip())
+        code = int(container.wait().get("StatusCode", 1))
+        if code == 0 and commit is not None:
+            commit(container)
+        return Outcome(code, tuple(tail))
+    except BaseException:
+        # Ctrl-C or a lost engine: pip must not go on in a container nobody watches.
+        with contextlib.suppress(docker.errors.DockerException):
+            container.kill()
+        raise
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__

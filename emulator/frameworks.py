@@ -1,0 +1,235 @@
+"""Framework images: which local image stands for a PyTorch or TensorFlow version and Python.
+
+AWS's Deep Learning Containers are one image per framework version and Python
+(`pytorch-training:1.11.0-gpu-py38`, `tensorflow-training:2.9.2-gpu-py39`). None can be pulled here,
+so the emulator builds its own, one per (framework, version, Python), from one recipe
+(`images/framework/`, built by `emulator.backend.framework_build`): the framework at that version,
+what AWS's training image of it carries for scripts (torchvision and torchaudio; Horovod), the
+framework's SageMaker toolkit, MPI and sshd.
+
+Only Debian's Pythons can be had on this machine: 3.9 (bullseye), 3.11 (bookworm) and 3.13 (trixie).
+A job runs on the Python its estimator names where Debian has it, else on the nearest one the
+framework's wheels exist for (py38 -> 3.9, py310 -> 3.11), and says so once.
+
+The versions, their wheels' Pythons and the companion packages are data
+(`emulator/data/frameworks.json`, made by `scripts/framework_table.py` from SDK v2's image
+configuration and PyPI). Pure: no Docker, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from emulator.errors import UsageError
+
+#: The Debian suite that has each CPython this machine can install (no other can be fetched here).
+DEBIAN_PYTHONS: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
+#: The frameworks, with the repository AWS names its training images by and the local repository.
+FRAMEWORKS: dict[str, str] = {"pytorch": "pytorch-training", "tensorflow": "tensorflow-training"}
+#: The module the toolkit's `train` hands the job to in AWS's image of each framework (its
+#: SAGEMAKER_TRAINING_MODULE): sagemaker_pytorch_container/training.py in
+#: aws/sagemaker-pytorch-training-toolkit, sagemaker_tensorflow_container/training.py in
+#: aws/sagemaker-tensorflow-training-toolkit.
+TRAINING_MODULES: dict[str, str] = {
+    "pytorch": "sagemaker_pytorch_container.training:main",
+    "tensorflow": "sagemaker_tensorflow_container.training:main",
+}
+#: Distribution launchers each framework image carries besides mpirun and sshd.
+EXTRA_LAUNCHERS: dict[str, tuple[str, ...]] = {"pytorch": ("torchrun",), "tensorflow": ()}
+LOCAL_REPOSITORY = "hetero-emu/{repository}"
+
+# An ECR tag of a Deep Learning Container: `1.11.0-gpu-py38`, `2.9.2-cpu-py39-ubuntu20.04-sagemaker`.
+_ECR_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?:cpu|gpu)-(?P<py>py\d{2,3})(?:-.*)?")
+_PY = re.compile(r"py(?P<major>\d)(?P<minor>\d{1,2})")
+
+
+@dataclass(frozen=True)
+class FrameworkImage:
+    """One framework image: what a job asked for and what this machine runs for it."""
+
+    framework: str  # "pytorch" | "tensorflow"
+    version: str  # the full version: "1.11.0"
+    py_version: str  # what the estimator named: "py38"
+    python: str  # the Debian CPython the image runs: "3.9"
+    #: The packages pip installs into the image's venv, each pinned (framework, companions, toolkits).
+    requirements: tuple[str, ...]
+    #: Horovod's version, compiled against the framework with MPI (TensorFlow images); None: none.
+    horovod: str | None = None
+
+    @property
+    def suite(self) -> str:
+        return DEBIAN_PYTHONS[self.python]
+
+    @property
+    def tag(self) -> str:
+        repository = LOCAL_REPOSITORY.format(repository=FRAMEWORKS[self.framework])
+        return f"{repository}:{self.version}-py{self.python.replace('.', '')}"
+
+    @property
+    def substituted(self) -> bool:
+        """True when the image runs another Python than the one named."""
+        return _py_to_python(self.py_version) != self.python
+
+    @property
+    def launchers(self) -> tuple[str, ...]:
+        return tuple(sorted({"mpirun", "sshd", *EXTRA_LAUNCHERS[self.framework]}))
+
+    @property
+    def training_module(self) -> str:
+        return TRAINING_MODULES[self.framework]
+
+    def python_note(self) -> str:
+        """The line a job prints once: `pytorch 1.11.0 py38: running on Python 3.9`."""
+        return f"{self.framework} {self.version} {self.py_version}: running on Python {self.python}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"Framework": self.framework, "FrameworkVersion": self.version, "PyVersion": self.py_version,
+                "Python": self.python, "Image": self.tag}
+
+
+@cache
+def table() -> dict[str, Any]:
+    """The framework table (emulator/data/frameworks.json)."""
+    text = resources.files("emulator").joinpath("data/frameworks.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def versions(framework: str) -> tuple[str, ...]:
+    """The full versions SDK v2 lists for training that have an image recipe here, oldest first."""
+    return tuple(sorted(table()[framework], key=_version_key))
+
+
+def full_version(framework: str, version: str) -> str:
+    """`1.11` -> `1.11.0` (the newest patch release the table has), as the SDK's version aliases do."""
+    known = versions(framework)
+    if version in known:
+        return version
+    matching = [v for v in known if v.startswith(version + ".")]
+    if not matching:
+        raise UsageError(f"{framework} {version} is not one of the {framework} versions SageMaker trains "
+                         f"heterogeneous clusters with (from {known[0]})",
+                         hint=f"{framework} versions: {', '.join(known)}")
+    return matching[-1]
+
+
+def choose(framework: str, version: str, py_version: str | None = None) -> FrameworkImage:
+    """The image for `framework` `version` on `py_version` (default: the newest the SDK lists for it).
+
+    UsageError for an unknown framework or version, a Python the SDK never lists for that version,
+    or a version whose wheels exist for no Python this machine has."""
+    if framework not in FRAMEWORKS:
+        raise UsageError(f"unknown framework {framework!r}", hint=f"frameworks: {', '.join(FRAMEWORKS)}")
+    full = full_version(framework, version)
+    entry = table()[framework][full]
+    listed: list[str] = entry["sdk_py_versions"]
+    if py_version is None:
+        py_version = max(listed, key=_py_key)
+    if not _PY.fullmatch(py_version):
+        raise UsageError(f"{py_version!r} is not a py_version", hint="py_version is like py38, py310")
+    if py_version not in listed:
+        raise UsageError(f"{framework} {full} was never released for {py_version}",
+                         hint=f"SageMaker's {framework} {full} images are for {', '.join(listed)}")
+    here = [p for p in entry["wheel_pythons"] if p in DEBIAN_PYTHONS]
+    if not here:
+        raise UsageError(
+            f"{framework} {full} has no wheels for any Python this machine can run "
+            f"({', '.join(DEBIAN_PYTHONS)}); its wheels are for {', '.join(entry['wheel_pythons']) or 'none'}",
+            hint=f"pick a version with images here: {', '.join(runnable_versions(framework))}")
+    python = nearest_python(py_version, here)
+    return FrameworkImage(framework, full, py_version, python, requirements(framework, full, python),
+                          entry.get("horovod") if framework == "tensorflow" else None)
+
+
+def runnable_versions(framework: str) -> tuple[str, ...]:
+    """The versions with wheels for at least one Python this machine has."""
+    return tuple(v for v in versions(framework)
+                 if any(p in DEBIAN_PYTHONS for p in table()[framework][v]["wheel_pythons"]))
+
+
+def nearest_python(py_version: str, available: list[str]) -> str:
+    """The Python named, where available, else the nearest; a tie goes to the newer (py310 -> 3.11)."""
+    wanted = _py_key(py_version)
+    return min(available, key=lambda p: (abs(_python_key(p)[1] - wanted[1]) + 100 * abs(_python_key(p)[0] - wanted[0]),
+                                         -_python_key(p)[1]))
+
+
+def requirements(framework: str, version: str, python: str) -> tuple[str, ...]:
+    """The pinned packages of the image's venv: the framework, its companions, the toolkits, MPI's
+    Python binding and debugpy (for --debug-host), as the table gives them for this Python."""
+    entry = table()[framework][version]
+    toolkits = table()["toolkits"][framework][python]
+    pins = [f"{name}=={pin}" for name, pin in sorted(entry["packages"].items())]
+    pins += [f"{name}=={pin}" for name, pin in sorted(toolkits.items())]
+    pins += [f"{name}=={pin}" for name, pin in sorted(entry.get("python_packages", {}).get(python, {}).items())]
+    return tuple(pins)
+
+
+def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
+    """The framework image for an ECR name's repository and tag (`pytorch-training`, `1.11.0-gpu-py38`),
+    None when it is not a framework training image this table covers (another repository, a tag of
+    another shape, a version before PyTorch 1.10 or TensorFlow 2.6). Raises UsageError when the
+    version is one but cannot run here (as `choose`)."""
+    framework = next((f for f, repo in FRAMEWORKS.items() if repo == repository), None)
+    match = _ECR_TAG.fullmatch(tag)
+    if framework is None or match is None:
+        return None
+    version = match["version"]
+    if _version_key(version) < _version_key(versions(framework)[0]):
+        return None
+    return choose(framework, version, match["py"])
+
+
+def for_tag(tag: str) -> FrameworkImage | None:
+    """The framework image a local tag names (`hetero-emu/pytorch-training:1.11.0-py39`), None for any
+    other tag: what a job that names it directly builds when it is missing."""
+    repository, _, version_py = tag.partition(":")
+    framework = next((f for f, repo in FRAMEWORKS.items()
+                      if repository == LOCAL_REPOSITORY.format(repository=repo)), None)
+    version, _, py = version_py.rpartition("-py")
+    python = f"{py[:1]}.{py[1:]}" if py[:1].isdigit() else ""
+    if framework is None or version not in table()[framework] or python not in DEBIAN_PYTHONS:
+        return None
+    if python not in table()[framework][version]["wheel_pythons"]:
+        return None
+    entry = table()[framework][version]
+    # The SDK's py_version this image runs for (py38 for a 3.9 image of PyTorch 1.11): what its build
+    # command names.
+    here = [p for p in entry["wheel_pythons"] if p in DEBIAN_PYTHONS]
+    named = [p for p in entry["sdk_py_versions"] if nearest_python(p, here) == python]
+    py_version = f"py{py}" if f"py{py}" in named or not named else max(named, key=_py_key)
+    return FrameworkImage(framework, version, py_version, python, requirements(framework, version, python),
+                          entry.get("horovod") if framework == "tensorflow" else None)
+
+
+def parse_framework(value: str) -> tuple[str, str]:
+    """`pytorch:1.11` -> ("pytorch", "1.11"): the `--framework` option of `image build`."""
+    framework, _, version = value.partition(":")
+    if framework not in FRAMEWORKS or not version:
+        raise UsageError(f"--framework {value!r} is not FRAMEWORK:VERSION",
+                         hint=f"e.g. pytorch:1.11 or tensorflow:2.9; frameworks: {', '.join(FRAMEWORKS)}")
+    return framework, version
+
+
+def _py_to_python(py_version: str) -> str:
+    major, minor = _py_key(py_version)
+    return f"{major}.{minor}"
+
+
+def _py_key(py_version: str) -> tuple[int, int]:
+    match = _PY.fullmatch(py_version)
+    return (int(match["major"]), int(match["minor"])) if match else (0, 0)
+
+
+def _python_key(python: str) -> tuple[int, int]:
+    major, minor = python.split(".")
+    return int(major), int(minor)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
