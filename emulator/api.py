@@ -171,7 +171,7 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
                      memory=memory, debug=debug)
     progress = progress or ConsoleReporter().info
     if spec.requirements is not None and plan.wheelhouse is not None:
-        wheelhouse.ensure(spec.requirements, Path(plan.wheelhouse), plan.image, progress)
+        _render_wheelhouse(plan, engine_name or DEFAULT_ENGINE, progress, warn)
     if engine_name is not None:
         plan = _within_engine_limits(plan, engine_name, warn)
     if out.exists():
@@ -186,6 +186,28 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     if note is not None:
         warn(note)
     return plan
+
+
+def _render_wheelhouse(plan: Plan, engine_name: str, progress: Callable[[str], None],
+                       warn: Callable[[str], None]) -> None:
+    """The wheelhouse compose.yaml mounts, resolved in the job's image as a run resolves it; when no
+    engine answers or the image is not built, a warning says so and the rest is still written."""
+    assert plan.spec.requirements is not None and plan.wheelhouse is not None
+    backend = engine(engine_name)
+    why = None
+    try:
+        backend.ping()
+        if not backend.image_present(plan.image):
+            why = f"image {plan.image} is not in the engine"
+        else:
+            wheelhouse.ensure(plan.spec.requirements, Path(plan.wheelhouse), backend.image_id(plan.image), progress,
+                              lambda code, out, lines, shown: backend.build_wheelhouse(plan.image, code, out, lines,
+                                                                                       shown))
+    except DockerUnavailable as err:
+        why = err.message
+    if why is not None:
+        warn(f"requirements.txt: the wheelhouse compose.yaml mounts ({plan.wheelhouse}) was not built: {why} "
+             "(pip resolves the file in the job's image); build the image and render again")
 
 
 def _within_engine_limits(plan: Plan, engine_name: str, warn: Callable[[str], None]) -> Plan:

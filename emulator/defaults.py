@@ -16,9 +16,10 @@ import os
 from pathlib import Path
 
 DEFAULT_IMAGE = "hetero-emu/training:py311"
-#: The PyTorch variant (images/pytorch/, `hetero-emu image build --variant pytorch`): the default
-#: image plus PyTorch and the sagemaker-pytorch-training toolkit; AWS's PyTorch images map to it.
-PYTORCH_IMAGE = "hetero-emu/pytorch-training:py311"
+#: The PyTorch framework image a job is pointed at when it needs `torchrun` and names no PyTorch
+#: version (emulator.frameworks: PyTorch 2.1.0, the SDK's py310 run on Python 3.11; built when missing,
+#: or with `hetero-emu image build --framework pytorch:2.1.0 --python py310`).
+PYTORCH_IMAGE = "hetero-emu/pytorch-training:2.1.0-py311"
 
 
 def default_cache_dir() -> Path:

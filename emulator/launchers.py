@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from emulator.defaults import PYTORCH_IMAGE
 from emulator.errors import ImageBuildError
+from emulator.frameworks import for_tag
 from emulator.recipes import LAUNCHERS_LABEL, all_launchers, image_launchers, load_recipe, variant_names
 from emulator.spec.model import JobSpec
 from emulator.spec.model import strategy_enabled as _enabled
@@ -78,4 +80,8 @@ def launcher_hint(spec: JobSpec) -> str:
     wanted = tuple(name for launchers in required_launchers(spec).values() for name in launchers)
     offers = [f"image_uri: {tag} (`hetero-emu image build --variant {variant}`)"
               for variant, tag in images_with(wanted)]
+    framework = for_tag(PYTORCH_IMAGE)
+    if framework is not None and set(wanted) <= set(framework.launchers):
+        # The framework images carry torchrun (PyTorch) and mpirun; a job builds the one it names.
+        offers.append(f"image_uri: {PYTORCH_IMAGE} (a PyTorch estimator's framework image, built when missing)")
     return "use " + " or ".join(offers) if offers else "use an image that has it"

@@ -232,15 +232,14 @@ def make_plan(
     job_dir: Path | None = None,
     memory: MemoryLimit = "instance",
     wheel_cache: Path | None = None,
-    python_tag: str | None = None,
     debug: DebugTarget | None = None,
 ) -> Plan:
     """Spec -> plan. Pure: the same arguments always give an equal plan.
 
     `job_dir` defaults to `<output_path>/<job_name>`; `render -o DIR` passes DIR. `memory` is each
     host's memory limit: its instance type's memory (default), "none", or a number of bytes.
-    `wheel_cache` and `python_tag` place the wheelhouse of a requirements.txt (default: the cache
-    folder and the interpreter running the emulator, which builds the wheels). `debug` names the host
+    `wheel_cache` is where the wheelhouse of a requirements.txt goes (default: the cache folder), one
+    per (requirements, image). `debug` names the host
     whose script runs under debugpy: only its container gets the hook, its variables and the port.
 
     The hosts are laid out first (names, groups, order, channels, shares); then the contract is asked
@@ -254,7 +253,7 @@ def make_plan(
     wheels = None
     if spec.requirements is not None:
         root = wheel_cache if wheel_cache is not None else wheelhouse.cache_root()
-        wheels = str(wheelhouse.location(spec.requirements, root, python_tag or wheelhouse.interpreter_tag()))
+        wheels = str(wheelhouse.location(spec.requirements, root, spec.image_uri))
     environment = {
         # Before the spec's own variables, so a spec that sets PIP_* itself keeps its values.
         **wheelhouse.environment(spec.requirements),

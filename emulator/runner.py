@@ -519,13 +519,19 @@ class Run:
         self.framework_builder(framework, self.reporter)
 
     def ensure_wheels(self) -> None:
-        """The wheelhouse the hosts' `pip install -r requirements.txt` reads, built before anything
-        is staged or created: a requirement pip cannot build fails the run here (WheelhouseError)."""
+        """The wheelhouse the hosts' `pip install -r requirements.txt` reads, resolved in a container of
+        the job's image before anything is staged or created: a requirement pip cannot resolve for the
+        image's Python fails the run here (WheelhouseError)."""
         requirements, folder = self.plan.spec.requirements, self.plan.wheelhouse
         if requirements is None or folder is None:
             return
+        image = self.plan.image
         self.reporter.step("requirements.txt: wheels for the hosts' pip (no package index in the containers)")
-        wheelhouse.ensure(requirements, Path(folder), self.plan.image, self.reporter.info)
+
+        def build(code: Path, out: Path, progress: Callable[[str], None], shown: str) -> None:
+            self.backend.build_wheelhouse(image, code, out, progress, shown)
+
+        wheelhouse.ensure(requirements, Path(folder), self.backend.image_id(image), self.reporter.info, build)
 
     def check_leftovers(self) -> None:
         """Refuse to start over resources of a job with this very name; warn about other jobs' ones

@@ -1,16 +1,21 @@
-"""A job's requirements.txt, offline: its wheels built on this machine once, then given to every host
-as a read-only folder the training toolkit's own install step reads (README: requirements.txt).
+"""A job's requirements.txt, offline: its wheels resolved once against the job's own image, then given
+to every host as a read-only folder the training toolkit's own install step reads (README: requirements.txt).
 
 On the service the toolkit pip-installs `requirements.txt` from the code folder before it runs the
 script: `entry_point.install` calls `modules.install_requirements` for a Python script
 (`<python> -m pip install -r requirements.txt`, cwd /opt/ml/code) and `modules.install` for a
 package with setup.py (`pip install . -r requirements.txt`); a shell or other command entry point
 installs nothing (sagemaker-training-toolkit: src/sagemaker_training/entry_point.py `install`,
-modules.py, _entry_point_type.py). The hosts here reach no package index, so the emulator builds the
-wheels with the host's pip beforehand, keyed by the file's hash and the host interpreter, and sets
-`PIP_FIND_LINKS` + `PIP_NO_INDEX` in the hosts' environment, which that unchanged pip command reads.
+modules.py, _entry_point_type.py). The hosts here reach no package index, so beforehand pip decides
+what to fetch in a short-lived container of the job's image that does reach it
+(`emulator.backend.index_container.build_wheelhouse`): what the image already satisfies (torchvision
+on a PyTorch image) is not fetched, and every wheel matches the image's Python and ABI. The hosts get
+`PIP_FIND_LINKS` + `PIP_NO_INDEX`, which that unchanged pip command reads.
 
-`find` (reading the file) runs while the spec is checked; the plan adds the mount and variables
+A wheelhouse is cached per (image name, requirements bytes with every nested `-r`/`-c` file) and
+holds the id of the image it was resolved against: a rebuilt image resolves it again.
+
+`find` (reading the files) runs while the spec is checked; the plan adds the mount and variables
 (`mount`, `environment`) without I/O; `ensure` (the build) runs before any container starts.
 """
 
@@ -18,36 +23,37 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
+import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from emulator.defaults import DEFAULT_IMAGE, default_cache_dir
+from emulator.defaults import default_cache_dir
 from emulator.errors import WheelhouseError
 
 REQUIREMENTS = "requirements.txt"
 # Outside /opt/ml: not a SageMaker path, so no script or toolkit step can mistake it for one.
 CONTAINER_PATH = "/opt/hetero-emu/wheelhouse"
-# The default image's interpreter (images/training/Dockerfile: Debian bookworm's python3).
-IMAGE_PYTHON = ("cpython", (3, 11))
+#: The file in a wheelhouse that names the image id it was resolved against.
+IMAGE_ID_FILE = ".image-id"
 TAIL_LINES = 20
-# The host's pip, run by the interpreter running the emulator (tests put a fake one here).
-PIP: tuple[str, ...] = (sys.executable, "-m", "pip")
 Progress = Callable[[str], None]
+#: Builds a wheelhouse: (the code folder pip runs in, the folder the wheels go to, progress, the file as
+#: shown to the user) -> None; raises WheelhouseError. The engine's `build_wheelhouse` is the real one.
+Builder = Callable[[Path, Path, Progress, str], None]
+# `-r other.txt`, `--requirement=other.txt`, `-c constraints.txt`: files a requirements file includes.
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
 
 
 @dataclass(frozen=True)
 class Requirements:
-    """A requirements.txt the toolkit will install: where it is and the sha256 of its bytes."""
+    """A requirements.txt the toolkit will install: where it is and the sha256 of its bytes and of
+    every file it includes (`-r`, `-c`)."""
 
     code: str  # the source_dir folder, or the sourcedir.tar.gz holding the file
     archive: bool
@@ -57,23 +63,19 @@ class Requirements:
     package: bool = False
 
 
-def interpreter_tag() -> str:
-    """The host interpreter wheels are built for, as part of the cache key: `cpython-311-linux`."""
-    return f"{sys.implementation.cache_tag}-{sys.platform}"
-
-
-def cache_key(digest: str, tag: str, package: bool = False) -> str:
-    """One wheelhouse per (requirements.txt bytes, interpreter): an edit or another Python builds anew.
-    A package's (setup.py) holds setuptools as well."""
-    return f"{tag}-{digest[:16]}{'-setuptools' if package else ''}"
+def cache_key(digest: str, image: str, package: bool = False) -> str:
+    """One wheelhouse per (requirements bytes, image): an edit or another image resolves anew. A
+    package's (setup.py) holds setuptools as well."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", image)[-80:]
+    return f"{name}-{digest[:16]}{'-setuptools' if package else ''}"
 
 
 def cache_root() -> Path:
     return default_cache_dir() / "wheelhouses"
 
 
-def location(requirements: Requirements, root: Path, tag: str) -> Path:
-    return root / cache_key(requirements.digest, tag, requirements.package)
+def location(requirements: Requirements, root: Path, image: str) -> Path:
+    return root / cache_key(requirements.digest, image, requirements.package)
 
 
 def environment(requirements: Requirements | None) -> dict[str, str]:
@@ -91,52 +93,62 @@ def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: 
     if code is None or entry_point is None or not toolkit or entry_point.endswith(".sh"):
         return None
     if archive:
-        names, content = _archive_member(code)
+        names, files = _archive_files(code)
     else:
         if not code.is_dir():
             return None
         names = set(os.listdir(code))
-        content = (code / REQUIREMENTS).read_bytes() if (code / REQUIREMENTS).is_file() else None
+        folder = code.resolve()
+
+        def files(name: str) -> bytes | None:
+            path = (folder / name).resolve()
+            return path.read_bytes() if path.is_relative_to(folder) and path.is_file() else None
+
+    content = files(REQUIREMENTS)
     if content is None or not (entry_point.endswith(".py") or "setup.py" in names):
         return None
-    return Requirements(str(code), archive, hashlib.sha256(content).hexdigest(), package="setup.py" in names)
+    return Requirements(str(code), archive, included_digest(REQUIREMENTS, files), package="setup.py" in names)
 
 
-def _archive_member(archive: Path) -> tuple[set[str], bytes | None]:
-    """The top-level names of a sourcedir.tar.gz and its requirements.txt's bytes (None: none)."""
+def included_digest(name: str, read: Callable[[str], bytes | None]) -> str:
+    """sha256 over a requirements file and every file it includes with `-r`/`-c`, recursively (paths
+    relative to the including file, as pip reads them); a file that cannot be read counts as absent."""
+    digest = hashlib.sha256()
+    seen: set[str] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        content = read(current)
+        digest.update(current.encode() + b"\0" + (content if content is not None else b"(absent)") + b"\0")
+        for line in (content or b"").decode("utf-8", errors="replace").splitlines():
+            if match := _INCLUDE.match(line):
+                pending.append(os.path.normpath(str(PurePosixPath(current).parent / match[1])))
+    return digest.hexdigest()
+
+
+def _archive_files(archive: Path) -> tuple[set[str], Callable[[str], bytes | None]]:
+    """The top-level names of a sourcedir.tar.gz and a reader of its regular files by path."""
     with tarfile.open(archive, mode="r:gz") as tar:
         members = {os.path.normpath(m.name): m for m in tar.getmembers()}
         top = {name.split("/")[0] for name in members}
-        member = members.get(REQUIREMENTS)
-        extracted = tar.extractfile(member) if member is not None and member.isfile() else None
-        return top, extracted.read() if extracted is not None else None
+        contents: dict[str, bytes] = {}
+        for name, member in members.items():
+            if member.isfile() and (name == REQUIREMENTS or name.endswith(".txt")):
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    contents[name] = extracted.read()
+    return top, contents.get
 
 
-def check_interpreter(image: str, implementation: str = sys.implementation.name,
-                      version: tuple[int, ...] = tuple(sys.version_info[:2])) -> None:
-    """The wheels are built by this interpreter; the default image's is CPython 3.11, so another one
-    would build wheels its pip refuses (the image builder refuses it for the same reason)."""
-    if image == DEFAULT_IMAGE and (implementation, tuple(version)) != IMAGE_PYTHON:
-        raise WheelhouseError(
-            f"requirements.txt: the host Python is {implementation} {'.'.join(map(str, version))}, but the "
-            f"default image's ({DEFAULT_IMAGE}, Debian bookworm) is CPython 3.11: wheels built here would "
-            "not install there",
-            hint="run hetero-emu with a CPython 3.11 interpreter",
-        )
-
-
-def ensure(
-    requirements: Requirements,
-    target: Path,
-    image: str,
-    progress: Progress,
-    pip: Sequence[str] | None = None,
-) -> bool:
-    """Build the wheelhouse `target` unless it is there already; True when it was built. Raises
-    WheelhouseError (naming the file and showing the tail of pip's output) when pip fails."""
-    check_interpreter(image)
+def ensure(requirements: Requirements, target: Path, image_id: str, progress: Progress, build: Builder) -> bool:
+    """Build the wheelhouse `target` for the image `image_id` unless it is there already (resolved
+    against that very image); True when it was built. `build` runs pip against the image; it raises
+    WheelhouseError naming the requirement, the Python and why."""
     shown = f"{requirements.code}{'!' if requirements.archive else '/'}{REQUIREMENTS}"
-    if target.is_dir():
+    if _resolved_for(target) == image_id:
         progress(f"requirements.txt: wheels cached in {target}")
         return False
     try:
@@ -148,21 +160,72 @@ def ensure(
     started = time.monotonic()
     try:
         with _code_folder(requirements) as code:
-            progress(f"requirements.txt: building its wheels once: pip wheel -r {shown}")
-            _pip_wheel([*(pip or PIP), "wheel", "--disable-pip-version-check", "--progress-bar", "off",
-                        "--wheel-dir", str(partial), "--requirement", REQUIREMENTS,
-                        *(["setuptools"] if requirements.package else [])], code, shown, progress)
+            progress(f"requirements.txt: resolving {shown} against the job's image, once")
+            build(code, partial, progress, shown)
+        (partial / IMAGE_ID_FILE).write_text(image_id + "\n")
+        # The folder appears whole or not at all: an older one (another image id) is set aside first.
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            target.rename(old)
         try:
-            # The folder appears whole or not at all; a run that built the same key meanwhile wins.
             partial.rename(target)
         except OSError:
-            if not target.is_dir():
+            if _resolved_for(target) != image_id:  # a run that built the same key meanwhile wins
                 raise
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     count = len(list(target.glob("*.whl")))
     progress(f"requirements.txt: {count} wheel(s) in {target} ({time.monotonic() - started:.1f}s)")
     return True
+
+
+def _resolved_for(target: Path) -> str | None:
+    try:
+        return (target / IMAGE_ID_FILE).read_text().strip()
+    except OSError:
+        return None
+
+
+def pip_failure(lines: Sequence[str], python: str) -> str:
+    """What pip's output says went wrong, in one phrase naming the requirement and the Python: no
+    release for this Python, not found, a conflict, a source package that does not build, no index."""
+    text = "\n".join(lines)
+    missing = re.search(r"No matching distribution found for (\S+)", text)
+    ignored = re.search(r"Ignored the following versions that require a different python version: (.*)", text)
+    if missing and ignored:
+        return (f"{missing[1]}: no release of it installs on Python {python} (releases for other Pythons: "
+                f"{ignored[1].strip()[:200]})")
+    network = re.search(r"(Could not fetch URL .*|.*(?:Max retries exceeded|Temporary failure in name resolution|"
+                        r"Network is unreachable|ProxyError|SSLError|CERTIFICATE_VERIFY_FAILED).*)", text)
+    if missing and network:
+        return f"the package index could not be reached from the image's container ({network[0].strip()[:200]})"
+    if missing:
+        return f"{missing[1]}: not found on the package index for Python {python} (no such package or version)"
+    if "ResolutionImpossible" in text or "conflict is caused by" in text:
+        cause = text.split("The conflict is caused by:", 1)[-1].split("\n\n", 1)[0] if "conflict is caused by" in text \
+            else ""
+        causes = "; ".join(line.strip() for line in cause.splitlines() if line.strip())[:400]
+        return f"conflicting requirements for Python {python}" + (f": {causes}" if causes else "")
+    built = re.search(r"(?:Failed to build|Failed building wheel for|Could not build wheels for) ([\w.-]+)", text)
+    if built:
+        return (f"{built[1]}: no wheel of it for Python {python}, and its source package does not build "
+                "there (see pip's lines)")
+    if network:
+        return f"the package index could not be reached from the image's container ({network[0].strip()[:200]})"
+    error = next((line.strip() for line in reversed(lines) if "ERROR" in line), None)
+    return error or f"pip failed on Python {python}"
+
+
+def failure(shown: str, lines: Sequence[str], python: str, exit_code: int) -> WheelhouseError:
+    """The error for a pip that failed resolving `shown` (a requirements.txt), with pip's last lines."""
+    tail = list(lines)[-TAIL_LINES:]
+    return WheelhouseError(
+        f"requirements.txt: {pip_failure(lines, python)} ({shown}, pip exit code {exit_code}); pip's last lines:\n"
+        + "\n".join(f"    {line}" for line in tail),
+        hint="fix that requirement for the image's Python, or pin one that has a wheel for it; no container "
+        "of the job was started",
+    )
 
 
 @contextlib.contextmanager
@@ -176,35 +239,3 @@ def _code_folder(requirements: Requirements) -> Iterator[Path]:
         with tarfile.open(requirements.code, mode="r:gz") as tar:
             tar.extractall(folder, filter="data")
         yield Path(folder)
-
-
-def _pip_wheel(cmd: Sequence[str], cwd: Path, shown: str, progress: Progress) -> None:
-    """Run pip, each of its lines a progress line; on failure the error names the file and shows the
-    last lines (where pip says which requirement it could not find or build)."""
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    env: Mapping[str, str] = {**os.environ, "PIP_NO_INPUT": "1"}
-    try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as err:
-        raise WheelhouseError(f"requirements.txt: cannot run {cmd[0]}: {err.strerror}",
-                              hint="the host needs pip for the interpreter that runs hetero-emu") from None
-    assert proc.stdout is not None
-    try:
-        for raw in io.TextIOWrapper(proc.stdout, errors="replace"):
-            if line := raw.rstrip():
-                tail.append(line)
-                progress(f"  {line}")
-        code = proc.wait()
-    except BaseException:
-        proc.kill()  # Ctrl-C: pip must not go on building behind us
-        proc.wait()
-        raise
-    if code != 0:
-        failed = next((line for line in reversed(tail) if "ERROR" in line), None)
-        raise WheelhouseError(
-            f"requirements.txt: pip could not build the wheels of {shown} (exit code {code})"
-            + (f": {failed.strip()}" if failed else "") + "; pip's last lines:\n"
-            + "\n".join(f"    {line}" for line in tail),
-            hint="fix the requirement (name, version) or make the host reach PyPI; no container was started",
-        )

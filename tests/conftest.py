@@ -75,13 +75,19 @@ def training_image(docker_client: object) -> str:
 
 
 @pytest.fixture(scope="session")
-def pytorch_image(docker_client: object, training_image: str) -> str:
-    """The PyTorch variant (images/pytorch/), built once per machine and skipped when up to date. Its
-    first build fetches ~2.7 GB of wheels into the build cache; scripts/test.sh builds it beforehand."""
-    from emulator.backend.image import build_image
-    from emulator.recipes import load_recipe
+def pytorch_image(docker_client: object) -> str:
+    """The PyTorch 2.x framework image (emulator.defaults.PYTORCH_IMAGE), built once per machine and
+    skipped when up to date; scripts/test.sh builds it beforehand."""
+    return framework_image(docker_client, "pytorch", "2.1.0", "py310")
 
-    report = build_image(docker_client, load_recipe("pytorch"), progress=lambda m: None)  # type: ignore[arg-type]
+
+def framework_image(docker_client: object, framework: str, version: str, py_version: str) -> str:
+    """A framework image (emulator.frameworks), built unless it is up to date."""
+    from emulator.backend.framework_build import build_framework_image
+    from emulator.frameworks import choose
+
+    report = build_framework_image(docker_client, choose(framework, version, py_version),  # type: ignore[arg-type]
+                                   progress=lambda m: None)
     return report.image
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
     # starts faster without the plan and spec modules.
     from emulator.console import Reporter
@@ -66,6 +68,15 @@ class Backend(Protocol):
 
     def image_labels(self, image: str) -> Mapping[str, str] | None:
         """The image's labels ({} when it has none), None when the engine has no such image."""
+
+    def image_id(self, image: str) -> str:
+        """The id of an image the engine has."""
+
+    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
+                         shown: str) -> None:
+        """Resolve the requirements.txt in `code` against `image` (its Python, what it already has) with
+        the package index reachable, and write the wheels it lacks into `out`; WheelhouseError naming
+        the requirement, the Python and why (`shown` names the file)."""
 
     def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
         """Once the job folder is staged and before anything is created: ready the engine's machines

@@ -223,6 +223,21 @@ class DockerBackend:
 
         build_framework_image(self.client, framework, progress=reporter)
 
+    def image_id(self, image: str) -> str:
+        """The id of an image the engine has (a wheelhouse is resolved against exactly it)."""
+        try:
+            return str(self.client.images.get(image).id)
+        except docker.errors.DockerException as err:
+            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
+
+    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
+                         shown: str) -> None:
+        """Resolve a job's requirements.txt in a container of its image that reaches the package index,
+        into `out` (emulator.backend.index_container.build_wheelhouse)."""
+        from emulator.backend.index_container import build_wheelhouse
+
+        build_wheelhouse(self.client, image, code, out, progress, shown)
+
     def image_present(self, image: str) -> bool:
         labels = self._inspect_labels(image)
         if labels is not None:

@@ -19,7 +19,7 @@ import os
 import ssl
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +82,27 @@ def run(client: docker.DockerClient, image: str, command: Sequence[str], *, envi
 
     The container's own configuration stays the image's: a commit merges it into the new image, so
     the variables are given on `env`'s command line, the folders as mounts (not volumes), and no label."""
+    with unbounded_reads(client):
+        return _run(client, image, command, environment=environment, binds=binds, on_line=on_line,
+                    tail_lines=tail_lines, commit=commit, working_dir=working_dir)
+
+
+@contextlib.contextmanager
+def unbounded_reads(client: docker.DockerClient) -> Iterator[None]:
+    """No read timeout while an index container runs: pip may be silent for minutes (a large wheel,
+    a compile) and a commit of gigabytes answers only when done; the client's own timeout comes back
+    after."""
+    before = client.api.timeout
+    client.api.timeout = None
+    try:
+        yield
+    finally:
+        client.api.timeout = before
+
+
+def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, environment: Mapping[str, str],
+         binds: Mapping[str, Mapping[str, str]], on_line: Callable[[str], None], tail_lines: int,
+         commit: Callable[[docker.models.containers.Container], None] | None, working_dir: str | None) -> Outcome:
     settings, index_binds = index_settings()
     mounts = [docker.types.Mount(target=spec["bind"], source=source, type="bind", read_only=spec.get("mode") == "ro")
               for source, spec in {**index_binds, **binds}.items()]
@@ -124,3 +145,79 @@ def run(client: docker.DockerClient, image: str, command: Sequence[str], *, envi
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] or type(exc).__name__
+
+
+# Run by the image's own Python (the interpreter of its `train`, which runs the toolkit's pip): what
+# `pip install -r requirements.txt` would install there, then exactly those, as wheels.
+_RESOLVE = r'''
+import json, os, subprocess, sys, tempfile
+out, package = sys.argv[1], sys.argv[2] == "1"
+print("PYTHON %d.%d" % sys.version_info[:2], flush=True)
+pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+scratch = tempfile.mkdtemp()
+# An old source package's build may import pkg_resources, which setuptools 81 dropped.
+constraints = os.path.join(scratch, "build-constraints.txt")
+with open(constraints, "w") as f:
+    f.write("setuptools<81\n")
+env = dict(os.environ, PIP_CONSTRAINT=constraints, PIP_BUILD_CONSTRAINT=constraints)
+report = os.path.join(scratch, "report.json")
+code = subprocess.call(pip + ["install", "--dry-run", "--prefer-binary", "--report", report,
+                              "-r", "requirements.txt"], env=env)
+if code:
+    sys.exit(code)
+wanted = []
+for item in json.load(open(report)).get("install", []):
+    name, version = item["metadata"]["name"], item["metadata"]["version"]
+    url = item.get("download_info", {}).get("url", "")
+    wanted.append(url if item.get("is_direct") else "%s==%s" % (name, version))
+    if not url.endswith(".whl"):
+        print("SDIST %s==%s" % (name, version), flush=True)
+print("FETCH %d" % len(wanted), flush=True)
+if wanted:
+    code = subprocess.call(pip + ["wheel", "--no-deps", "--prefer-binary", "-w", out] + wanted, env=env)
+    if code:
+        sys.exit(code)
+if package:
+    # `pip install . -r requirements.txt` builds "." in isolation: its setuptools comes from here too.
+    sys.exit(subprocess.call(pip + ["download", "--no-deps", "--only-binary=:all:", "-d", out,
+                                    "setuptools<81", "wheel"], env=env))
+'''
+# The toolkit's pip is the one of the interpreter that runs `train`; python3 where there is none.
+_WRAPPER = ('py=$(sed -n "1s/^#!//p" "$(command -v train 2>/dev/null)" 2>/dev/null); '
+            '[ -x "${py%% *}" ] || py=python3; exec $py -c "$0" "$@"')
+OUT = "/opt/hetero-emu/wheelhouse-out"
+
+
+def build_wheelhouse(client: docker.DockerClient, image: str, code: Path, out: Path,
+                     progress: Callable[[str], None], shown: str) -> None:
+    """Resolve the requirements.txt in `code` in a container of `image` (which reaches the index) and
+    put the wheels of what the image lacks into `out`. WheelhouseError naming the requirement, the
+    image's Python and why (emulator.wheelhouse.pip_failure)."""
+    from emulator import wheelhouse
+
+    python = "?"
+    lines: list[str] = []
+
+    def line(text: str) -> None:
+        nonlocal python
+        if text.startswith("PYTHON "):
+            python = text.split()[1]
+            progress(f"requirements.txt: pip of {image} (Python {python}) decides what the image lacks")
+        elif text.startswith("SDIST "):
+            progress(f"requirements.txt: {text.split()[1]} has no wheel for Python {python}: pip builds it from "
+                     "its source package (this can take minutes)")
+        elif text.startswith("FETCH "):
+            count = int(text.split()[1])
+            progress(f"requirements.txt: {count} package(s) to fetch" if count else
+                     "requirements.txt: the image already has everything it asks for")
+        else:
+            lines.append(text)
+            progress(f"  {text}")
+
+    package = (code / "setup.py").is_file()
+    outcome = run(client, image, ["sh", "-c", _WRAPPER, _RESOLVE, OUT, "1" if package else "0"],
+                  environment={}, binds={str(code): {"bind": "/opt/ml/code", "mode": "ro"},
+                                         str(out): {"bind": OUT, "mode": "rw"}},
+                  on_line=line, tail_lines=1, working_dir="/opt/ml/code")
+    if outcome.exit_code != 0:
+        raise wheelhouse.failure(shown, lines, python, outcome.exit_code)

@@ -62,6 +62,12 @@ echo "== trimming what a training job never imports"
 site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 find "$site" -mindepth 2 -type d -name tests -prune -exec rm -rf {} +
 rm -rf "$site"/nvidia/*/include
+# PyPI's torch is the CUDA build. What a job without a GPU never opens goes (measured with
+# /proc/self/maps: `import torch`, a gloo all_reduce, a backward pass and conv2d load none of them):
+# cuDNN's kernel libraries (libcudnn.so itself, which libtorch_cuda links, stays and loads them only on
+# a GPU) and Triton's bundled CUDA compilers.
+find "$site"/nvidia/cudnn/lib -name 'libcudnn_*.so*' -delete 2>/dev/null || true
+rm -rf "$site"/triton/third_party/cuda/bin "$site"/triton/backends/nvidia/bin
 # (pip's cache at /root/.cache/pip is the host's, mounted: it is never touched here.)
 rm -rf /tmp/* 2>/dev/null || true
 

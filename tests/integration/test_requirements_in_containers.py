@@ -1,10 +1,11 @@
 """requirements.txt offline, on the real engine with the real toolkit (README: requirements.txt).
 
 A job whose source_dir has a requirements.txt naming a small pure-Python package the default image
-lacks: the wheels are built on the host once, every host's toolkit runs its own
+lacks: pip resolves it once in a container of the job's image, every host's toolkit runs its own
 `pip install -r requirements.txt` against the read-only wheelhouse and the script imports the
-package; a second run finds the wheels cached. A requirement pip cannot find fails the run before
-anything is staged or created.
+package; a second run finds the wheels cached. On a framework image of another Python (PyTorch 1.11 on
+3.9), what the image has is not fetched again and the wheels are the image's Python's. A requirement
+pip cannot find fails the run before anything is staged or created, naming it and the Python.
 """
 
 from __future__ import annotations
@@ -81,11 +82,13 @@ def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_pa
     result = run_job(spec, reporter=first)
     built = time.monotonic() - started
     assert result.status == "Completed", result.failure_reason
-    assert any(line.startswith("requirements.txt: building its wheels once") for line in first.infos)
-    # One wheelhouse under the cache, named by the interpreter and the file's hash, holding the wheel.
+    assert any(line.startswith("requirements.txt: resolving") for line in first.infos)
+    assert ("requirements.txt: pip of hetero-emu/training:py311 (Python 3.11) decides what the image lacks"
+            in first.infos)
+    # One wheelhouse under the cache, named by the image and the file's hash, holding the wheel.
     [house] = wheel_cache.iterdir()
-    assert house.name == wheelhouse.cache_key(spec.requirements.digest, wheelhouse.interpreter_tag())  # type: ignore[union-attr]
-    assert [p.name for p in house.iterdir()] == ["tabulate-0.9.0-py3-none-any.whl"]
+    assert house.name == wheelhouse.cache_key(spec.requirements.digest, spec.image_uri)  # type: ignore[union-attr]
+    assert sorted(p.name for p in house.iterdir()) == [".image-id", "tabulate-0.9.0-py3-none-any.whl"]
 
     for host in ("algo-1", "algo-2"):
         log = [line for h, _, line in first.lines if h == host]
@@ -99,7 +102,7 @@ def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_pa
         [seen] = [json.loads(line[5:]) for line in log if line.startswith("SEEN ")]
         assert seen["version"] == "0.9.0"
         assert seen["module"].startswith("/opt/venv/lib/python3.11/site-packages/")
-        assert seen["wheels"] == ["tabulate-0.9.0-py3-none-any.whl"]
+        assert seen["wheels"] == [wheelhouse.IMAGE_ID_FILE, "tabulate-0.9.0-py3-none-any.whl"]
         assert seen["write"] == "OSError 30"  # EROFS: the wheelhouse is read-only on every host
         assert seen["env"] == {"PIP_FIND_LINKS": "/opt/hetero-emu/wheelhouse", "PIP_NO_INDEX": "1"}
 
@@ -109,7 +112,7 @@ def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_pa
     again = run_job(validate(_raw(tmp_path, PACKAGE, "wheels-second"), base_dir=tmp_path), reporter=second)
     cached = time.monotonic() - started
     assert again.status == "Completed", again.failure_reason
-    assert not any("building its wheels" in line for line in second.infos)
+    assert not any(line.startswith("requirements.txt: resolving") for line in second.infos)
     assert f"requirements.txt: wheels cached in {house}" in second.infos
     print(f"\nrequirements.txt job: first run (build) {built:.1f}s, second run (cached) {cached:.1f}s")
 
@@ -126,7 +129,7 @@ def test_a_package_with_setup_py_is_installed_offline_too(tmp_path: Path, wheel_
     assert result.status == "Completed", result.failure_reason
     [house] = wheel_cache.iterdir()
     assert house.name.endswith("-setuptools")
-    assert sorted(p.name.split("-")[0] for p in house.iterdir()) == ["setuptools", "tabulate"]
+    assert sorted(p.name.split("-")[0] for p in house.iterdir()) == [".image", "setuptools", "tabulate", "wheel"]
     for host in ("algo-1", "algo-2"):
         text = "\n".join(line for h, _, line in reporter.lines if h == host)
         assert "Installing module." in text  # the toolkit's package path, not install_requirements
@@ -142,8 +145,9 @@ def test_a_requirement_pip_cannot_find_fails_before_anything_is_created(tmp_path
     message = caught.value.message
     assert caught.value.exit_code == 3
     assert f"{tmp_path / 'code'}/requirements.txt" in message
-    assert "hetero-emu-no-such-package-4f2a" in message
-    assert "No matching distribution found" in message
+    assert ("requirements.txt: hetero-emu-no-such-package-4f2a==1.0: not found on the package index for Python "
+            "3.11") in message
+    assert "No matching distribution found" in message  # pip's own last lines follow
     # Nothing staged, no half-built wheelhouse (no_leftovers checks the engine).
     assert not (tmp_path / "out" / "wheels-missing").exists()
     assert not wheel_cache.exists() or not any(wheel_cache.iterdir())
@@ -157,7 +161,41 @@ def test_the_cli_says_which_requirement_failed_and_exits_3(tmp_path: Path, wheel
                           text=True, timeout=300, cwd=REPO, check=False,
                           env={**os.environ, "NO_COLOR": "1", "XDG_CACHE_HOME": str(wheel_cache.parents[1])})
     assert done.returncode == 3, done.stderr
-    assert "requirements.txt: pip could not build the wheels of" in done.stderr
+    assert ("requirements.txt: hetero-emu-no-such-package-4f2a==1.0: not found on the package index for Python "
+            "3.11") in done.stderr
     assert "No matching distribution found for hetero-emu-no-such-package-4f2a==1.0" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out" / "wheels-cli").exists()
+
+
+GRPC_TRAIN = """\
+import json, platform
+import google.protobuf, grpc_tools, torchvision
+print("GRPC_SEEN " + json.dumps({"python": platform.python_version(), "protobuf": google.protobuf.__version__,
+                                 "torchvision": torchvision.__version__}), flush=True)
+"""
+
+
+def test_requirements_resolve_against_a_framework_image_of_another_python(
+        tmp_path: Path, wheel_cache: Path, docker_client: Any) -> None:
+    """The PyTorch gRPC example's requirements.txt on PyTorch 1.11 (py38 -> Python 3.9): torchvision,
+    which the image has, is not fetched; grpcio-tools and protobuf come as wheels for cp39."""
+    from conftest import framework_image
+
+    image = framework_image(docker_client, "pytorch", "1.11.0", "py38")
+    raw = _raw(tmp_path, "torchvision\ngrpcio-tools\nprotobuf==3.20.2", "wheels-grpc")
+    (tmp_path / "code" / "train.py").write_text(GRPC_TRAIN)
+    spec = validate({**raw, "image_uri": image}, base_dir=tmp_path)
+    reporter = RecordingReporter()
+    result = run_job(spec, reporter=reporter)
+    assert result.status == "Completed", result.failure_reason
+    [house] = wheel_cache.iterdir()
+    wheels = sorted(p.name for p in house.glob("*.whl"))
+    assert not any(w.startswith("torchvision") for w in wheels), wheels  # the image has it
+    assert any(w.startswith("protobuf-3.20.2-") for w in wheels), wheels
+    assert all("cp39" in w or "py3" in w or "py2.py3" in w for w in wheels), wheels
+    assert any(w.startswith("grpcio_tools-") and "cp39" in w for w in wheels), wheels
+    seen = [json.loads(line.split("GRPC_SEEN ", 1)[1]) for _, _, line in reporter.lines if "GRPC_SEEN " in line]
+    assert [s["python"].rsplit(".", 1)[0] for s in seen] == ["3.9", "3.9"], seen
+    assert {s["protobuf"] for s in seen} == {"3.20.2"} and {s["torchvision"].split("+")[0] for s in seen} == {
+        "0.12.0"}

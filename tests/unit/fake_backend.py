@@ -134,6 +134,11 @@ class FakeBackend:
         # command answers: its exit code and output, by the command's first word (default: 0, none).
         self.exec_calls: list[tuple[str, tuple[str, ...], bool]] = []
         self.exec_answers: dict[str, tuple[int, bytes]] = {}
+        # build_wheelhouse: each call's image; a failure to raise instead of writing wheels; the id each
+        # image has (bump it to stand for a rebuilt image).
+        self.wheelhouse_builds: list[str] = []
+        self.wheelhouse_failure: BaseException | None = None
+        self.image_ids: dict[str, str] = {}
 
         self._lock = threading.RLock()
         self.containers: dict[str, FakeContainer] = {}  # what the fake engine holds now
@@ -187,6 +192,23 @@ class FakeBackend:
     def image_present(self, image: str) -> bool:
         self._record("image_present", image)
         return image in self.images
+
+    def image_id(self, image: str) -> str:
+        self._record("image_id", image)
+        return self.image_ids.get(image, f"sha256:id-of-{image}")
+
+    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
+                         shown: str) -> None:
+        """Like pip in the image: one wheel per `name==version` line of the code's requirements.txt."""
+        self._record("build_wheelhouse", image)
+        self.wheelhouse_builds.append(image)
+        if self.wheelhouse_failure is not None:
+            raise self.wheelhouse_failure
+        for line in (code / "requirements.txt").read_text().splitlines():
+            if line.strip() and not line.startswith(("#", "-")):
+                name, version = line.strip().split("==")
+                progress(f"  Collecting {line.strip()}")
+                (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
 
     def image_labels(self, image: str) -> dict[str, str] | None:
         self._record("image_labels", image)

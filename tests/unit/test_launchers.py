@@ -70,8 +70,9 @@ def test_a_distribution_on_an_image_without_its_launcher_fails_before_anything_s
     assert info.value.exit_code == 3
     assert info.value.message == (f"distribution.torch_distributed needs torchrun, which image {DEFAULT_IMAGE} "
                                   "does not have (it has: mpirun, sshd)")
-    # The PyTorch variant's recipe carries torchrun (images/pytorch/recipe.yaml).
-    assert info.value.hint == f"use image_uri: {PYTORCH_IMAGE} (`hetero-emu image build --variant pytorch`)"
+    # The PyTorch framework images carry torchrun; a job builds the one it names when it is missing.
+    assert info.value.hint == (f"use image_uri: {PYTORCH_IMAGE} (a PyTorch estimator's framework image, built "
+                               "when missing)")
     assert "create_network" not in fake.call_names() and "create_container" not in fake.call_names()
     assert not (tmp_path / "out" / "launchers").exists()
 

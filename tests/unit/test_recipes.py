@@ -20,6 +20,7 @@ from emulator.errors import ImageBuildError, UsageError
 from emulator.recipes import (
     LAUNCHERS_LABEL,
     image_launchers,
+    images_dir,
     launchers_label,
     load_recipe,
     parse_package_list,
@@ -76,27 +77,18 @@ def test_training_recipe_builds_the_default_image_with_mpi() -> None:
     }
 
 
-def test_pytorch_recipe_builds_the_image_pytorch_ecr_names_map_to() -> None:
-    recipe = load_recipe("pytorch")
-    assert recipe.tag == PYTORCH_IMAGE  # emulator/aws/images.py sends AWS's PyTorch images there
-    assert recipe.base_recipe == "training" and recipe.debian is None
-    # Only what is new to the training image's venv is fetched: every line pinned, nothing twice.
-    assert recipe.pip_wheel_args == ("--no-deps",)
-    pins = parse_package_list((recipe.folder / "requirements.txt").read_text())
-    assert all("==" in line for line in pins)
-    training = {line.split("==")[0] for line in
-                parse_package_list((load_recipe("training").folder / "requirements.txt").read_text())}
-    assert {"torch", "sagemaker-pytorch-training"} <= {line.split("==")[0] for line in pins}
-    assert not training & {line.split("==")[0] for line in pins}
-    # Its label: torchrun, and the training image's MPI launchers under it.
-    assert image.all_launchers(recipe) == ("mpirun", "sshd", "torchrun")
-    assert "ENV SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main" in \
-        (recipe.folder / "Dockerfile").read_text()
+def test_the_framework_recipe_ships_with_the_other_recipes_but_is_no_variant() -> None:
+    # One recipe that takes a version (emulator/backend/framework_build.py), not a folder per version.
+    folder = images_dir() / "framework"
+    assert {"install.sh", "packages.txt"} <= {p.name for p in folder.iterdir()}
+    assert "framework" not in variant_names()
+    assert {"python3-dev", "gcc", "g++", "cmake", "libopenmpi-dev", "openmpi-bin", "openssh-server"} <= set(
+        parse_package_list((folder / "packages.txt").read_text()))
 
 
 def test_variant_for_tag_names_the_recipe_that_builds_it() -> None:
-    assert variant_for_tag(PYTORCH_IMAGE) == "pytorch"
     assert variant_for_tag(DEFAULT_IMAGE) == "training"
+    assert variant_for_tag(PYTORCH_IMAGE) is None  # a framework image, built by emulator.frameworks
     assert variant_for_tag("my/custom-trainer:1") is None
 
 

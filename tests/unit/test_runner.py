@@ -588,14 +588,26 @@ def test_missing_custom_image_is_refused_before_anything_is_created(
 def test_missing_variant_image_is_refused_with_its_build_command(spec_of: Callable[..., JobSpec]) -> None:
     built: list[object] = []
     fake = FakeBackend(images=())
-    spec = spec_of(HETERO + f"image_uri: {PYTORCH_IMAGE}\n")
+    spec = spec_of(HETERO + "image_uri: hetero-emu/swarm-node:bookworm\n")
 
     with pytest.raises(ImageMissing) as info:
         run_job(spec, backend=fake, reporter=RecordingReporter(), image_builder=built.append)
 
-    assert info.value.hint == "build it with `hetero-emu image build --variant pytorch`"
-    assert built == []  # a large variant is never built on the fly, unlike the default image
+    assert info.value.hint == "build it with `hetero-emu image build --variant swarm-node`"
+    assert built == []  # another recipe's image is never built on the fly, unlike the default image
     assert not {"create_network", "create_container", "start"} & set(fake.call_names())
+
+
+def test_a_job_naming_a_framework_image_builds_it_when_missing(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend(images=())
+    built: list[str] = []
+
+    def builder(framework: FrameworkImage, rep: object) -> None:
+        built.append(framework.tag)
+        fake.images.add(framework.tag)
+
+    result, _ = run(spec_of(HETERO + f"image_uri: {PYTORCH_IMAGE}\n"), fake, framework_builder=builder)
+    assert result.status == "Completed" and built == [PYTORCH_IMAGE] and result.image_notes == ()
 
 
 AWS_PYTORCH = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"

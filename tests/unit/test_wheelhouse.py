@@ -1,11 +1,11 @@
 """requirements.txt offline (emulator.wheelhouse): the cache key, when the plan mounts a wheelhouse and
-sets pip's variables, and the build step with a fake pip (README: requirements.txt)."""
+sets pip's variables, the build step with a fake engine (its `build_wheelhouse` writes a wheel per
+line, as pip in the image would), and what pip's failures are said as (README: requirements.txt)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,42 +23,7 @@ from emulator.runner import run_job
 from emulator.spec import JobSpec
 
 PIP_VARS = {"PIP_FIND_LINKS": wheelhouse.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
-TAG = "cpython-311-linux"
-
-# A stand-in for `python -m pip`: `wheel ... --wheel-dir DIR --requirement FILE` writes one wheel per
-# requirement line into DIR and counts its calls beside itself.
-FAKE_PIP = '''\
-import sys
-from pathlib import Path
-args = sys.argv[1:]
-Path(__file__).with_suffix(".calls").open("a").write("x")
-out = Path(args[args.index("--wheel-dir") + 1])
-for line in Path(args[args.index("--requirement") + 1]).read_text().splitlines():
-    if line and not line.startswith("#"):
-        name, version = line.split("==")
-        print(f"Collecting {line}")
-        (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
-print("Successfully built")
-'''
-FAILING_PIP = '''\
-import sys
-print("Collecting no-such-thing==1.0")
-print("ERROR: Could not find a version that satisfies the requirement no-such-thing==1.0 (from versions: none)")
-print("ERROR: No matching distribution found for no-such-thing==1.0")
-sys.exit(1)
-'''
-
-
-def fake_pip(folder: Path, script: str = FAKE_PIP) -> tuple[str, ...]:
-    path = folder / "fake_pip.py"
-    path.write_text(script)
-    return (sys.executable, str(path))
-
-
-def calls(pip: tuple[str, ...]) -> int:
-    calls_file = Path(pip[1]).with_suffix(".calls")
-    return len(calls_file.read_text()) if calls_file.exists() else 0
-
+IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"
 
 @pytest.fixture
 def with_requirements(project: Path) -> Path:
@@ -77,18 +42,25 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # Cache key
 
 
-def test_the_cache_key_is_the_interpreter_and_the_files_hash() -> None:
+def test_the_cache_key_is_the_image_and_the_files_hash() -> None:
     digest = hashlib.sha256(b"tabulate==0.9.0\n").hexdigest()
-    assert wheelhouse.cache_key(digest, TAG) == f"{TAG}-{digest[:16]}"
-    assert wheelhouse.cache_key(digest, TAG) == wheelhouse.cache_key(digest, TAG)
+    key = wheelhouse.cache_key(digest, IMAGE)
+    assert key == f"hetero-emu_pytorch-training_1.11.0-py39-{digest[:16]}" and "/" not in key
     other_file = hashlib.sha256(b"tabulate==0.8.10\n").hexdigest()
-    assert wheelhouse.cache_key(other_file, TAG) != wheelhouse.cache_key(digest, TAG)
-    assert wheelhouse.cache_key(digest, "cpython-312-linux") != wheelhouse.cache_key(digest, TAG)
-    assert wheelhouse.cache_key(digest, TAG, package=True) == f"{TAG}-{digest[:16]}-setuptools"
+    assert wheelhouse.cache_key(other_file, IMAGE) != key
+    assert wheelhouse.cache_key(digest, DEFAULT_IMAGE) != key
+    assert wheelhouse.cache_key(digest, IMAGE, package=True) == f"{key}-setuptools"
 
 
-def test_the_interpreter_tag_names_this_interpreter() -> None:
-    assert wheelhouse.interpreter_tag() == f"{sys.implementation.cache_tag}-{sys.platform}"
+def test_the_digest_covers_every_file_the_requirements_include() -> None:
+    files = {"requirements.txt": b"-r base.txt\n--constraint=pins/c.txt\ngrpcio-tools\n", "base.txt": b"six\n",
+             "pins/c.txt": b"-r ../base.txt\nprotobuf==3.20.2\n"}
+    digest = wheelhouse.included_digest("requirements.txt", files.get)
+    assert digest == wheelhouse.included_digest("requirements.txt", dict(files).get)
+    for name in files:  # an edit of any of them, nested or not, is another wheelhouse
+        changed = {**files, name: files[name] + b"# edited\n"}
+        assert wheelhouse.included_digest("requirements.txt", changed.get) != digest, name
+    assert wheelhouse.included_digest("requirements.txt", {**files, "base.txt": None}.get) != digest
 
 
 def test_the_cache_lives_under_xdg_cache_home(cache: Path) -> None:
@@ -104,7 +76,14 @@ def test_the_spec_records_the_requirements_files_hash(
 ) -> None:
     spec = load(valid_raw)
     assert spec.requirements == wheelhouse.Requirements(
-        str(with_requirements.parent), False, hashlib.sha256(b"tabulate==0.9.0\n").hexdigest())
+        str(with_requirements.parent), False,
+        wheelhouse.included_digest("requirements.txt", {"requirements.txt": b"tabulate==0.9.0\n"}.get))
+    # A file it includes is read too: editing it gives the spec another digest.
+    with_requirements.write_text("-r more.txt\n")
+    (with_requirements.parent / "more.txt").write_text("six==1.17.0\n")
+    first = load(valid_raw).requirements
+    (with_requirements.parent / "more.txt").write_text("six==1.16.0\n")
+    assert first is not None and load(valid_raw).requirements != first
 
 
 def test_no_requirements_file_no_requirements(load: Callable[[dict[str, Any]], JobSpec],
@@ -136,7 +115,7 @@ def test_a_package_with_setup_py_installs_requirements_whatever_its_entry_point(
     requirements = load({**valid_raw, "entry_point": "run"}).requirements
     assert requirements is not None and requirements.package
     # Its wheelhouse holds setuptools too (pip's isolated build of "."): a key of its own.
-    assert wheelhouse.location(requirements, Path("/c"), TAG).name.endswith("-setuptools")
+    assert wheelhouse.location(requirements, Path("/c"), IMAGE).name.endswith("-setuptools")
 
 
 def test_a_sourcedir_archive_is_read_for_its_requirements(
@@ -149,7 +128,7 @@ def test_a_sourcedir_archive_is_read_for_its_requirements(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     spec = load({**valid_raw, "source_dir": "sourcedir.tar.gz"})
-    digest = hashlib.sha256(b"six==1.17.0\n").hexdigest()
+    digest = wheelhouse.included_digest("requirements.txt", {"requirements.txt": b"six==1.17.0\n"}.get)
     assert spec.requirements == wheelhouse.Requirements(str(archive), True, digest)
 
 
@@ -161,20 +140,20 @@ def test_the_plan_mounts_the_wheelhouse_read_only_on_every_host(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, tmp_path: Path
 ) -> None:
     spec = load(valid_raw)
-    plan = make_plan(spec, "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
-    folder = str(tmp_path / "wheels" / wheelhouse.cache_key(spec.requirements.digest, TAG))  # type: ignore[union-attr]
+    plan = make_plan(spec, "job", wheel_cache=tmp_path / "wheels")
+    folder = str(tmp_path / "wheels" / wheelhouse.cache_key(spec.requirements.digest, spec.image_uri))  # type: ignore[union-attr]
     assert plan.wheelhouse == folder
     for host in plan.hosts:
         assert Mount(folder, wheelhouse.CONTAINER_PATH, read_only=True) in host.container.mounts
         assert {k: host.container.environment[k] for k in PIP_VARS} == PIP_VARS
     # Pure: the same arguments, an equal plan.
-    assert plan == make_plan(spec, "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
+    assert plan == make_plan(spec, "job", wheel_cache=tmp_path / "wheels")
 
 
 def test_without_requirements_no_mount_and_no_pip_variables(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], tmp_path: Path
 ) -> None:
-    plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
+    plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels")
     assert plan.wheelhouse is None
     for host in plan.hosts:
         assert all(m.target != wheelhouse.CONTAINER_PATH for m in host.container.mounts)
@@ -184,7 +163,7 @@ def test_without_requirements_no_mount_and_no_pip_variables(
 def test_the_specs_own_pip_variables_win(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path
 ) -> None:
-    plan = make_plan(load({**valid_raw, "environment": {"PIP_NO_INDEX": "0"}}), "job", python_tag=TAG)
+    plan = make_plan(load({**valid_raw, "environment": {"PIP_NO_INDEX": "0"}}), "job")
     assert plan.hosts[0].container.environment["PIP_NO_INDEX"] == "0"
     assert plan.hosts[0].container.environment["PIP_FIND_LINKS"] == wheelhouse.CONTAINER_PATH
 
@@ -192,7 +171,7 @@ def test_the_specs_own_pip_variables_win(
 def test_render_and_compose_show_the_mount_and_the_variables(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, tmp_path: Path
 ) -> None:
-    plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels", python_tag=TAG)
+    plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels")
     assert (f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
             "PIP_FIND_LINKS=/opt/hetero-emu/wheelhouse PIP_NO_INDEX=1") in render(plan).splitlines()
     for service in compose.compose_project(plan)["services"].values():
@@ -210,21 +189,29 @@ def requirements_in(folder: Path, text: str = "tabulate==0.9.0\n") -> wheelhouse
     return wheelhouse.Requirements(str(folder), False, hashlib.sha256(text.encode()).hexdigest())
 
 
-def test_the_wheels_are_built_once_then_found_in_the_cache(tmp_path: Path) -> None:
-    pip = fake_pip(tmp_path)
+def test_the_wheels_are_resolved_once_per_image_then_found_in_the_cache(tmp_path: Path) -> None:
+    fake = FakeBackend()
     requirements = requirements_in(tmp_path / "code")
     target = tmp_path / "cache" / "key"
     lines: list[str] = []
-    assert wheelhouse.ensure(requirements, target, DEFAULT_IMAGE, lines.append, pip=pip) is True
-    assert [p.name for p in target.iterdir()] == ["tabulate-0.9.0-py3-none-any.whl"]
-    assert lines[0] == f"requirements.txt: building its wheels once: pip wheel -r {tmp_path}/code/requirements.txt"
+    assert wheelhouse.ensure(requirements, target, "sha256:one", lines.append, builder(fake)) is True
+    assert sorted(p.name for p in target.iterdir()) == [".image-id", "tabulate-0.9.0-py3-none-any.whl"]
+    assert lines[0] == (f"requirements.txt: resolving {tmp_path}/code/requirements.txt against the job's image, "
+                        "once")
     assert "  Collecting tabulate==0.9.0" in lines  # pip's own lines, as progress
     assert lines[-1].startswith(f"requirements.txt: 1 wheel(s) in {target} (")
     lines.clear()
-    assert wheelhouse.ensure(requirements, target, DEFAULT_IMAGE, lines.append, pip=pip) is False
+    assert wheelhouse.ensure(requirements, target, "sha256:one", lines.append, builder(fake)) is False
     assert lines == [f"requirements.txt: wheels cached in {target}"]
-    assert calls(pip) == 1
-    assert [p.name for p in target.parent.iterdir()] == ["key"]  # no partial folder left
+    assert len(fake.wheelhouse_builds) == 1
+    # The image was rebuilt (another id): resolved again, in place.
+    assert wheelhouse.ensure(requirements, target, "sha256:two", lines.append, builder(fake)) is True
+    assert (target / ".image-id").read_text() == "sha256:two\n" and len(fake.wheelhouse_builds) == 2
+    assert [p.name for p in target.parent.iterdir()] == ["key"]  # no partial or old folder left
+
+
+def builder(fake: FakeBackend, image: str = IMAGE) -> wheelhouse.Builder:
+    return lambda code, out, progress, shown: fake.build_wheelhouse(image, code, out, progress, shown)
 
 
 def test_an_archives_requirements_are_built_from_it_unpacked(tmp_path: Path) -> None:
@@ -237,40 +224,68 @@ def test_an_archives_requirements_are_built_from_it_unpacked(tmp_path: Path) -> 
     requirements = wheelhouse.Requirements(str(archive), True, hashlib.sha256(b"six==1.17.0\n").hexdigest())
     lines: list[str] = []
     target = tmp_path / "cache" / "key"
-    assert wheelhouse.ensure(requirements, target, DEFAULT_IMAGE, lines.append, pip=fake_pip(tmp_path))
-    assert [p.name for p in target.iterdir()] == ["six-1.17.0-py3-none-any.whl"]
-    assert lines[0] == f"requirements.txt: building its wheels once: pip wheel -r {archive}!requirements.txt"
+    assert wheelhouse.ensure(requirements, target, "sha256:x", lines.append, builder(FakeBackend()))
+    assert (target / "six-1.17.0-py3-none-any.whl").is_file()
+    assert lines[0] == f"requirements.txt: resolving {archive}!requirements.txt against the job's image, once"
 
 
-def test_a_failing_pip_is_a_clear_error_with_its_tail_and_leaves_no_wheelhouse(tmp_path: Path) -> None:
-    requirements = requirements_in(tmp_path / "code", "no-such-thing==1.0\n")
+def test_a_failing_build_leaves_no_wheelhouse(tmp_path: Path) -> None:
+    fake = FakeBackend()
+    fake.wheelhouse_failure = WheelhouseError("requirements.txt: no-such-thing==1.0: not found")
     target = tmp_path / "cache" / "key"
-    with pytest.raises(WheelhouseError) as caught:
-        wheelhouse.ensure(requirements, target, DEFAULT_IMAGE, lambda line: None,
-                          pip=fake_pip(tmp_path, FAILING_PIP))
-    err = caught.value
-    assert err.exit_code == 3
-    assert err.message.startswith(f"requirements.txt: pip could not build the wheels of {tmp_path}/code/"
-                                  "requirements.txt (exit code 1): ERROR: No matching distribution found for "
-                                  "no-such-thing==1.0; pip's last lines:\n")
-    assert "    ERROR: Could not find a version that satisfies the requirement no-such-thing==1.0" in err.message
-    assert err.hint is not None and "no container was started" in err.hint
+    with pytest.raises(WheelhouseError):
+        wheelhouse.ensure(requirements_in(tmp_path / "code"), target, "sha256:x", lambda line: None, builder(fake))
     assert list(target.parent.iterdir()) == []
 
 
-@pytest.mark.parametrize(("implementation", "version", "image", "refused"), [
-    ("cpython", (3, 12), DEFAULT_IMAGE, True),
-    ("pypy", (3, 11), DEFAULT_IMAGE, True),
-    ("cpython", (3, 11), DEFAULT_IMAGE, False),
-    ("cpython", (3, 12), "my/own:image", False),  # another image's Python is the user's to match
+# pip's own words (pip 24 and 26), and what the error makes of them.
+NO_WHEEL_FOR_PYTHON = """\
+Collecting debugpy==1.8.22
+ERROR: Ignored the following yanked versions: 1.4.2, 1.8.10
+ERROR: Ignored the following versions that require a different python version: 1.8.22 Requires-Python >=3.10
+ERROR: Could not find a version that satisfies the requirement debugpy==1.8.22 (from versions: 1.8.20, 1.8.21)
+ERROR: No matching distribution found for debugpy==1.8.22"""
+NOT_FOUND = """\
+ERROR: Could not find a version that satisfies the requirement no-such-thing==1.0 (from versions: none)
+ERROR: No matching distribution found for no-such-thing==1.0"""
+CONFLICT = """\
+ERROR: Cannot install -r requirements.txt (line 1) and protobuf==3.20.2 because these package versions have \
+conflicting dependencies.
+
+The conflict is caused by:
+    The user requested protobuf==3.20.2
+    grpcio-tools 1.62.0 depends on protobuf<5.0dev and >=4.21.6
+
+To fix this you could try to:
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/"""
+BUILD_FAILED = """\
+  error: subprocess-exited-with-error
+  ERROR: Failed building wheel for numpy
+Failed to build numpy
+ERROR: Failed to build installable wheels for some pyproject.toml based projects (numpy)"""
+NO_INDEX = """\
+WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection broken \
+by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object>: Failed to establish a new \
+connection: [Errno -3] Temporary failure in name resolution')': /simple/six/
+ERROR: Could not find a version that satisfies the requirement six (from versions: none)
+ERROR: No matching distribution found for six"""
+
+
+@pytest.mark.parametrize(("output", "said"), [
+    (NO_WHEEL_FOR_PYTHON, "debugpy==1.8.22: no release of it installs on Python 3.9 (releases for other Pythons: "
+                          "1.8.22 Requires-Python >=3.10)"),
+    (NOT_FOUND, "no-such-thing==1.0: not found on the package index for Python 3.9 (no such package or version)"),
+    (CONFLICT, "conflicting requirements for Python 3.9: The user requested protobuf==3.20.2; grpcio-tools 1.62.0 "
+               "depends on protobuf<5.0dev and >=4.21.6"),
+    (BUILD_FAILED, "numpy: no wheel of it for Python 3.9, and its source package does not build there"),
+    (NO_INDEX, "the package index could not be reached from the image's container"),
 ])
-def test_the_default_image_needs_a_cpython_311_host(implementation: str, version: tuple[int, int], image: str,
-                                                    refused: bool) -> None:
-    if refused:
-        with pytest.raises(WheelhouseError, match="default image's .* is CPython 3.11"):
-            wheelhouse.check_interpreter(image, implementation, version)
-    else:
-        wheelhouse.check_interpreter(image, implementation, version)
+def test_pips_failures_are_said_naming_the_requirement_the_python_and_why(output: str, said: str) -> None:
+    assert wheelhouse.pip_failure(output.splitlines(), "3.9").startswith(said)
+    err = wheelhouse.failure("code/requirements.txt", output.splitlines(), "3.9", 1)
+    assert err.exit_code == 3 and err.message.startswith(f"requirements.txt: {said}")
+    assert output.splitlines()[-1] in err.message  # pip's last lines follow
+    assert err.hint is not None and "no container of the job was started" in err.hint
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,41 +293,54 @@ def test_the_default_image_needs_a_cpython_311_host(implementation: str, version
 
 
 def test_the_runner_fails_before_any_container_when_pip_fails(
-    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path,
-    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, cache: Path,
 ) -> None:
-    monkeypatch.setattr(wheelhouse, "PIP", fake_pip(tmp_path, FAILING_PIP))
     spec = load(valid_raw)
     fake = FakeBackend()
+    fake.wheelhouse_failure = wheelhouse.failure("x", NOT_FOUND.splitlines(), "3.11", 1)
     with pytest.raises(WheelhouseError):
         run_job(spec, backend=fake, reporter=RecordingReporter())
     assert fake.created == [] and fake.networks_created == []
     assert not (spec.output_path / "hetero-test").exists()
 
 
-def test_the_runner_builds_the_wheelhouse_then_runs(
-    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path,
-    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_the_runner_resolves_the_wheelhouse_in_the_jobs_image_then_runs(
+    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, cache: Path,
 ) -> None:
-    pip = fake_pip(tmp_path)
-    monkeypatch.setattr(wheelhouse, "PIP", pip)
+    fake = FakeBackend()
     reporter = RecordingReporter()
-    result = run_job(load(valid_raw), backend=FakeBackend(), reporter=reporter)
+    result = run_job(load(valid_raw), backend=fake, reporter=reporter)
     assert result.status == "Completed"
     assert "requirements.txt: wheels for the hosts' pip (no package index in the containers)" in reporter.steps
+    assert fake.wheelhouse_builds == [DEFAULT_IMAGE]
     [house] = cache.iterdir()
-    assert [p.name for p in house.iterdir()] == ["tabulate-0.9.0-py3-none-any.whl"]
-    assert calls(pip) == 1
+    assert sorted(p.name for p in house.iterdir()) == [".image-id", "tabulate-0.9.0-py3-none-any.whl"]
+    assert (house / ".image-id").read_text() == f"sha256:id-of-{DEFAULT_IMAGE}\n"
+    assert fake.call_names().index("build_wheelhouse") < fake.call_names().index("create_network")
 
 
 def test_render_builds_the_wheelhouse_compose_yaml_mounts(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path,
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(wheelhouse, "PIP", fake_pip(tmp_path))
+    fake = FakeBackend()
+    monkeypatch.setattr(api, "engine", lambda name=None: fake)
     lines: list[str] = []
     plan = api.render(load(valid_raw), tmp_path / "rendered", progress=lines.append)
     assert plan.wheelhouse is not None
-    assert [p.name for p in Path(plan.wheelhouse).iterdir()] == ["tabulate-0.9.0-py3-none-any.whl"]
+    assert (Path(plan.wheelhouse) / "tabulate-0.9.0-py3-none-any.whl").is_file()
     assert f"{plan.wheelhouse}:{wheelhouse.CONTAINER_PATH}:ro" in (tmp_path / "rendered" / "compose.yaml").read_text()
-    assert lines[0].startswith("requirements.txt: building its wheels once")
+    assert lines[0].startswith("requirements.txt: resolving")
+
+
+def test_render_without_the_image_warns_and_writes_the_rest(
+    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path,
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeBackend(images=())
+    monkeypatch.setattr(api, "engine", lambda name=None: fake)
+    warnings: list[str] = []
+    plan = api.render(load(valid_raw), tmp_path / "rendered", progress=lambda line: None, warn=warnings.append)
+    assert fake.wheelhouse_builds == [] and (tmp_path / "rendered" / "compose.yaml").is_file()
+    assert any(f"({plan.wheelhouse}) was not built: image {DEFAULT_IMAGE} is not in the engine" in w
+               for w in warnings), warnings
