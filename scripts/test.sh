@@ -13,10 +13,14 @@ echo "== mypy"
 
 echo "== building the default training image (offline; skipped when up to date)"
 .venv/bin/hetero-emu image build
-# The PyTorch variant, for tests/integration/test_torch_distributed.py and the SDK tests' PyTorch
-# estimators; its first build fetches ~2.7 GB of wheels (kept in the build cache).
-echo "== building the PyTorch variant (offline; skipped when up to date)"
-.venv/bin/hetero-emu image build --variant pytorch
+# The framework images the tests run (tests/integration/test_framework_images.py, the SDK tests'
+# estimators, torch_distributed, the debugger under torchrun): PyTorch 1.x and TensorFlow 2.x on
+# Python 3.9, PyTorch 2.x on 3.11. The first build of each fetches its wheels into pip's cache under
+# ~/.cache/hetero-emu (kept between builds); jobs would build them on demand, this says when.
+echo "== building the framework images (offline; skipped when up to date)"
+.venv/bin/hetero-emu image build --framework pytorch:1.11.0 --python py38
+.venv/bin/hetero-emu image build --framework pytorch:2.1.0 --python py310
+.venv/bin/hetero-emu image build --framework tensorflow:2.9.2 --python py39
 
 # The node image of the real swarm that tests/swarm/ makes out of docker-in-docker containers.
 echo "== building the swarm node image (offline; skipped when up to date)"

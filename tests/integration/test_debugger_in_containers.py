@@ -27,6 +27,7 @@ from emulator import api
 from emulator.artifacts import JobResult
 from emulator.console import RecordingReporter
 from emulator.debugger import DebugTarget
+from emulator.defaults import PYTORCH_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -300,7 +301,7 @@ dist.destroy_process_group()
 def test_under_torchrun_the_worker_on_the_debugged_host_is_debugged(tmp_path: Path) -> None:
     script = write_script(tmp_path, TORCH_SCRIPT)
     job = debug_job(tmp_path, f"job_name: {unique('debugger-torch')}\n"
-                    "image_uri: hetero-emu/pytorch-training:py311\n"
+                    f"image_uri: {PYTORCH_IMAGE}\n"
                     "entry_point: train.py\nsource_dir: code\noutput_path: out\nmax_run: 600\n"
                     "instance_groups:\n"
                     "  - {instance_group_name: data_group, instance_type: ml.c5.xlarge, instance_count: 1}\n"

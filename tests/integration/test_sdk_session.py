@@ -114,8 +114,11 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
     # The framework's ECR image as the SDK resolved it; the local image that ran it beside it.
     assert described["AlgorithmSpecification"]["TrainingImage"].endswith("/pytorch-training:2.1.0-gpu-py310")
-    # The PyTorch estimator's image maps to the PyTorch variant (emulator/aws/images.py).
+    # Not in the engine, the PyTorch estimator's image is stood in for by the framework image of that
+    # version on the nearest Python (emulator/aws/images.py), and the job says so.
     assert described["Emulator"]["Image"] == PYTORCH_IMAGE
+    assert described["Emulator"]["StandIn"]["For"] == described["AlgorithmSpecification"]["TrainingImage"]
+    assert "pytorch 2.1.0 py310: running on Python 3.11" in described["Emulator"]["StandIn"]["Notes"]
     assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
         ("algo-1", G1, 0), ("algo-2", G2, 0), ("algo-3", G2, 0)]
 
@@ -129,11 +132,11 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
 
 def test_the_guides_tensorflow_estimator_with_mpi_on_one_group(
         project: Path, session: EmulatorSession) -> None:
-    # The image has no MPI yet: the probe runs in place of the toolkit's launcher, which is asked
-    # what it was told. The distribution is the guide's, verbatim.
+    # The probe runs in place of the toolkit's launcher, which is asked what it was told. The
+    # distribution is the guide's, verbatim; the version the one of AWS's tf.data.service example.
     g1, g2 = InstanceGroup(G1, C5, 1), InstanceGroup(G2, P3DN, 2)
     estimator = TensorFlow(
-        entry_point="train.py", source_dir=str(project / "code"), framework_version="2.13", py_version="py310",
+        entry_point="train.py", source_dir=str(project / "code"), framework_version="2.9.2", py_version="py39",
         role=ROLE, sagemaker_session=session, instance_groups=[g1, g2],
         distribution={"mpi": {"enabled": True, "processes_per_host": 8}, "instance_groups": [g2]},
         container_entry_point=["python3", "/opt/ml/code/train.py"],

@@ -473,3 +473,22 @@ def test_run_and_image_build_offer_verbose_and_run_no_build() -> None:
     build_help = CliRunner().invoke(app, ["image", "build", "--help"], terminal_width=200).output
     assert "--no-build" in run_help and "--verbose" in run_help
     assert "--verbose" in build_help
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--framework", "pytorch:1.9"], "pytorch 1.9 is not one of the pytorch versions"),
+    (["--framework", "pytorch:1.11", "--python", "py310"], "pytorch 1.11.0 was never released for py310"),
+    (["--framework", "jax:0.4"], "is not FRAMEWORK:VERSION"),
+    (["--python", "py38"], "--python goes with --framework"),
+])
+def test_image_build_refuses_a_framework_it_cannot_build_before_the_engine_is_asked(
+        args: list[str], said: str, tmp_path: Path) -> None:
+    # No engine answers at this socket: asking it would be exit 3, not the usage error's 2.
+    proc = cli("image", "build", *args, env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
+    assert_clean_error(proc, 2)
+    assert said in proc.stderr
+
+
+def test_image_build_help_explains_the_framework_options() -> None:
+    text = CliRunner().invoke(app, ["image", "build", "--help"], terminal_width=200).output
+    assert "--framework" in text and "--python" in text and "pytorch:1.11" in text and "py38" in text

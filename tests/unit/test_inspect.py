@@ -354,3 +354,17 @@ def test_an_exec_without_a_tty_keeps_stdout_and_stderr_apart() -> None:
     engine_side.close()
     _pump_exec(ours, ExecIO(stdout=out, stderr=err))
     assert out.getvalue() == b"out 1\nout 2\n" and err.getvalue() == b"err 1\n"
+
+
+def test_describe_says_which_image_ran_and_what_it_stood_in_for(tmp_path: Path) -> None:
+    named = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
+    notes = [f"image {named} is not in the Docker engine: hetero-emu/pytorch-training:1.11.0-py39 stands in for it",
+             "pytorch 1.11.0 py38: running on Python 3.9"]
+    doc = {"TrainingJobName": JOB, "TrainingJobStatus": "Completed", "AlgorithmSpecification": {"TrainingImage": named},
+           "Emulator": {"Image": "hetero-emu/pytorch-training:1.11.0-py39",
+                        "StandIn": {"For": named, "Image": "hetero-emu/pytorch-training:1.11.0-py39", "Notes": notes}}}
+    lines = cli.describe_lines(doc, tmp_path)
+    at = lines.index("image:    hetero-emu/pytorch-training:1.11.0-py39")
+    assert [line.strip() for line in lines[at + 1:at + 3]] == notes
+    plain = cli.describe_lines({**doc, "Emulator": {"Image": named}}, tmp_path)
+    assert f"image:    {named}" in plain and not any("stands in" in line for line in plain)
