@@ -20,6 +20,7 @@ from typing import Any
 
 from emulator import compose, contract, debugger, frameworks, hostfiles, jobs, staging, wheelhouse
 from emulator.artifacts import JobResult
+from emulator.aws.images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource, ulimits
 from emulator.backend.liveness import driver_alive
 from emulator.backend.registry import DEFAULT_ENGINE, engine
@@ -167,6 +168,11 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     seed = choose_seed(host_order, seed)
     if debug is not None:
         debugger.check_target(spec, debug)
+    # An ECR name runs as its stand-in unless the engine (when one answers) has it: compose.yaml names
+    # the image a run would start.
+    spec = with_image(spec, DEFAULT_IMAGE_MAP, lambda name: _engine_has(engine_name or DEFAULT_ENGINE, name))
+    for line in spec.image_notes:
+        warn(line)
     plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
                      memory=memory, debug=debug)
     progress = progress or ConsoleReporter().info
@@ -186,6 +192,13 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     if note is not None:
         warn(note)
     return plan
+
+
+def _engine_has(engine_name: str, image: str) -> bool:
+    try:
+        return engine(engine_name).image_present(image)
+    except EmulatorError:
+        return False
 
 
 def _render_wheelhouse(plan: Plan, engine_name: str, progress: Callable[[str], None],

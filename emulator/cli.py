@@ -578,11 +578,11 @@ def describe_lines(doc: dict[str, Any], folder: Path) -> list[str]:
                                                                    else ""))
     if doc.get("BillableTimeInSeconds") is not None:
         out.append(f"billable: {doc['BillableTimeInSeconds']} s")
-    emulator = doc.get("Emulator") if isinstance(doc.get("Emulator"), dict) else {}
+    emulator: dict[str, Any] = doc["Emulator"] if isinstance(doc.get("Emulator"), dict) else {}
     named = (doc.get("AlgorithmSpecification") or {}).get("TrainingImage")
     if emulator.get("Image") or named:
         out.append(f"image:    {emulator.get('Image') or named}")
-    stand_in = emulator.get("StandIn") if isinstance(emulator.get("StandIn"), dict) else {}
+    stand_in: dict[str, Any] = emulator["StandIn"] if isinstance(emulator.get("StandIn"), dict) else {}
     for note in stand_in.get("Notes") or []:  # which image stood in for the one named, on which Python
         out.append(f"          {note}")
     steps = [t for t in doc.get("SecondaryStatusTransitions") or [] if isinstance(t, dict)]

@@ -16,7 +16,8 @@ echo "== venv: /opt/venv on $($python --version)"
 $python -m venv /opt/venv
 export PATH=/opt/venv/bin:$PATH
 # bullseye's ensurepip brings pip 20.3; a pip that reads pyproject builds and --report is needed, and
-# a setuptools that still ships pkg_resources, which older source packages import when they build.
+# a setuptools that still ships pkg_resources, which older packages import (grpcio-tools' protoc at
+# run time, source packages when they build); the pins keep it (frameworks.json: setuptools).
 pip install --progress-bar off --upgrade "pip==24.3.1" "setuptools==75.3.0" "wheel==0.45.1"
 
 echo "== packages: $(grep -c . "$HETERO_EMU_REQUIREMENTS") pinned requirements"

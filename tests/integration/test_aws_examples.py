@@ -72,6 +72,7 @@ def test_the_pytorch_grpc_data_offload_example(tmp_path: Path) -> None:
     data.mkdir()
     for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):  # what the notebook uploads (unread)
         (data / f"{name}.gz").write_bytes(gzip.compress((code / "data" / "MyMNIST" / "raw" / name).read_bytes()))
+    (tmp_path / "s3").mkdir()
     session = EmulatorSession(s3_root=tmp_path / "s3")
     location = session.upload_data(str(data), key_prefix="DEMO-MNIST")
     estimator = PyTorch(
@@ -102,16 +103,18 @@ def test_the_pytorch_grpc_data_offload_example(tmp_path: Path) -> None:
 def test_the_tensorflow_tf_data_service_example(tmp_path: Path) -> None:
     code = tmp_path / "code"
     shutil.copytree(EXAMPLES / "tf_data_service" / "code", code)
+    (tmp_path / "s3").mkdir()
     session = EmulatorSession(s3_root=tmp_path / "s3")
+    data_group = InstanceGroup("data_group", "ml.c5.18xlarge", 2)
+    dnn_group = InstanceGroup("dnn_group", "ml.p4d.24xlarge", 1)
     estimator = TensorFlow(
         entry_point="launcher.py", source_dir=str(code), framework_version="2.9.2", py_version="py39", role=ROLE,
         volume_size=10, max_run=1800, disable_profiler=True, sagemaker_session=session,
-        instance_groups=[InstanceGroup("data_group", "ml.c5.18xlarge", 2),
-                         InstanceGroup("dnn_group", "ml.p4d.24xlarge", 1)],
+        instance_groups=[data_group, dnn_group],
         hyperparameters={"epochs": 1, "steps_per_epoch": 3, "batch_size": 16, "tf_data_mode": "service",
                          "num_of_data_workers": 1},
         distribution={"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "--NCCL_DEBUG WARN"},
-                      "instance_groups": [InstanceGroup("dnn_group", "ml.p4d.24xlarge", 1)]},
+                      "instance_groups": [dnn_group]},
     )
     estimator.fit(job_name="tf-hetero-data-service", logs=False)
 

@@ -122,6 +122,7 @@ def test_an_image_tagged_with_the_ecr_name_wins_over_the_stand_in(
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text(
         "import platform; print('PYTHON_IS ' + platform.python_version(), flush=True)\n")
+    (tmp_path / "s3").mkdir()
     session = EmulatorSession(s3_root=tmp_path / "s3")
     estimator = PyTorch(entry_point="train.py", source_dir=str(tmp_path / "code"), framework_version="1.11.0",
                         py_version="py38", role=ROLE, sagemaker_session=session,
