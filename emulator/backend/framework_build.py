@@ -5,15 +5,18 @@ Four steps, reported as every image build reports them (`emulator.backend.image`
 1. the Debian rootfs of the Python the image runs (bullseye 3.9, bookworm 3.11, trixie 3.13) with
    images/framework/packages.txt, made with mmdebstrap and cached by its recipe;
 2. that tarball `docker import`ed as `hetero-emu/base:framework-<suite>`;
-3. images/framework/install.sh in a container of that base which reaches the package index
+3. the venv: images/framework/venv.sh in a container of that base which reaches the package index
    (`emulator.backend.index_container`): pip installs the pinned framework, its companions and the
    toolkits into /opt/venv with the host's pip cache mounted (a second build downloads nothing), and a
-   TensorFlow image compiles Horovod once per (Horovod, TensorFlow, Python);
-4. the container committed as the image, with the environment AWS's image of the framework has.
+   TensorFlow image compiles Horovod once per (Horovod, TensorFlow, Python); the container is
+   committed as a stage image, kept while the rootfs, venv.sh and the pins stay the same;
+4. images/framework/configure.sh (ssh, PAM, the /opt/ml folders) in a container of the stage image,
+   committed as the image with the environment AWS's image of the framework has.
 
 A `docker build` would copy the multi-gigabyte wheels into the build context, a layer, and a second
-stage; a commit writes the installed files once. The image carries a label with the hash of its recipe
-(the folder, the rootfs recipe, the pins); when an image with that tag and label exists nothing is done.
+stage; a commit writes the installed files once. Like Docker's layer cache, a change to stage 4's
+files redoes stage 4 alone (seconds), not the gigabytes of stage 3. Each image carries a label with
+the hash of what made it; when an image with that tag and label exists its step is skipped.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ VARIANT = "framework"
 #: Labels on a framework image: what it is, so `describe` and the tests can say it without running it.
 FRAMEWORK_LABEL = "hetero-emu.image.framework"
 BUILD = "/opt/hetero-emu-build"
-#: The files of images/training/ that install.sh copies in (sshd and ssh settings): part of the hash.
+#: The files of images/training/ that configure.sh copies in (sshd and ssh settings): part of the hash.
 SHARED_FILES = ("training/sshd.conf", "training/ssh.conf")
 _PIP_FAILURE = re.compile(r"^(ERROR: .*)$")
+#: PATH in every framework image: the venv's `train`, python and pip first.
+IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def base_recipe(suite: str) -> Recipe:
@@ -59,14 +64,31 @@ def base_recipe(suite: str) -> Recipe:
                   pip_wheel_args=())
 
 
-def recipe_hash(target: FrameworkImage) -> str:
-    """sha256 of what decides the image: the recipe folder and rootfs recipe, the shared ssh settings,
-    and the pins."""
-    digest = hashlib.sha256(images.recipe_hash(base_recipe(target.suite)).encode())
-    for name in SHARED_FILES:
-        digest.update(name.encode() + b"\0" + _read(images_dir() / name) + b"\0")
-    digest.update(json.dumps([target.requirements, target.horovod, target.python, target.training_module]).encode())
+#: The stage image of a framework image's venv (step 3), reused while what made it is unchanged.
+STAGE_REPOSITORY = "hetero-emu/framework-stage"
+
+
+def venv_hash(target: FrameworkImage) -> str:
+    """sha256 of what decides the venv (step 3): the rootfs recipe, venv.sh and the pins."""
+    folder = images_dir() / VARIANT
+    digest = hashlib.sha256(images._rootfs_recipe(base_recipe(target.suite)).encode())
+    digest.update(b"venv.sh\0" + _read(folder / "venv.sh") + b"\0")
+    digest.update(json.dumps([target.requirements, target.horovod, target.python]).encode())
     return digest.hexdigest()
+
+
+def recipe_hash(target: FrameworkImage) -> str:
+    """sha256 of what decides the image: its venv's hash, configure.sh, the shared ssh settings and the
+    toolkit's module."""
+    digest = hashlib.sha256(venv_hash(target).encode())
+    for name in (f"{VARIANT}/configure.sh", *SHARED_FILES):
+        digest.update(name.encode() + b"\0" + _read(images_dir() / name) + b"\0")
+    digest.update(target.training_module.encode())
+    return digest.hexdigest()
+
+
+def stage_tag(target: FrameworkImage) -> str:
+    return f"{STAGE_REPOSITORY}:{target.framework}-{target.version}-py{target.python.replace('.', '')}"
 
 
 def up_to_date(client: docker.DockerClient, target: FrameworkImage) -> bool:
@@ -119,22 +141,37 @@ def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Pa
     base = base_recipe(target.suite)
     # The rootfs is redone only with --rebuild of the rootfs itself; a framework --rebuild keeps it.
     base_step = images._step_base(client, base, cache, rebuild=False, steps=steps, log=log)
+    stage, venv = stage_tag(target), venv_hash(target)
+    if not rebuild and images._labels(client, stage).get(images.RECIPE_LABEL) == venv:
+        steps.info(f"✓ {images._title(base, 3, f'venv: {stage} is up to date')}")
+        venv_step = "venv: up to date"
+    else:
+        title = images._title(base, 3, f"venv: pip in a container of {images.base_image(base)} "
+                                       f"({len(target.requirements)} pins{', horovod' if target.horovod else ''})")
+        old_stage = images._image_id(client, stage)
+        with steps.task(title, log=log) as task:
+            _in_container(client, target, images.base_image(base), "venv.sh", cache, task,
+                          stage, {"Env": [f"PATH={IMAGE_PATH}"], "Cmd": ["bash"],
+                                  "Labels": {images.RECIPE_LABEL: venv, images.STAGE_LABEL: "framework-venv"}})
+        images._remove_quietly(client, old_stage, keep=images._image_id(client, stage))
+        venv_step = "venv: built"
     old_image = images._image_id(client, target.tag)
-    title = images._title(base, 3, f"install: pip in a container of {images.base_image(base)} "
-                                   f"({len(target.requirements)} pins{', horovod' if target.horovod else ''})")
-    with steps.task(title, log=log) as task:
-        _install_and_commit(client, target, images.base_image(base), cache, want, task)
-    steps.info(f"✓ {images._title(base, 4, f'commit: {target.tag}')}")
+    with steps.task(images._title(base, 4, f"configure and commit {target.tag}"), log=log) as task:
+        _in_container(client, target, stage, "configure.sh", cache, task, target.tag, _image_config(target, want))
     images._remove_quietly(client, old_image, keep=images._image_id(client, target.tag))
-    return base_step, "install: done", f"commit: {target.tag}"
+    return base_step, venv_step, f"commit: {target.tag}"
 
 
-def _install_and_commit(client: docker.DockerClient, target: FrameworkImage, base: str, cache: Path, want: str,
-                        task: Task) -> None:
+def _in_container(client: docker.DockerClient, target: FrameworkImage, image: str, script: str, cache: Path,
+                  task: Task, tag: str, config: dict[str, object]) -> None:
+    """Run images/framework/<script> in a container of `image` that reaches the index; commit it as
+    `tag` with exactly `config`. ImageBuildError naming pip's error when the script fails."""
     pip_cache = cache / "pip"
     horovod = cache / "horovod" / _horovod_key(target)
     for folder in (pip_cache, horovod):
         images._mkdir(folder)
+    labels = config.get("Labels")
+    want = labels.get(images.RECIPE_LABEL) if isinstance(labels, dict) else None
     with tempfile.TemporaryDirectory(prefix="hetero-emu-framework-") as tmp:
         (Path(tmp) / "requirements.txt").write_text("".join(pin + "\n" for pin in target.requirements))
         binds = {
@@ -147,21 +184,21 @@ def _install_and_commit(client: docker.DockerClient, target: FrameworkImage, bas
                        "HETERO_EMU_REQUIREMENTS": BUILD + "/job/requirements.txt"}
 
         def commit(container: docker.models.containers.Container) -> None:
-            task.log(f"committing the container as {target.tag}")
-            repository, tag = target.tag.rsplit(":", 1)
-            container.commit(repository=repository, tag=tag, conf=_image_config(target, want))
+            task.log(f"committing the container as {tag}")
+            repository, name = tag.rsplit(":", 1)
+            container.commit(repository=repository, tag=name, conf=config)
 
         outcome = index_container.run(
-            client, base, ["bash", BUILD + "/images/" + VARIANT + "/install.sh"], environment=environment,
+            client, image, ["bash", f"{BUILD}/images/{VARIANT}/{script}"], environment=environment,
             binds=binds, on_line=task.log, commit=commit)
     if outcome.exit_code != 0:
         failed = next((line for line in reversed(outcome.tail) if _PIP_FAILURE.match(line)), None)
         raise ImageBuildError(
-            f"installing {target.framework} {target.version} on Python {target.python} failed (exit code "
+            f"{script} of {target.framework} {target.version} on Python {target.python} failed (exit code "
             f"{outcome.exit_code})" + (f": {failed}" if failed else ""),
             hint="the build container needs the package index (PyPI) as the host reaches it; see the output above")
-    if images._labels(client, target.tag).get(images.RECIPE_LABEL) != want:
-        raise ImageBuildError(f"committing {target.tag} left no image with the new label",
+    if images._labels(client, tag).get(images.RECIPE_LABEL) != want:
+        raise ImageBuildError(f"committing {tag} left no image with the new label",
                               hint=f"run `hetero-emu image build --framework {target.framework}:{target.version} "
                                    f"--python {target.py_version} --rebuild`")
 
@@ -172,7 +209,7 @@ def _image_config(target: FrameworkImage, want: str) -> dict[str, object]:
     return {
         "Env": [
             "VIRTUAL_ENV=/opt/venv",
-            "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            f"PATH={IMAGE_PATH}",
             "LANG=C.UTF-8",
             "PYTHONUNBUFFERED=1",
             "PYTHONDONTWRITEBYTECODE=1",

@@ -11,7 +11,8 @@ same shape (tests/integration/aws_examples/: our own scripts using the same APIs
   tensorflow-addons from requirements.txt; world rank 0 stops every host's data service.
 
 Every host exits 0, the trainer's model reaches `model_data`, and the job says which image stood in
-and on which Python.
+and on which Python. `max_run` is scaled down with the rest (the notebooks' 4800 and 1800 s), so a
+data server left waiting fails the job within pytest's timeout.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_the_pytorch_grpc_data_offload_example(tmp_path: Path) -> None:
     location = session.upload_data(str(data), key_prefix="DEMO-MNIST")
     estimator = PyTorch(
         framework_version="1.11.0", py_version="py38", role=ROLE, entry_point="launcher.py",
-        source_dir=str(code), volume_size=10, max_run=4800, disable_profiler=True, debugger_hook_config=False,
+        source_dir=str(code), volume_size=10, max_run=480, disable_profiler=True, debugger_hook_config=False,
         sagemaker_session=session,
         instance_groups=[InstanceGroup("data_group", "ml.c5.9xlarge", 1),
                          InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)],
@@ -109,7 +110,7 @@ def test_the_tensorflow_tf_data_service_example(tmp_path: Path) -> None:
     dnn_group = InstanceGroup("dnn_group", "ml.p4d.24xlarge", 1)
     estimator = TensorFlow(
         entry_point="launcher.py", source_dir=str(code), framework_version="2.9.2", py_version="py39", role=ROLE,
-        volume_size=10, max_run=1800, disable_profiler=True, sagemaker_session=session,
+        volume_size=10, max_run=480, disable_profiler=True, sagemaker_session=session,
         instance_groups=[data_group, dnn_group],
         hyperparameters={"epochs": 1, "steps_per_epoch": 3, "batch_size": 16, "tf_data_mode": "service",
                          "num_of_data_workers": 1},

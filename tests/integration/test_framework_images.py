@@ -41,7 +41,7 @@ info = {"python": platform.python_version(), "module": os.environ.get("SM_FRAMEW
 if os.environ["FRAMEWORK"] == "pytorch":
     import torch
     info["version"] = torch.__version__
-    # What the CUDA build keeps for a job without a GPU is enough to train (install.sh trims the rest).
+    # What the CUDA build keeps for a job without a GPU is enough to train (venv.sh trims the rest).
     layer = torch.nn.Conv2d(3, 4, 3)
     layer(torch.randn(2, 3, 8, 8)).sum().backward()
     info["cuda"] = torch.cuda.is_available()

@@ -105,3 +105,27 @@ def test_the_framework_option() -> None:
     for bad in ("pytorch", "torch:1.11", "pytorch:"):
         with pytest.raises(UsageError):
             parse_framework(bad)
+
+
+def test_a_change_to_configure_sh_keeps_the_venv_stage_and_one_to_venv_sh_redoes_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from emulator import recipes
+    from emulator.backend import framework_build
+
+    shutil.copytree(recipes.images_dir(), tmp_path / "images")
+    monkeypatch.setattr(framework_build, "images_dir", lambda: tmp_path / "images")
+    monkeypatch.setattr(recipes, "images_dir", lambda: tmp_path / "images")
+    target = choose("pytorch", "1.11.0", "py38")
+    venv, whole = framework_build.venv_hash(target), framework_build.recipe_hash(target)
+    with (tmp_path / "images" / "framework" / "configure.sh").open("a") as f:
+        f.write("# changed\n")
+    assert framework_build.venv_hash(target) == venv and framework_build.recipe_hash(target) != whole
+    changed = framework_build.recipe_hash(target)
+    with (tmp_path / "images" / "framework" / "venv.sh").open("a") as f:
+        f.write("# changed\n")
+    assert framework_build.venv_hash(target) != venv and framework_build.recipe_hash(target) != changed
+    # Another version of the same framework is another venv.
+    assert framework_build.venv_hash(choose("pytorch", "1.12.1", "py38")) != framework_build.venv_hash(target)
+    assert framework_build.stage_tag(target) == "hetero-emu/framework-stage:pytorch-1.11.0-py39"

@@ -80,7 +80,7 @@ def test_training_recipe_builds_the_default_image_with_mpi() -> None:
 def test_the_framework_recipe_ships_with_the_other_recipes_but_is_no_variant() -> None:
     # One recipe that takes a version (emulator/backend/framework_build.py), not a folder per version.
     folder = images_dir() / "framework"
-    assert {"install.sh", "packages.txt"} <= {p.name for p in folder.iterdir()}
+    assert {"venv.sh", "configure.sh", "packages.txt"} <= {p.name for p in folder.iterdir()}
     assert "framework" not in variant_names()
     assert {"python3-dev", "gcc", "g++", "cmake", "libopenmpi-dev", "openmpi-bin", "openssh-server"} <= set(
         parse_package_list((folder / "packages.txt").read_text()))

@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--grpc-workers", type=int, default=1)
     args, _ = parser.parse_known_args()
     q: mp.Queue = mp.Queue(maxsize=32)
-    producer = mp.Process(target=fill, args=(q, args), daemon=True)
+    producer = mp.Process(target=fill, args=(q, args))  # not a daemon: its DataLoader has workers
     producer.start()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.grpc_workers))
     batches_pb2_grpc.add_BatchFeedServicer_to_server(Feed(q), server)

@@ -1,13 +1,15 @@
 #!/bin/bash
-# Installs one framework image (images/README.md, Framework images) into a container of its Debian
-# rootfs; emulator/backend/framework_build.py runs it with the package index reachable and commits the
-# container as the image. Nothing here is baked in from the host: the host's CA bundle, pip's cache and
-# the Horovod wheel cache are bind mounts, which a commit leaves out.
+# Stage 1 of a framework image (images/README.md, Framework images): the venv. Run by
+# emulator/backend/framework_build.py in a container of the Debian rootfs with the package index
+# reachable; the container is committed as the stage image, which a rebuild reuses while the rootfs,
+# this file and the pins are unchanged (stage 2, configure.sh, is redone on its own). Nothing from
+# the host is baked in: the CA bundle, pip's cache and the Horovod wheel cache are bind mounts, which
+# a commit leaves out.
 #
-#   /opt/hetero-emu-build/requirements.txt   the pinned packages of the venv (frameworks.requirements)
-#   /opt/hetero-emu-build/images/            the recipes (sshd.conf and ssh.conf of images/training)
-#   /opt/hetero-emu-build/wheels/            Horovod's wheel, built once per (Horovod, TensorFlow, Python)
+#   HETERO_EMU_REQUIREMENTS                   the pinned packages of the venv (frameworks.requirements)
+#   HETERO_EMU_PYTHON                         the Python the venv runs: 3.9, 3.11 or 3.13
 #   HETERO_EMU_HOROVOD                        Horovod's version, or empty
+#   /opt/hetero-emu-build/wheels/             Horovod's wheel, built once per (Horovod, TensorFlow, Python)
 set -euo pipefail
 build=/opt/hetero-emu-build
 python="python${HETERO_EMU_PYTHON:?}"
@@ -41,24 +43,6 @@ if [ -n "${HETERO_EMU_HOROVOD:-}" ]; then
   python -c 'import horovod.tensorflow as hvd; assert hvd.mpi_built(), "horovod was built without MPI"'
 fi
 
-echo "== sshd and ssh as in the default image, PAM as in AWS's images"
-install -m 0644 $build/images/training/sshd.conf /etc/ssh/sshd_config.d/hetero-emu.conf
-install -m 0644 $build/images/training/ssh.conf /etc/ssh/ssh_config.d/hetero-emu.conf
-if [ ! -d /etc/ssh/sshd_config.d ] || ! grep -q '^Include /etc/ssh/sshd_config.d' /etc/ssh/sshd_config; then
-  # bullseye's sshd_config has no Include line: the settings go first, where sshd takes them.
-  { cat /etc/ssh/sshd_config.d/hetero-emu.conf; cat /etc/ssh/sshd_config; } > /tmp/sshd_config
-  mv /tmp/sshd_config /etc/ssh/sshd_config
-fi
-if ! grep -q '^Include /etc/ssh/ssh_config.d' /etc/ssh/ssh_config; then
-  { cat /etc/ssh/ssh_config.d/hetero-emu.conf; cat /etc/ssh/ssh_config; } > /tmp/ssh_config
-  mv /tmp/ssh_config /etc/ssh/ssh_config
-fi
-sed -i 's/^session\s*required\s*pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd
-grep -q '^session\s*optional\s*pam_loginuid.so' /etc/pam.d/sshd
-rm -f /etc/ssh/ssh_host_*
-mkdir -p /opt/ml/code /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data \
-  /opt/ml/checkpoints /run/sshd
-
 echo "== trimming what a training job never imports"
 site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 find "$site" -mindepth 2 -type d -name tests -prune -exec rm -rf {} +
@@ -71,7 +55,4 @@ find "$site"/nvidia/cudnn/lib -name 'libcudnn_*.so*' -delete 2>/dev/null || true
 rm -rf "$site"/triton/third_party/cuda/bin "$site"/triton/backends/nvidia/bin
 # (pip's cache at /root/.cache/pip is the host's, mounted: it is never touched here.)
 rm -rf /tmp/* 2>/dev/null || true
-
-mkdir -p /opt/hetero-emu
-pip freeze --all > /opt/hetero-emu/packages.txt
-echo "== $(wc -l < /opt/hetero-emu/packages.txt) packages in /opt/venv; du: $(du -sh /opt/venv | cut -f1)"
+echo "== $(pip list 2>/dev/null | tail -n +3 | wc -l) packages in /opt/venv; du: $(du -sh /opt/venv | cut -f1)"
