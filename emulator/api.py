@@ -512,8 +512,9 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
 
         name, version = frameworks.parse_framework(framework)
         target = frameworks.choose(name, version, python)  # usage errors before the engine is asked
-        if target.substituted:
-            as_step_reporter(progress, verbose).info(target.python_note())
+        for line in (target.python_note() if target.substituted else None, target.horovod_missing()):
+            if line is not None:
+                as_step_reporter(progress, verbose).info(line)
         return build_framework_image(connect(), target, rebuild=rebuild, progress=progress, verbose=verbose)
     if python is not None:
         raise UsageError("--python goes with --framework", hint="e.g. --framework pytorch:1.11 --python py38")

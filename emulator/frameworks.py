@@ -61,6 +61,13 @@ class FrameworkImage:
     #: Horovod's version, compiled against the framework with MPI (TensorFlow images); None: none.
     horovod: str | None = None
 
+    def horovod_missing(self) -> str | None:
+        """Why a TensorFlow image has no Horovod (None for PyTorch, or when it has one)."""
+        if self.framework != "tensorflow" or self.horovod is not None:
+            return None
+        why = table()["tensorflow"][self.version].get("horovod_note") or "no Horovod release builds against it"
+        return f"tensorflow {self.version}: no Horovod in the image ({why})"
+
     @property
     def suite(self) -> str:
         return DEBIAN_PYTHONS[self.python]

@@ -516,6 +516,8 @@ class Run:
             raise ImageMissing(f"the framework image {framework.tag} is not built yet", hint=f"run `{command}`")
         self.reporter.step(f"the framework image {framework.tag} is missing: building it "
                            f"({framework.framework} {framework.version} on Python {framework.python})")
+        if (missing := framework.horovod_missing()) is not None:
+            self.reporter.warn(missing)
         self.framework_builder(framework, self.reporter)
 
     def ensure_wheels(self) -> None:

@@ -191,13 +191,18 @@ def pip_failure(lines: Sequence[str], python: str) -> str:
     """What pip's output says went wrong, in one phrase naming the requirement and the Python: no
     release for this Python, not found, a conflict, a source package that does not build, no index."""
     text = "\n".join(lines)
+    # The resolver's own probe of the index (emulator.backend.index_container), after pip failed.
+    unreachable = re.search(r"^INDEX_UNREACHABLE (.*)$", text, re.MULTILINE)
+    if unreachable:
+        return f"the package index could not be reached from the image's container: {unreachable[1][:300]}"
     missing = re.search(r"No matching distribution found for (\S+)", text)
     ignored = re.search(r"Ignored the following versions that require a different python version: (.*)", text)
     if missing and ignored:
         return (f"{missing[1]}: no release of it installs on Python {python} (releases for other Pythons: "
                 f"{ignored[1].strip()[:200]})")
     network = re.search(r"(Could not fetch URL .*|.*(?:Max retries exceeded|Temporary failure in name resolution|"
-                        r"Network is unreachable|ProxyError|SSLError|CERTIFICATE_VERIFY_FAILED).*)", text)
+                        r"Network is unreachable|Connection refused|ProxyError|SSLError|"
+                        r"CERTIFICATE_VERIFY_FAILED).*)", text)
     if missing and network:
         return f"the package index could not be reached from the image's container ({network[0].strip()[:200]})"
     if missing:

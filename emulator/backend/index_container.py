@@ -164,6 +164,14 @@ report = os.path.join(scratch, "report.json")
 code = subprocess.call(pip + ["install", "--dry-run", "--prefer-binary", "--report", report,
                               "-r", "requirements.txt"], env=env)
 if code:
+    # "Not found" is also what pip says when it reached no index at all: ask the index itself.
+    import ssl, urllib.request
+    index = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
+    try:
+        context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+        urllib.request.urlopen(index.rstrip("/") + "/pip/", timeout=20, context=context).read(1)
+    except Exception as err:
+        print("INDEX_UNREACHABLE %s (%s)" % (index, err), flush=True)
     sys.exit(code)
 wanted = []
 for item in json.load(open(report)).get("install", []):

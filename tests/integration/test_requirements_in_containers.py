@@ -199,3 +199,17 @@ def test_requirements_resolve_against_a_framework_image_of_another_python(
     assert [s["python"].rsplit(".", 1)[0] for s in seen] == ["3.9", "3.9"], seen
     assert {s["protobuf"] for s in seen} == {"3.20.2"} and {s["torchvision"].split("+")[0] for s in seen} == {
         "0.12.0"}
+
+
+def test_no_package_index_is_said_before_anything_is_created(
+        tmp_path: Path, wheel_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index a wheelhouse needs cannot be reached (here: an index URL where nothing listens, which
+    the container's pip is given as the host's is): one message saying so, nothing staged."""
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    spec = validate(_raw(tmp_path, PACKAGE, "wheels-no-index"), base_dir=tmp_path)
+    with pytest.raises(WheelhouseError) as caught:
+        run_job(spec, reporter=RecordingReporter())
+    assert caught.value.message.startswith(
+        "requirements.txt: the package index could not be reached from the image's container"), caught.value.message
+    assert not (tmp_path / "out" / "wheels-no-index").exists()

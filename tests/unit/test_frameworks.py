@@ -129,3 +129,10 @@ def test_a_change_to_configure_sh_keeps_the_venv_stage_and_one_to_venv_sh_redoes
     # Another version of the same framework is another venv.
     assert framework_build.venv_hash(choose("pytorch", "1.12.1", "py38")) != framework_build.venv_hash(target)
     assert framework_build.stage_tag(target) == "hetero-emu/framework-stage:pytorch-1.11.0-py39"
+
+
+def test_tensorflow_from_2_16_has_no_horovod_and_says_why() -> None:
+    assert choose("tensorflow", "2.9.2", "py39").horovod_missing() is None
+    assert choose("pytorch", "2.1.0", "py310").horovod_missing() is None
+    said = choose("tensorflow", "2.16.2", "py310").horovod_missing()
+    assert said is not None and said.startswith("tensorflow 2.16.2: no Horovod in the image") and "Keras 3" in said

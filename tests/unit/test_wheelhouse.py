@@ -279,6 +279,8 @@ ERROR: No matching distribution found for six"""
                "depends on protobuf<5.0dev and >=4.21.6"),
     (BUILD_FAILED, "numpy: no wheel of it for Python 3.9, and its source package does not build there"),
     (NO_INDEX, "the package index could not be reached from the image's container"),
+    (NOT_FOUND + "\nINDEX_UNREACHABLE http://127.0.0.1:9/simple (<urlopen error [Errno 111] Connection refused>)",
+     "the package index could not be reached from the image's container: http://127.0.0.1:9/simple"),
 ])
 def test_pips_failures_are_said_naming_the_requirement_the_python_and_why(output: str, said: str) -> None:
     assert wheelhouse.pip_failure(output.splitlines(), "3.9").startswith(said)
