@@ -7,7 +7,7 @@ CI can never go green by silently skipping every container test.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -75,20 +75,24 @@ def training_image(docker_client: object) -> str:
 
 
 @pytest.fixture(scope="session")
-def pytorch_image(docker_client: object) -> str:
-    """The PyTorch 2.x framework image (emulator.defaults.PYTORCH_IMAGE), built once per machine and
-    skipped when up to date; scripts/test.sh builds it beforehand."""
-    return framework_image(docker_client, "pytorch", "2.1.0", "py310")
-
-
-def framework_image(docker_client: object, framework: str, version: str, py_version: str) -> str:
-    """A framework image (emulator.frameworks), built unless it is up to date."""
+def framework_image(docker_client: object) -> Callable[[str, str, str], str]:
+    """Builds a framework image (emulator.frameworks) unless it is up to date, and names it:
+    `framework_image("pytorch", "1.11.0", "py38")`. scripts/test.sh builds the ones the tests use."""
     from emulator.backend.framework_build import build_framework_image
     from emulator.frameworks import choose
 
-    report = build_framework_image(docker_client, choose(framework, version, py_version),  # type: ignore[arg-type]
-                                   progress=lambda m: None)
-    return report.image
+    def build(framework: str, version: str, py_version: str) -> str:
+        report = build_framework_image(docker_client, choose(framework, version, py_version),  # type: ignore[arg-type]
+                                       progress=lambda m: None)
+        return str(report.image)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def pytorch_image(framework_image: Callable[[str, str, str], str]) -> str:
+    """The PyTorch 2.x framework image (emulator.defaults.PYTORCH_IMAGE)."""
+    return framework_image("pytorch", "2.1.0", "py310")
 
 
 def managed_resources(client: object) -> list[str]:

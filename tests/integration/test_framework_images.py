@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
-from conftest import framework_image
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 
@@ -82,9 +82,9 @@ def matrix_lines(reporter: RecordingReporter) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("framework", "version", "py_version", "python"), MATRIX)
 def test_a_framework_image_runs_its_version_and_python_and_a_distributed_step(
-        tmp_path: Path, docker_client: docker.DockerClient, framework: str, version: str, py_version: str,
-        python: str) -> None:
-    image = framework_image(docker_client, framework, version, py_version)
+        tmp_path: Path, framework_image: Callable[[str, str, str], str], framework: str, version: str,
+        py_version: str, python: str) -> None:
+    image = framework_image(framework, version, py_version)
     assert image == choose(framework, version, py_version).tag
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text(TRAIN)

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,12 +178,10 @@ print("GRPC_SEEN " + json.dumps({"python": platform.python_version(), "protobuf"
 
 
 def test_requirements_resolve_against_a_framework_image_of_another_python(
-        tmp_path: Path, wheel_cache: Path, docker_client: Any) -> None:
+        tmp_path: Path, wheel_cache: Path, framework_image: Callable[[str, str, str], str]) -> None:
     """The PyTorch gRPC example's requirements.txt on PyTorch 1.11 (py38 -> Python 3.9): torchvision,
     which the image has, is not fetched; grpcio-tools and protobuf come as wheels for cp39."""
-    from conftest import framework_image
-
-    image = framework_image(docker_client, "pytorch", "1.11.0", "py38")
+    image = framework_image("pytorch", "1.11.0", "py38")
     raw = _raw(tmp_path, "torchvision\ngrpcio-tools\nprotobuf==3.20.2", "wheels-grpc")
     (tmp_path / "code" / "train.py").write_text(GRPC_TRAIN)
     spec = validate({**raw, "image_uri": image}, base_dir=tmp_path)
