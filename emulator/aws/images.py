@@ -52,7 +52,7 @@ class ImageChoice:
         a framework image runs when it is not the one named (`pytorch 1.11.0 py38: running on Python 3.9`)."""
         if not self.stands_in:
             return ()
-        lines = [f"image {self.requested} is not in the Docker engine: {self.image} stands in for it"]
+        lines = [f"{self.image} stands in for {self.requested}, which is not in the Docker engine"]
         if self.framework is not None and self.framework.substituted:
             lines.append(self.framework.python_note())
         return tuple(lines)

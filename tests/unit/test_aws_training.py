@@ -162,7 +162,7 @@ def test_a_stand_in_says_what_it_stands_in_for_and_the_python_it_runs() -> None:
     name = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
     choice = choose_image(name, DEFAULT_IMAGE_MAP, lambda _: False)
     assert choice.notes() == (
-        f"image {name} is not in the Docker engine: hetero-emu/pytorch-training:1.11.0-py39 stands in for it",
+        f"hetero-emu/pytorch-training:1.11.0-py39 stands in for {name}, which is not in the Docker engine",
         "pytorch 1.11.0 py38: running on Python 3.9")
     # The Python named where Debian has it: no second line.
     same = choose_image(name.replace("1.11.0-gpu-py38", "2.9.2-gpu-py39").replace("pytorch", "tensorflow"),

@@ -358,7 +358,7 @@ def test_an_exec_without_a_tty_keeps_stdout_and_stderr_apart() -> None:
 
 def test_describe_says_which_image_ran_and_what_it_stood_in_for(tmp_path: Path) -> None:
     named = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
-    notes = [f"image {named} is not in the Docker engine: hetero-emu/pytorch-training:1.11.0-py39 stands in for it",
+    notes = [f"hetero-emu/pytorch-training:1.11.0-py39 stands in for {named}, which is not in the Docker engine",
              "pytorch 1.11.0 py38: running on Python 3.9"]
     doc = {"TrainingJobName": JOB, "TrainingJobStatus": "Completed", "AlgorithmSpecification": {"TrainingImage": named},
            "Emulator": {"Image": "hetero-emu/pytorch-training:1.11.0-py39",

@@ -630,7 +630,7 @@ def test_a_missing_ecr_image_runs_as_its_framework_image_built_once_and_said(
     assert [b.tag for b in built] == [LOCAL_PYTORCH]
     assert fake.call_names().index("image_present") < fake.call_names().index("create_network")
     assert ("image_labels", LOCAL_PYTORCH) in fake.calls  # the launchers checked on the image that runs
-    notes = (f"image {AWS_PYTORCH} is not in the Docker engine: {LOCAL_PYTORCH} stands in for it",
+    notes = (f"{LOCAL_PYTORCH} stands in for {AWS_PYTORCH}, which is not in the Docker engine",
              "pytorch 1.11.0 py38: running on Python 3.9")
     assert [i for i in reporter.infos if i in notes] == list(notes), reporter.infos
     assert result.image_notes == notes
