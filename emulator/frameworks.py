@@ -149,8 +149,7 @@ def choose(framework: str, version: str, py_version: str | None = None) -> Frame
             f"({', '.join(DEBIAN_PYTHONS)}); its wheels are for {', '.join(entry['wheel_pythons']) or 'none'}",
             hint=f"pick a version with images here: {', '.join(runnable_versions(framework))}")
     python = nearest_python(py_version, here)
-    return FrameworkImage(framework, full, py_version, python, requirements(framework, full, python),
-                          entry.get("horovod") if framework == "tensorflow" else None)
+    return _image(framework, full, py_version, python)
 
 
 def runnable_versions(framework: str) -> tuple[str, ...]:
@@ -210,8 +209,13 @@ def for_tag(tag: str) -> FrameworkImage | None:
     here = [p for p in entry["wheel_pythons"] if p in DEBIAN_PYTHONS]
     named = [p for p in entry["sdk_py_versions"] if nearest_python(p, here) == python]
     py_version = f"py{py}" if f"py{py}" in named or not named else max(named, key=_py_key)
-    return FrameworkImage(framework, version, py_version, python, requirements(framework, version, python),
-                          entry.get("horovod") if framework == "tensorflow" else None)
+    return _image(framework, version, py_version, python)
+
+
+def _image(framework: str, version: str, py_version: str, python: str) -> FrameworkImage:
+    """The FrameworkImage of a version on a Python the table has wheels for: its pins and Horovod."""
+    horovod = table()[framework][version].get("horovod") if framework == "tensorflow" else None
+    return FrameworkImage(framework, version, py_version, python, requirements(framework, version, python), horovod)
 
 
 def parse_framework(value: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from emulator.backend.calls import first_line
 from emulator.errors import EnvironmentProblem
 
 #: Where the host's CA bundle is mounted in an index container.
@@ -112,7 +113,7 @@ def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, env
             image, ["env", *variables, *command], mounts=mounts, name=NAME_PREFIX + uuid.uuid4().hex[:12],
             working_dir=working_dir, network_mode="bridge", detach=True)
     except docker.errors.DockerException as exc:
-        raise EnvironmentProblem(f"cannot create a container of {image} to run pip in: {_one_line(exc)}",
+        raise EnvironmentProblem(f"cannot create a container of {image} to run pip in: {first_line(exc)}",
                                  hint="is the Docker engine running, and the image built?") from exc
     tail: deque[str] = deque(maxlen=tail_lines)
     try:
@@ -140,11 +141,6 @@ def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, env
     finally:
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
 
 
 # Run by the image's own Python (the interpreter of its `train`, which runs the toolkit's pip): what
