@@ -45,7 +45,13 @@ def log(session: EmulatorSession, job: str, host: str) -> str:
 
 
 def tagged(text: str, tag: str) -> list[dict[str, Any]]:
-    return [json.loads(line.split(tag + " ", 1)[1]) for line in text.splitlines() if tag + " " in line]
+    """Every `<tag> {...}` in the log. Two MPI ranks' lines can arrive joined on one line (mpirun
+    forwards each rank's writes as they come), so each object is decoded where its tag starts."""
+    found, decoder, start = [], json.JSONDecoder(), 0
+    while (at := text.find(tag + " ", start)) >= 0:
+        value, start = decoder.raw_decode(text, at + len(tag) + 1)
+        found.append(value)
+    return found
 
 
 def model_members(s3_root: Path, model_data: str) -> list[str]:

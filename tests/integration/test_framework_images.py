@@ -72,11 +72,13 @@ MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 
 
 def matrix_lines(reporter: RecordingReporter) -> list[dict[str, Any]]:
-    found = []
+    # Two MPI ranks' lines can arrive joined on one line: each object is decoded where its tag starts.
+    found, decoder = [], json.JSONDecoder()
     for _host, _group, line in reporter.lines:
-        line = MPI_TAG.sub("", line)
-        if "MATRIX_JSON " in line:
-            found.append(json.loads(line.split("MATRIX_JSON ", 1)[1]))
+        line, start = MPI_TAG.sub("", line), 0
+        while (at := line.find("MATRIX_JSON ", start)) >= 0:
+            value, start = decoder.raw_decode(line, at + len("MATRIX_JSON "))
+            found.append(value)
     return found
 
 
