@@ -26,7 +26,7 @@ from pathlib import Path
 
 import docker
 
-from emulator.backend import image as images
+from emulator.backend import image_build
 from emulator.backend.framework_build import base_recipe, build_framework_image, stage_tag
 from emulator.frameworks import choose
 
@@ -39,8 +39,8 @@ def main(argv: list[str]) -> int:
     suites = {t.suite for t in targets}
     # Children before parents: the images, their stage images, then the rootfs images under them.
     for tag in [t.tag for t in targets] + [stage_tag(t) for t in targets] + [
-            images.base_image(base_recipe(suite)) for suite in sorted(suites)]:
-        if images.image_present(client, tag):
+            image_build.base_image(base_recipe(suite)) for suite in sorted(suites)]:
+        if image_build.image_present(client, tag):
             client.images.remove(tag, force=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="hetero-emu-bench-") as folder:

@@ -12,7 +12,7 @@ In order:
 1. the cluster is made: its own timings ("nodes ready", "swarm formed") are printed;
 2. one 4-host swarm job pays the image copy: `prepare` saves hetero-emu/training:py311 from this
    machine's engine once and loads it into the three node engines in parallel. The seconds each
-   node's load took are what `emulator.backend.images.copy_image` returns; the benchmark wraps that
+   node's load took are what `emulator.backend.image_copy.copy_image` returns; the benchmark wraps that
    function (the swarm engine imports it when it copies) to keep its result and its whole duration
    (the save included). That run's start and end-to-end are printed apart, not in the medians;
 3. one unrecorded 4-host plain-engine job, so both engines have run once before measuring;
@@ -63,12 +63,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "swarm")]
 
 from cluster import CLIENT_TIMEOUT, LABEL, SwarmCluster  # noqa: E402 - tests/swarm is put on the path above
 
-import emulator.backend.images  # noqa: E402
+import emulator.backend.image_copy  # noqa: E402
 from emulator import api  # noqa: E402
-from emulator.artifacts import JobResult  # noqa: E402
 from emulator.backend.swarm import ENV_MANAGER, ENV_MTU, ENV_NODES  # noqa: E402
 from emulator.console import RecordingReporter  # noqa: E402
 from emulator.errors import EmulatorError  # noqa: E402
+from emulator.result import JobResult  # noqa: E402
 
 TRAINING_IMAGE = "hetero-emu/training:py311"
 NODE_IMAGE = "hetero-emu/swarm-node:bookworm"
@@ -79,11 +79,11 @@ SCRIPT = "import socket; print('hello from', socket.gethostname())"
 
 
 class CopyRecorder:
-    """Stands in for `emulator.backend.images.copy_image` while the benchmark runs: calls it, and keeps
+    """Stands in for `emulator.backend.image_copy.copy_image` while the benchmark runs: calls it, and keeps
     what it returned (seconds per node's load) and how long the whole call took (save and loads)."""
 
     def __init__(self) -> None:
-        self.original: Callable[..., dict[str, float]] = emulator.backend.images.copy_image
+        self.original: Callable[..., dict[str, float]] = emulator.backend.image_copy.copy_image
         self.per_node: dict[str, float] = {}
         self.total = 0.0
         self.calls = 0
@@ -193,7 +193,7 @@ def main() -> None:
         raise SystemExit("\n".join(problems))
 
     recorder = CopyRecorder()
-    emulator.backend.images.copy_image = recorder  # the result of every copy (the module docstring)
+    emulator.backend.image_copy.copy_image = recorder  # the result of every copy (the module docstring)
     samples: dict[tuple[int, str], list[dict[str, float]]] = {(h, e): [] for h in HOST_COUNTS for e in ENGINES}
     with tempfile.TemporaryDirectory(prefix="bench-swarm-state-") as state:
         # The job records go to a folder of their own, not the user's state folder.
@@ -231,7 +231,7 @@ def main() -> None:
             print(load_note(host, cluster.token), "(end)")
         finally:
             cluster.close()
-            emulator.backend.images.copy_image = recorder.original
+            emulator.backend.image_copy.copy_image = recorder.original
     if args.json:
         print(json.dumps({"cluster": cluster.timings, "copy_seconds": recorder.per_node,
                           "copy_total_seconds": recorder.total, "first_swarm_run": cold, "rows": rows,

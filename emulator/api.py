@@ -5,7 +5,7 @@ runs, renders, describes, stops, lists and cleans.
 
 Engine-facing calls take `engine=` (a registered name, "docker" by default). A job is named either by
 its job name (found by the engine's labels while its containers exist, else in the local record of
-`emulator.jobs`) or by its output folder.
+`emulator.job_records`) or by its output folder.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, debugger, frameworks, hostfiles, jobs, staging, wheelhouse
-from emulator.artifacts import JobResult
-from emulator.aws.images import DEFAULT_IMAGE_MAP, with_image
+from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, wheelhouse
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource, ulimits
 from emulator.backend.liveness import driver_alive
 from emulator.backend.registry import DEFAULT_ENGINE, engine
@@ -28,10 +27,11 @@ from emulator.console import ConsoleReporter, Reporter
 from emulator.container import Ulimit
 from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
+from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter, as_step_reporter
-from emulator.recipes import DEFAULT_VARIANT, load_recipe
+from emulator.result import JobResult
 from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
 from emulator.spec import (
     GROUP_NAME_PATTERN,
@@ -268,7 +268,7 @@ def job_folder(job: str, *, engine_name: str = DEFAULT_ENGINE, ask_engine: bool 
     folder = Path(job)
     if (folder / "logs").is_dir():
         return folder
-    record = jobs.find(job)
+    record = job_records.find(job)
     if record is not None and record.job_dir.is_dir():
         return record.job_dir
     if ask_engine:
@@ -295,7 +295,7 @@ def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
     text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
     if text:
         return Description(folder, json.loads(text), text)
-    record = jobs.find(folder.name)
+    record = job_records.find(folder.name)
     kept = ("SecondaryStatus", "SecondaryStatusTransitions", "CreationTime", "FailureReason")
     doc: dict[str, Any] = {key: record.doc[key] for key in kept if record is not None and key in record.doc}
     return Description(folder, {"TrainingJobName": folder.name,
@@ -395,7 +395,7 @@ def job_end(folder: Path, backend: Callable[[], Backend]) -> str | None:
         status = None  # being written right now: the next look finds it whole
     if isinstance(status, str) and status != "InProgress":
         return status
-    record = jobs.find(folder.name)
+    record = job_records.find(folder.name)
     if record is not None and record.job_dir.resolve() == folder.resolve():
         if record.status != "InProgress":
             return record.status
@@ -518,7 +518,7 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
         return build_framework_image(connect(), target, rebuild=rebuild, progress=progress, verbose=verbose)
     if python is not None:
         raise UsageError("--python goes with --framework", hint="e.g. --framework pytorch:1.11 --python py38")
-    from emulator.backend.image import build_image as build
+    from emulator.backend.image_build import build_image as build
 
     recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
     return build(connect(), recipe, rebuild=rebuild, progress=progress, verbose=verbose)

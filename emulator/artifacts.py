@@ -14,8 +14,6 @@ import stat
 import tarfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -23,6 +21,7 @@ from isal import igzip_threaded
 
 from emulator import contract, hostfiles
 from emulator.plan import Plan
+from emulator.result import JobResult
 from emulator.secrets import Masker, mask_environment
 
 # ISA-L's level 1 of 0-3, chosen on measurements (benchmarks/artifacts.py, 2-core machine): level 1
@@ -48,68 +47,6 @@ class ProgressReporter(Protocol):
     def info(self, message: str) -> None: ...
 
     def warn(self, message: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class HostResult:
-    host: str
-    group: str
-    instance_type: str
-    exit_code: int | None
-    seconds: float
-    failure_reason: str | None = None
-
-
-@dataclass(frozen=True)
-class JobResult:
-    job_name: str
-    status: str  # Completed | Failed | Stopped
-    failure_reason: str | None
-    hosts: tuple[HostResult, ...]
-    job_dir: Path
-    model_artifact: Path | None
-    output_artifact: Path | None
-    start: datetime  # the hosts were started: TrainingStartTime
-    end: datetime  # the last host exited (and its log was read)
-    secondary_status: str = ""
-    seed: int | None = None
-    began: datetime | None = None  # the run began (staging); None: same as start
-    packed: datetime | None = None  # the artifacts were written; None: same as end
-    artifact_seconds: float = 0.0  # packing (or copying) the artifacts
-    # DescribeTrainingJob's CreationTime (the job was asked for) and SecondaryStatusTransitions.
-    created: datetime | None = None
-    transitions: tuple[dict[str, Any], ...] = ()
-    # The containers and network were left in place, stopped (--keep, or --keep-on-failure on a failure).
-    kept: bool = False
-    # Which image stood in for the one the job named, and on which Python (emulator.aws.images).
-    image_notes: tuple[str, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        return {"Completed": 0, "Stopped": 130}.get(self.status, 1)
-
-    @property
-    def seconds(self) -> float:
-        """Training: from the hosts' start until the last host exited."""
-        return (self.end - self.start).total_seconds()
-
-    @property
-    def total_seconds(self) -> float:
-        """The whole run as waited for: staging, containers, training, artifacts (not the teardown after)."""
-        return ((self.packed or self.end) - (self.began or self.start)).total_seconds()
-
-    @property
-    def training_end(self) -> datetime:
-        """TrainingEndTime as the service defines it: "For successful jobs and stopped jobs, this is the
-        time after model artifacts are uploaded. For failed jobs, this is the time when SageMaker detects
-        a job failure" (DescribeTrainingJob). Billing runs from TrainingStartTime to this time."""
-        return self.end if self.status == "Failed" else (self.packed or self.end)
-
-    @property
-    def billable_seconds(self) -> float:
-        """TrainingTimeInSeconds and BillableTimeInSeconds: equal for on-demand instances (the emulator
-        has no spot training), both TrainingEndTime - TrainingStartTime."""
-        return (self.training_end - self.start).total_seconds()
 
 
 Listing = list[tuple[str, str, int]]  # (name in the artifact, path on disk, size when listed)
@@ -468,7 +405,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "Environment": mask_environment(spec.environment),
         "Emulator": {
             "HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network, "Image": plan.image,
-            # Which local image stood in for the one the job named, and on which Python (emulator.aws.images).
+            # Which local image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
             **({"StandIn": {"For": spec.requested_image, "Image": plan.image, "Notes": list(spec.image_notes)}}
                if spec.requested_image else {}),
             # What the summary prints: the hosts' run, packing the artifacts, and the whole run.

@@ -22,22 +22,22 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from emulator import api, secrets
-from emulator.artifacts import JobResult
 from emulator.backend import ExecIO, Resource
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
 from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
+from emulator.image_recipes import DEFAULT_VARIANT, variant_names
 from emulator.plan import (
     LABEL_GROUP,
     LABEL_HOST,
     MemoryLimit,
     parse_memory,
-    render,
+    summary,
 )
 from emulator.progress import StepPrinter
-from emulator.recipes import DEFAULT_VARIANT, variant_names
+from emulator.result import JobResult
 from emulator.runner import DEFAULT_GRACE
 from emulator.spec import JobSpec, request, spec_warnings
 from emulator.spec.placement import parse_option
@@ -389,7 +389,7 @@ def render_cmd(
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
                       warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug,
                       placement=labels)
-    typer.echo(render(plan))
+    typer.echo(summary(plan))
     pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")
 

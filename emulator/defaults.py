@@ -2,7 +2,7 @@
 
 `DEFAULT_IMAGE` names the training image a job runs when its spec names none. No registry is
 reachable where the emulator runs (images/README.md), so this tag is never pulled: it is built locally by
-`emulator.backend.image.build_default_image` (`hetero-emu image build`). The `py311` suffix tells
+`emulator.backend.image_build.build_default_image` (`hetero-emu image build`). The `py311` suffix tells
 users which Python their entry script gets (Debian bookworm's 3.11), the one property of the
 image a training script most often depends on.
 

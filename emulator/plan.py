@@ -427,7 +427,7 @@ def share_dir(job_dir: str, name: str, channel: TrainingInput, host: str) -> Pat
     return staging_dir(job_dir, name, host if own else EVERY_HOST)
 
 
-def render(plan: Plan) -> str:
+def summary(plan: Plan) -> str:
     """A human-readable summary of the plan."""
     lines = [
         f"job {plan.job_name}",

@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 
 from emulator import api
-from emulator.artifacts import HostResult, JobResult
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
+from emulator.result import HostResult, JobResult
 from emulator.spec import JobSpec
 
 REQUIRE_OPTION = "--hetero-emu-require-docker"

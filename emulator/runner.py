@@ -25,9 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator import artifacts, debugger, hostfiles, jobs, pipes, secrets, staging, wheelhouse
-from emulator.artifacts import HostResult, JobResult
-from emulator.aws.images import DEFAULT_IMAGE_MAP, with_image
+from emulator import artifacts, debugger, hostfiles, job_records, pipes, secrets, staging, wheelhouse
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
 from emulator.console import ConsoleReporter, Reporter
@@ -43,10 +42,11 @@ from emulator.errors import (
     UsageError,
 )
 from emulator.frameworks import FrameworkImage, for_tag
+from emulator.image_recipes import variant_for_tag
 from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
 from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan, mpi_groups
-from emulator.recipes import variant_for_tag
+from emulator.result import HostResult, JobResult
 from emulator.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def run_job(
     CreateTrainingJob); by default the run's start. `debug`: the host whose script runs under debugpy
     (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked.
     `keep_on_failure`: a job that ends Failed keeps its (stopped) containers and network, as `keep`
-    keeps every job's. `images` maps ECR names to local images (emulator.aws.images: an image the engine
+    keeps every job's. `images` maps ECR names to local images (emulator.aws.ecr_images: an image the engine
     has under the name wins, then this table, then a framework image, built by `framework_builder` when
     missing)."""
     if backend is None:
@@ -259,7 +259,7 @@ class Run:
             self.record("InProgress")
 
     def record(self, status: str) -> None:
-        jobs.record(self.plan.job_name, Path(self.plan.job_dir), status,
+        job_records.record(self.plan.job_name, Path(self.plan.job_dir), status,
                     SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
                     SecondaryStatusTransitions=self.transitions,
                     CreationTime=(self.creation or self.began or self.now()).isoformat(),

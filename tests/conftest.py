@@ -29,7 +29,7 @@ def _engine() -> object | None:
 
 @pytest.fixture(scope="session", autouse=True)
 def job_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The record of jobs run (emulator.jobs) goes to a folder of the test session, not the user's
+    """The record of jobs run (emulator.job_records) goes to a folder of the test session, not the user's
     home; set in os.environ so that CLI subprocesses use it too."""
     previous = os.environ.get("HETERO_EMU_STATE_DIR")
     os.environ["HETERO_EMU_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
@@ -68,7 +68,7 @@ def docker_client() -> object:
 @pytest.fixture(scope="session")
 def training_image(docker_client: object) -> str:
     """The default image, built offline once per session (skipped when it is up to date)."""
-    from emulator.backend.image import build_default_image
+    from emulator.backend.image_build import build_default_image
 
     report = build_default_image(docker_client, progress=lambda m: None)  # type: ignore[arg-type]
     return report.image

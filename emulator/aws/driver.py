@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from emulator import api, jobs
+from emulator import api, job_records
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted
 from emulator.spec import request, s3
@@ -52,12 +52,12 @@ def main(argv: list[str]) -> int:
     except (KeyboardInterrupt, Interrupted):
         # Stopped before the hosts ran (building the image, staging): the run could not record it.
         sys.stderr.write("stopped (StopTrainingJob)\n")
-        jobs.end(name, "Stopped")
+        job_records.end(name, "Stopped")
         return 130
     except EmulatorError as err:
         text = err.message + (f" ({err.hint})" if err.hint else "")
         sys.stderr.write(f"error: {text}\n")
-        jobs.end(name, "Failed", f"the emulator could not run the job: {text}")
+        job_records.end(name, "Failed", f"the emulator could not run the job: {text}")
         return err.exit_code
     return result.exit_code
 

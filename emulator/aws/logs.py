@@ -6,7 +6,7 @@ per host named `<job>/algo-N-<epoch seconds>`. The SDKs read a job's logs that w
 `TrainingJob.wait(logs=True)` (which `ModelTrainer.train` calls) lists the streams with the prefix
 `<job>/` until there is one per host, then pages through each with GetLogEvents; boto3 code and
 SDK v2's `sagemaker.logs` do the same. Here the streams are the job's log files (a job is found by
-name in the local record, `emulator.jobs`, whichever way it was started), each line an event.
+name in the local record, `emulator.job_records`, whichever way it was started), each line an event.
 
 What differs from the service, and why:
 - The files keep no time per line, so every event of a stream has the stream's creation time (the
@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import contract, jobs
+from emulator import contract, job_records
 from emulator.aws.sts import ACCOUNT
 from emulator.aws.stub import ApiError, Operation, Service
 
@@ -61,9 +61,9 @@ class Logs(Service):
     def describe_log_groups(self, params: dict[str, Any]) -> dict[str, Any]:
         """The training jobs' group, once a job has been run."""
         prefix = str(params.get("logGroupNamePrefix") or "")
-        if not GROUP.startswith(prefix) or not jobs.all_jobs():
+        if not GROUP.startswith(prefix) or not job_records.all_jobs():
             return {"logGroups": []}
-        created = min(_millis(_created(r)) for r in jobs.all_jobs())
+        created = min(_millis(_created(r)) for r in job_records.all_jobs())
         return {"logGroups": [{"logGroupName": GROUP, "creationTime": created, "storedBytes": 0,
                                "arn": f"{self.group_arn()}:*", "logGroupArn": self.group_arn()}]}
 
@@ -124,7 +124,7 @@ class Logs(Service):
     def group_arn(self) -> str:
         return f"arn:aws:logs:{self.region}:{ACCOUNT}:log-group:{GROUP}"
 
-    def streams(self, record: jobs.JobRecord) -> list[dict[str, Any]]:
+    def streams(self, record: job_records.JobRecord) -> list[dict[str, Any]]:
         created = _created(record)
         out = []
         for host, path in _host_files(record):
@@ -138,10 +138,10 @@ class Logs(Service):
                         "arn": f"{self.group_arn()}:log-stream:{name}", "storedBytes": 0})
         return out
 
-    def stream_file(self, name: str) -> tuple[jobs.JobRecord, Path]:
+    def stream_file(self, name: str) -> tuple[job_records.JobRecord, Path]:
         """The job and the log file a stream name stands for."""
         match = STREAM_NAME.fullmatch(name)
-        record = jobs.find(match["job"]) if match else None
+        record = job_records.find(match["job"]) if match else None
         if match is None or record is None:
             raise ApiError("ResourceNotFoundException", NO_STREAM)
         path = record.job_dir / "logs" / f"{match['host']}.log"
@@ -155,15 +155,15 @@ def stream_name(job: str, host: str, created: datetime) -> str:
     return f"{job}/{host}-{int(created.timestamp())}"
 
 
-def _jobs_for(prefix: str) -> list[jobs.JobRecord]:
+def _jobs_for(prefix: str) -> list[job_records.JobRecord]:
     """The jobs whose streams can start with `prefix`: one job when it names one (`<job>/...`)."""
     if "/" in prefix:
-        record = jobs.find(prefix.split("/", 1)[0])
+        record = job_records.find(prefix.split("/", 1)[0])
         return [record] if record is not None else []
-    return [r for r in jobs.all_jobs() if r.job_name.startswith(prefix)]
+    return [r for r in job_records.all_jobs() if r.job_name.startswith(prefix)]
 
 
-def _host_files(record: jobs.JobRecord) -> list[tuple[str, Path]]:
+def _host_files(record: job_records.JobRecord) -> list[tuple[str, Path]]:
     folder = record.job_dir / "logs"
     try:
         names = [n[:-4] for n in os.listdir(folder) if re.fullmatch(r"algo-\d+\.log", n)]
@@ -172,7 +172,7 @@ def _host_files(record: jobs.JobRecord) -> list[tuple[str, Path]]:
     return [(host, folder / f"{host}.log") for host in sorted(names, key=contract.host_sort_key)]
 
 
-def _created(record: jobs.JobRecord) -> datetime:
+def _created(record: job_records.JobRecord) -> datetime:
     text = str(record.doc.get("CreationTime") or record.modified)
     try:
         stamp = datetime.fromisoformat(text)

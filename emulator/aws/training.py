@@ -4,7 +4,7 @@ DescribeTrainingJob, StopTrainingJob and ListTrainingJobs, in the API's shapes a
 CreateTrainingJob checks the request at once, with every problem in the request's own words (a
 `ValidationException`, as the service answers a bad request), then starts the job's driver process
 (`emulator.aws.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
-name in the local record of jobs (`emulator.jobs`), so a job started by `hetero-emu run` is described
+name in the local record of jobs (`emulator.job_records`), so a job started by `hetero-emu run` is described
 and listed too.
 
 A described job is the request echoed (as DescribeTrainingJob echoes it) with the record's status,
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import emulator
-from emulator import api, contract, jobs, staging
+from emulator import api, contract, job_records, staging
 from emulator.aws import driver
-from emulator.aws.images import DEFAULT_IMAGE_MAP, choose_image
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
@@ -67,7 +67,7 @@ class SageMakerTraining(Service):
     def create(self, params: dict[str, Any]) -> dict[str, Any]:
         name = str(params.get("TrainingJobName"))
         arn = contract.training_job_arn(name, self.region)
-        earlier = jobs.find(name)
+        earlier = job_records.find(name)
         if earlier is not None and (earlier.job_dir / "logs").exists():
             raise ApiError("ResourceInUse", "Training job names must be unique within an AWS account and region, "
                            f"and a training job with this name already exists ({arn})")
@@ -92,13 +92,13 @@ class SageMakerTraining(Service):
             raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
                            "already (an earlier job's output is never overwritten): choose another job name")
         created = datetime.now(timezone.utc)
-        folder = jobs.state_dir() / "drivers"
+        folder = job_records.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
                             overrides, self.images)
         transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
-        jobs.record(name, job_dir, "InProgress", Request=params_for_description(params),
+        job_records.record(name, job_dir, "InProgress", Request=params_for_description(params),
                     CreationTime=created.isoformat(), SecondaryStatus="Starting",
                     SecondaryStatusTransitions=transitions, LocalImage=local)
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
@@ -109,7 +109,7 @@ class SageMakerTraining(Service):
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
         self.drivers[name] = proc
-        jobs.record(name, job_dir, "InProgress", DriverPid=proc.pid)
+        job_records.record(name, job_dir, "InProgress", DriverPid=proc.pid)
         return {"TrainingJobArn": arn}
 
     def image_present(self, name: str) -> bool:
@@ -145,7 +145,7 @@ class SageMakerTraining(Service):
         return {}
 
     def list(self, params: dict[str, Any]) -> dict[str, Any]:
-        found = [self.checked(r) for r in jobs.all_jobs()]
+        found = [self.checked(r) for r in job_records.all_jobs()]
         if params.get("NameContains"):
             found = [r for r in found if str(params["NameContains"]).lower() in r.job_name.lower()]
         if params.get("StatusEquals"):
@@ -171,21 +171,21 @@ class SageMakerTraining(Service):
 
     # ----------------------------------------------------------------------------------------------
 
-    def found(self, name: str) -> jobs.JobRecord:
-        record = jobs.find(name)
+    def found(self, name: str) -> job_records.JobRecord:
+        record = job_records.find(name)
         if record is None:
             raise ApiError("ValidationException", NOT_FOUND)
         return self.checked(record)
 
-    def checked(self, record: jobs.JobRecord) -> jobs.JobRecord:
+    def checked(self, record: job_records.JobRecord) -> job_records.JobRecord:
         """The record, Failed if its driver ended without saying how the job ended (it could not start
         it: no engine, no image, a folder it could not write), with its driver's last words."""
         pid = record.doc.get("DriverPid")
         if record.status != "InProgress" or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
             return record
         # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
-        log = jobs.state_dir() / "drivers" / f"{record.job_name}.log"
-        return jobs.end(record.job_name, "Failed", f"the job's driver ended: {last_line(log)}") or record
+        log = job_records.state_dir() / "drivers" / f"{record.job_name}.log"
+        return job_records.end(record.job_name, "Failed", f"the job's driver ended: {last_line(log)}") or record
 
     def driver_alive(self, name: str, pid: int) -> bool:
         proc = self.drivers.get(name)
@@ -199,7 +199,7 @@ class SageMakerTraining(Service):
             return True
         return True
 
-    def description(self, record: jobs.JobRecord) -> dict[str, Any]:
+    def description(self, record: job_records.JobRecord) -> dict[str, Any]:
         doc: dict[str, Any] = dict(record.doc.get("Request") or {})
         doc.update({"TrainingJobName": record.job_name,
                     "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
@@ -221,7 +221,7 @@ class SageMakerTraining(Service):
             doc.setdefault("Emulator", {}).setdefault("Image", record.doc.get("LocalImage") or requested)
         return doc
 
-    def summary(self, record: jobs.JobRecord) -> dict[str, Any]:
+    def summary(self, record: job_records.JobRecord) -> dict[str, Any]:
         described = self.description(record)
         out = {"TrainingJobName": record.job_name,
                "TrainingJobArn": contract.training_job_arn(record.job_name, self.region),

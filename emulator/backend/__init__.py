@@ -1,7 +1,8 @@
 """The backend boundary: the few operations the runner needs from a container engine.
 
-Only `emulator.backend.docker` imports docker-py; everything above this protocol is tested against a
-fake (tests/unit/fake_backend.py) instead of stacks of mock.patch.
+Only modules of `emulator.backend` import docker-py (the engines, image builds and copies, the
+reaper); everything above this protocol is tested against a fake (tests/unit/fake_backend.py)
+instead of stacks of mock.patch.
 """
 
 from __future__ import annotations

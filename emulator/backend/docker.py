@@ -1,4 +1,4 @@
-"""The Docker backend: the only module (with backend/image.py) that talks to the engine, via docker-py."""
+"""The Docker backend: the only module (with backend/image_build.py) that talks to the engine, via docker-py."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
 from emulator.frameworks import FrameworkImage
-from emulator.jobs import state_dir, write_atomically
+from emulator.job_records import state_dir, write_atomically
 from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
@@ -86,7 +86,7 @@ def together(action: Callable[[_Item], object], items: Sequence[_Item]) -> None:
 @dataclass(frozen=True)
 class SubnetMemory:
     """The subnet (and gateway) the engine last picked for a job network of this kind, kept in the
-    state folder (`emulator.jobs.state_dir`) per engine address, as the ulimit verdicts are. Best
+    state folder (`emulator.job_records.state_dir`) per engine address, as the ulimit verdicts are. Best
     effort both ways: an unreadable or unwritable file only costs the engine's pick."""
 
     engine: str
@@ -213,7 +213,7 @@ class DockerBackend:
 
     def build_default_image(self, reporter: Reporter) -> None:
         """Build the default training image offline, reporting progress (`run` does this when missing)."""
-        from emulator.backend.image import build_default_image
+        from emulator.backend.image_build import build_default_image
 
         build_default_image(self.client, progress=reporter)
 

@@ -1,6 +1,6 @@
 """Build a framework image (`emulator.frameworks.FrameworkImage`) from images/framework/, offline.
 
-Four steps, reported as every image build reports them (`emulator.backend.image`):
+Four steps, reported as every image build reports them (`emulator.backend.image_build`):
 
 1. the Debian rootfs of the Python the image runs (bullseye 3.9, bookworm 3.11, trixie 3.13) with
    images/framework/packages.txt, made with mmdebstrap and cached by its recipe;
@@ -31,13 +31,19 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from emulator.backend import image as images
-from emulator.backend import index_container
+from emulator.backend import image_build, index_container
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.frameworks import FrameworkImage
+from emulator.image_recipes import (
+    LAUNCHERS_LABEL,
+    VARIANT_LABEL,
+    Recipe,
+    images_dir,
+    launchers_label,
+    parse_package_list,
+)
 from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
-from emulator.recipes import LAUNCHERS_LABEL, VARIANT_LABEL, Recipe, images_dir, launchers_label, parse_package_list
 
 #: The recipe folder every framework image is built from.
 VARIANT = "framework"
@@ -59,7 +65,7 @@ def base_recipe(suite: str) -> Recipe:
     except OSError as exc:
         raise ImageBuildError(f"cannot read {folder / 'packages.txt'}: {exc.strerror}",
                               hint="reinstall hetero-emu; images/ is part of the package") from exc
-    return Recipe(name=f"{VARIANT}-{suite}", folder=folder, tag=f"{images.BASE_REPOSITORY}:{VARIANT}-{suite}",
+    return Recipe(name=f"{VARIANT}-{suite}", folder=folder, tag=f"{image_build.BASE_REPOSITORY}:{VARIANT}-{suite}",
                   debian=suite, base_recipe=None, packages=packages, requirements=None, launchers=(),
                   pip_wheel_args=())
 
@@ -71,7 +77,7 @@ STAGE_REPOSITORY = "hetero-emu/framework-stage"
 def venv_hash(target: FrameworkImage) -> str:
     """sha256 of what decides the venv (step 3): the rootfs recipe, venv.sh and the pins."""
     folder = images_dir() / VARIANT
-    digest = hashlib.sha256(images._rootfs_recipe(base_recipe(target.suite)).encode())
+    digest = hashlib.sha256(image_build._rootfs_recipe(base_recipe(target.suite)).encode())
     digest.update(b"venv.sh\0" + _read(folder / "venv.sh") + b"\0")
     digest.update(json.dumps([target.requirements, target.horovod, target.python]).encode())
     return digest.hexdigest()
@@ -92,7 +98,7 @@ def stage_tag(target: FrameworkImage) -> str:
 
 
 def up_to_date(client: docker.DockerClient, target: FrameworkImage) -> bool:
-    return images._labels(client, target.tag).get(images.RECIPE_LABEL) == recipe_hash(target)
+    return image_build._labels(client, target.tag).get(image_build.RECIPE_LABEL) == recipe_hash(target)
 
 
 def build_framework_image(
@@ -100,10 +106,10 @@ def build_framework_image(
     target: FrameworkImage,
     *,
     rebuild: bool = False,
-    progress: StepReporter | images.Progress = print,
+    progress: StepReporter | image_build.Progress = print,
     cache_dir: Path | None = None,
     verbose: bool = False,
-) -> images.BuildReport:
+) -> image_build.BuildReport:
     """Build `target`'s image, or do nothing when it is up to date (built=False). `rebuild` redoes the
     install step (the rootfs, pip's cache and Horovod's wheel stay cached). Raises ImageBuildError,
     naming the build's log file."""
@@ -113,14 +119,14 @@ def build_framework_image(
     want = recipe_hash(target)
     if not rebuild and up_to_date(client, target):
         steps.info(f"image {target.tag} is up to date (recipe {want[:12]}); nothing to build")
-        size = images._image_size(client, target.tag)
-        return images.BuildReport(target.tag, False, time.monotonic() - started, size, ())
-    images._mkdir(cache)
-    with images._build_lock(cache / "build.lock", steps) as waited:
+        size = image_build._image_size(client, target.tag)
+        return image_build.BuildReport(target.tag, False, time.monotonic() - started, size, ())
+    image_build._mkdir(cache)
+    with image_build._build_lock(cache / "build.lock", steps) as waited:
         if waited is not None and not rebuild and up_to_date(client, target):
             steps.info(f"waited {waited:.0f} s for another build of {target.tag} to finish")
-            return images.BuildReport(target.tag, False, time.monotonic() - started,
-                                      images._image_size(client, target.tag), (), waited)
+            return image_build.BuildReport(target.tag, False, time.monotonic() - started,
+                                      image_build._image_size(client, target.tag), (), waited)
         log = new_log(cache / "logs", f"build-{target.framework}-{target.version}-py{target.python}")
         steps.info(f"building {target.tag} ({target.framework} {target.version} on Python {target.python}) from "
                    f"{images_dir() / VARIANT}; the tools' output goes to {log.path}")
@@ -130,35 +136,36 @@ def build_framework_image(
             raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
         finally:
             log.close()
-    size = images._image_size(client, target.tag)
+    size = image_build._image_size(client, target.tag)
     seconds = time.monotonic() - started
     steps.info(f"image {target.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
-    return images.BuildReport(target.tag, True, seconds, size, done, waited)
+    return image_build.BuildReport(target.tag, True, seconds, size, done, waited)
 
 
 def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Path, want: str, *, rebuild: bool,
                   steps: StepReporter, log: LogFile) -> tuple[str, ...]:
     base = base_recipe(target.suite)
     # The rootfs is redone only with --rebuild of the rootfs itself; a framework --rebuild keeps it.
-    base_step = images._step_base(client, base, cache, rebuild=False, steps=steps, log=log)
+    base_step = image_build._step_base(client, base, cache, rebuild=False, steps=steps, log=log)
     stage, venv = stage_tag(target), venv_hash(target)
-    if not rebuild and images._labels(client, stage).get(images.RECIPE_LABEL) == venv:
-        steps.info(f"✓ {images._title(base, 3, f'venv: {stage} is up to date')}")
+    if not rebuild and image_build._labels(client, stage).get(image_build.RECIPE_LABEL) == venv:
+        steps.info(f"✓ {image_build._title(base, 3, f'venv: {stage} is up to date')}")
         venv_step = "venv: up to date"
     else:
-        title = images._title(base, 3, f"venv: pip in a container of {images.base_image(base)} "
+        title = image_build._title(base, 3, f"venv: pip in a container of {image_build.base_image(base)} "
                                        f"({len(target.requirements)} pins{', horovod' if target.horovod else ''})")
-        old_stage = images._image_id(client, stage)
+        old_stage = image_build._image_id(client, stage)
         with steps.task(title, log=log) as task:
-            _in_container(client, target, images.base_image(base), "venv.sh", cache, task,
+            _in_container(client, target, image_build.base_image(base), "venv.sh", cache, task,
                           stage, {"Env": [f"PATH={IMAGE_PATH}"], "Cmd": ["bash"],
-                                  "Labels": {images.RECIPE_LABEL: venv, images.STAGE_LABEL: "framework-venv"}})
-        images._remove_quietly(client, old_stage, keep=images._image_id(client, stage))
+                                  "Labels": {image_build.RECIPE_LABEL: venv,
+                                             image_build.STAGE_LABEL: "framework-venv"}})
+        image_build._remove_quietly(client, old_stage, keep=image_build._image_id(client, stage))
         venv_step = "venv: built"
-    old_image = images._image_id(client, target.tag)
-    with steps.task(images._title(base, 4, f"configure and commit {target.tag}"), log=log) as task:
+    old_image = image_build._image_id(client, target.tag)
+    with steps.task(image_build._title(base, 4, f"configure and commit {target.tag}"), log=log) as task:
         _in_container(client, target, stage, "configure.sh", cache, task, target.tag, _image_config(target, want))
-    images._remove_quietly(client, old_image, keep=images._image_id(client, target.tag))
+    image_build._remove_quietly(client, old_image, keep=image_build._image_id(client, target.tag))
     return base_step, venv_step, f"commit: {target.tag}"
 
 
@@ -169,9 +176,9 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
     pip_cache = cache / "pip"
     horovod = cache / "horovod" / _horovod_key(target)
     for folder in (pip_cache, horovod):
-        images._mkdir(folder)
+        image_build._mkdir(folder)
     labels = config.get("Labels")
-    want = labels.get(images.RECIPE_LABEL) if isinstance(labels, dict) else None
+    want = labels.get(image_build.RECIPE_LABEL) if isinstance(labels, dict) else None
     with tempfile.TemporaryDirectory(prefix="hetero-emu-framework-") as tmp:
         (Path(tmp) / "requirements.txt").write_text("".join(pin + "\n" for pin in target.requirements))
         binds = {
@@ -197,7 +204,7 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
             f"{script} of {target.framework} {target.version} on Python {target.python} failed (exit code "
             f"{outcome.exit_code})" + (f": {failed}" if failed else ""),
             hint="the build container needs the package index (PyPI) as the host reaches it; see the output above")
-    if images._labels(client, tag).get(images.RECIPE_LABEL) != want:
+    if image_build._labels(client, tag).get(image_build.RECIPE_LABEL) != want:
         raise ImageBuildError(f"committing {tag} left no image with the new label",
                               hint=f"run `hetero-emu image build --framework {target.framework}:{target.version} "
                                    f"--python {target.py_version} --rebuild`")
@@ -220,7 +227,7 @@ def _image_config(target: FrameworkImage, want: str) -> dict[str, object]:
         "Entrypoint": None,
         "WorkingDir": "/opt/ml/code",
         "Labels": {
-            images.RECIPE_LABEL: want,
+            image_build.RECIPE_LABEL: want,
             VARIANT_LABEL: VARIANT,
             LAUNCHERS_LABEL: launchers_label(target.launchers),
             FRAMEWORK_LABEL: json.dumps({"Framework": target.framework, "FrameworkVersion": target.version,

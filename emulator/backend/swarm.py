@@ -18,7 +18,7 @@ What differs from one machine, and why:
   been read to the end: `service logs` disappears with the service.
 - A host has no fixed address: names resolve through the overlay's DNS while the host's task exists.
 
-Only this module (with backend/docker.py and backend/image.py) talks to an engine.
+Only this module (with backend/docker.py and backend/image_build.py) talks to an engine.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ class SwarmBackend(DockerBackend):
                 lacking[hostname] = client
         if not lacking:
             return
-        from emulator.backend.images import copy_image
+        from emulator.backend.image_copy import copy_image
 
         copy_image(self.client, name, image_id, lacking, reporter)
 

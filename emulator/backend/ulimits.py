@@ -6,7 +6,7 @@ confined below them (dockerd in a sandbox whose own hard memlock is 8 MiB) refus
 container at all: runc's "error setting rlimits ... operation not permitted". A job must not fail for
 a limit it may never need, so each ulimit is tried once in a throwaway container; one the engine
 refuses is left to the engine's default, with a warning, and the verdict is kept per engine address
-in the state folder (`emulator.jobs.state_dir`), so the 1-2 s probe is paid once per engine, not per
+in the state folder (`emulator.job_records.state_dir`), so the 1-2 s probe is paid once per engine, not per
 job, and a known verdict costs no call to the engine (a busy engine can take seconds to answer any).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from emulator.container import Ulimit
-from emulator.jobs import state_dir, write_atomically
+from emulator.job_records import state_dir, write_atomically
 
 # What runc says when the engine may not raise a limit (moby/runc libcontainer/init_linux.go).
 REFUSED = "setting rlimit"

@@ -16,8 +16,8 @@ from typing import Any
 import boto3
 
 from emulator.aws import stub
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
 from emulator.aws.iam import IAM
-from emulator.aws.images import DEFAULT_IMAGE_MAP
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
 from emulator.aws.sts import STS

@@ -46,7 +46,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
 
     `s3_root`: the folder s3://bucket/key maps to (<s3_root>/bucket/key); default $HETERO_EMU_S3_ROOT,
     else ~/.local/share/hetero-emu/s3. `images`: ECR image names -> local images, over the default
-    table that runs every ECR image as the project's training image (`emulator.aws.images`). `region`:
+    table that runs every ECR image as the project's training image (`emulator.aws.ecr_images`). `region`:
     the region the SDK resolves images and names buckets for (default $AWS_REGION,
     $AWS_DEFAULT_REGION, else us-west-2). Other keyword arguments go to `sagemaker.Session`
     (`default_bucket`, `default_bucket_prefix`, ...).

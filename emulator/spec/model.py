@@ -250,7 +250,7 @@ class JobSpec:
     # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.
     shm_size: int | None = None
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
-    # then the local stand-in), and the lines that say so (emulator.aws.images.choose_image).
+    # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
     requested_image: str | None = None
     image_notes: tuple[str, ...] = ()
 

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from emulator import api
-from emulator.artifacts import JobResult
 from emulator.console import RecordingReporter
 from emulator.debugger import DebugTarget
 from emulator.defaults import PYTORCH_IMAGE
+from emulator.result import JobResult
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

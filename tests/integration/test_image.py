@@ -22,7 +22,7 @@ import docker
 import docker.errors
 import pytest
 
-from emulator.backend.image import (
+from emulator.backend.image_build import (
     RECIPE_LABEL,
     BuildReport,
     build_default_image,
@@ -32,7 +32,7 @@ from emulator.backend.image import (
     recipe_hash,
 )
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.recipes import image_launchers
+from emulator.image_recipes import image_launchers
 
 # Every container started here carries this label, so a crashed run's leftovers are findable.
 TEST_LABEL = {"hetero-emu.test": "test_image"}

@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = r"""
-import json, emulator, emulator.recipes as r
-from emulator.backend.image import recipe_hash
+import json, emulator, emulator.image_recipes as r
+from emulator.backend.image_build import recipe_hash
 from emulator.debugger import HOOK_SOURCE
 training = r.load_recipe("training")
 print(json.dumps({
@@ -33,7 +33,7 @@ print(json.dumps({
 """
 
 
-def test_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
+def test_image_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
     # A copy of the checkout: setuptools builds in the source folder, and a stale build/ there
     # could hand the wheel files the checkout no longer has.
     source = tmp_path / "source"
@@ -67,6 +67,6 @@ def test_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
     assert found["files"] == in_checkout
     assert "openmpi-bin" in found["packages"]
     # Same recipe, same hash: an installed hetero-emu agrees with the checkout on what is up to date.
-    from emulator.backend.image import recipe_hash
+    from emulator.backend.image_build import recipe_hash
 
     assert found["hash"] == recipe_hash()

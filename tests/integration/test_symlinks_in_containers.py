@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from emulator.artifacts import JobResult
 from emulator.console import RecordingReporter
+from emulator.result import JobResult
 from emulator.runner import run_job
 from emulator.spec import validate
 

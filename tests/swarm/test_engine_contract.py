@@ -22,9 +22,9 @@ import pytest
 from engines import Engine
 
 from emulator import api
-from emulator.artifacts import HostResult, JobResult
 from emulator.console import RecordingReporter
 from emulator.plan import LABEL_HOST, LABEL_JOB
+from emulator.result import HostResult, JobResult
 from emulator.spec import JobSpec, validate
 
 pytestmark = pytest.mark.docker

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fake_backend import FakeBackend, exits
 
-from emulator import api, jobs
+from emulator import api, job_records
 from emulator.backend import registry
 from emulator.console import RecordingReporter
 from emulator.errors import UsageError
@@ -56,13 +56,13 @@ def test_a_job_is_found_by_name_after_its_containers_are_gone(
         tmp_path: Path, state: Path, fake_engine: FakeBackend) -> None:
     result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
     assert fake_engine.containers == {}  # removed: the engine knows nothing of the job now
-    record = jobs.find("api-job")
+    record = job_records.find("api-job")
     assert record is not None and record.status == "Completed" and record.job_dir == result.job_dir
     found = api.logs("api-job", engine_name="fake")
     assert [(h.host, h.group) for h in found] == [("algo-1", "g"), ("algo-2", "g")]
     assert found[0].path.read_text() == "hello from algo-1\n"
     assert api.describe("api-job", engine_name="fake") == json.loads((result.job_dir / "job.json").read_text())
-    assert [r.job_name for r in jobs.all_jobs()] == ["api-job"]
+    assert [r.job_name for r in job_records.all_jobs()] == ["api-job"]
 
 
 def test_a_job_that_fails_to_start_is_recorded_as_failed(
@@ -71,7 +71,7 @@ def test_a_job_that_fails_to_start_is_recorded_as_failed(
     monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
     with pytest.raises(RuntimeError):
         api.run(two_hosts(tmp_path, "api-broken"), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
-    record = jobs.find("api-broken")
+    record = job_records.find("api-broken")
     assert record is not None and record.status == "Failed"
     assert [t["Status"] for t in record.transitions] == ["Starting", "Downloading", "Failed"]
 
@@ -86,7 +86,7 @@ def test_job_json_and_the_record_carry_the_services_secondary_status_transitions
     # Each entry ends when the next begins, as the service reports them.
     assert all(a["EndTime"] == b["StartTime"] for a, b in zip(steps, steps[1:], strict=False))
     assert described["CreationTime"] <= described["TrainingStartTime"] <= described["LastModifiedTime"]
-    record = jobs.find("api-job")
+    record = job_records.find("api-job")
     assert record is not None and record.transitions == steps and record.doc["SecondaryStatus"] == "Completed"
     assert result.transitions[-1]["Status"] == "Completed"
 
@@ -114,16 +114,17 @@ def test_an_unwritable_record_never_fails_a_job(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(blocker / "state"))  # under a file: cannot be made
     result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())  # type: ignore[arg-type]
     assert result.status == "Completed"
-    assert jobs.find("api-job") is None
+    assert job_records.find("api-job") is None
 
 
 def test_ending_a_job_its_run_never_recorded_adds_the_final_transition_once(tmp_path: Path, state: Path) -> None:
-    jobs.record("early", tmp_path / "early", "InProgress", SecondaryStatus="Starting", SecondaryStatusTransitions=[
-        {"Status": "Starting", "StartTime": "2026-01-01T00:00:00+00:00", "StatusMessage": "Launching"}])
-    ended = jobs.end("early", "Stopped")
+    job_records.record("early", tmp_path / "early", "InProgress", SecondaryStatus="Starting",
+                       SecondaryStatusTransitions=[{"Status": "Starting", "StatusMessage": "Launching",
+                                                    "StartTime": "2026-01-01T00:00:00+00:00"}])
+    ended = job_records.end("early", "Stopped")
     assert ended is not None and ended.status == "Stopped" and ended.doc["SecondaryStatus"] == "Stopped"
     assert [t["Status"] for t in ended.transitions] == ["Starting", "Stopped"]
     assert ended.transitions[0]["EndTime"] == ended.transitions[1]["StartTime"]
     # A job whose record says how it ended is left as it is.
-    again = jobs.end("early", "Failed", "late news")
+    again = job_records.end("early", "Failed", "late news")
     assert again is not None and again.status == "Stopped" and "FailureReason" not in again.doc

@@ -22,10 +22,11 @@ import pytest
 from fake_backend import FakeBackend, exits
 
 from emulator import artifacts, runner
-from emulator.artifacts import JobResult, merge_copy, merge_tree
+from emulator.artifacts import merge_copy, merge_tree
 from emulator.cli import _times
 from emulator.console import RecordingReporter
 from emulator.plan import Plan
+from emulator.result import JobResult
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
 

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 from sagemaker.logs import Position, multi_stream_iter
 
-from emulator import jobs
+from emulator import job_records
 from emulator.aws import stub
 from emulator.aws.iam import IAM
 from emulator.aws.logs import GROUP, Logs
@@ -46,7 +46,7 @@ def job(tmp_path: Path, name: str, files: dict[str, bytes], status: str = "InPro
     (job_dir / "logs").mkdir(parents=True)
     for host, data in files.items():
         (job_dir / "logs" / f"{host}.log").write_bytes(data)
-    jobs.record(name, job_dir, status, CreationTime=CREATED.isoformat())
+    job_records.record(name, job_dir, status, CreationTime=CREATED.isoformat())
     return job_dir
 
 
@@ -163,7 +163,7 @@ def test_a_running_jobs_unfinished_line_waits_and_new_lines_follow_the_token(tmp
         f.write(b" done\nb\npartial")
     more = logs.get_log_events(logGroupName=GROUP, logStreamName=stream, nextToken=first["nextForwardToken"])
     assert messages(more) == ["half done", "b"]
-    jobs.record("j", job_dir, "Completed")
+    job_records.record("j", job_dir, "Completed")
     last = logs.get_log_events(logGroupName=GROUP, logStreamName=stream, nextToken=more["nextForwardToken"])
     assert messages(last) == ["partial"]  # the job ended: its last line is complete
     end = logs.get_log_events(logGroupName=GROUP, logStreamName=stream, nextToken=last["nextForwardToken"])

@@ -13,9 +13,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from emulator import jobs
+from emulator import job_records
 from emulator.aws import stub
-from emulator.aws.images import DEFAULT_IMAGE_MAP, choose_image, local_image
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image, local_image
 from emulator.aws.training import SageMakerTraining
 from emulator.errors import ImageMissing, UsageError
 
@@ -67,7 +67,7 @@ def test_a_bad_request_is_a_validation_exception_naming_the_field(project: Path)
     error = info.value.response["Error"]
     assert error["Code"] == "ValidationException"
     assert "ResourceConfig.InstanceGroups[0].InstanceType" in error["Message"]
-    assert jobs.find("sdk-job") is None  # nothing was started
+    assert job_records.find("sdk-job") is None  # nothing was started
 
 
 def test_botocore_still_checks_the_parameters_itself(project: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_job_its_driver_cannot_run_ends_failed_with_the_drivers_words(project:
 
 def test_a_job_name_in_use_is_refused(project: Path) -> None:
     (project / "out" / "taken" / "logs").mkdir(parents=True)
-    jobs.record("taken", project / "out" / "taken", "Completed")
+    job_records.record("taken", project / "out" / "taken", "Completed")
     with pytest.raises(ClientError) as info:
         client(project).create_training_job(**request("taken"))
     assert info.value.response["Error"]["Code"] == "ResourceInUse"
@@ -115,7 +115,7 @@ def test_a_job_name_in_use_is_refused(project: Path) -> None:
 
 def test_list_training_jobs_filters_sorts_and_pages(project: Path) -> None:
     for i, status in enumerate(["Completed", "Failed", "Completed"]):
-        jobs.record(f"listed-{i}", project / "out" / f"listed-{i}", status,
+        job_records.record(f"listed-{i}", project / "out" / f"listed-{i}", status,
                     CreationTime=f"2026-01-0{i + 1}T00:00:00+00:00")
     sm = client(project)
     page = sm.list_training_jobs(MaxResults=2, SortBy="CreationTime", SortOrder="Descending")

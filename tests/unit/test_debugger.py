@@ -24,7 +24,7 @@ from emulator.console import RecordingReporter
 from emulator.container import PortBinding
 from emulator.debugger import DEBUGPY_PORT, HOOK_SOURCE, HOOK_TARGET, DebugTarget
 from emulator.errors import EnvironmentProblem, UsageError
-from emulator.plan import make_plan, render
+from emulator.plan import make_plan, summary
 from emulator.runner import run_job
 from emulator.spec import JobSpec
 
@@ -85,14 +85,14 @@ def test_the_specs_own_pythonpath_stays_after_the_hook(load: Load, valid_raw: di
 def test_render_and_compose_show_the_debugged_host(load: Load, valid_raw: dict[str, Any], tmp_path: Path) -> None:
     plan = make_plan(load(valid_raw), "hetero-test", job_dir=tmp_path / "job", debug=DebugTarget("algo-2", 6000))
     assert ("  debug    algo-2: its entry point under debugpy, port 5678 published on 127.0.0.1:6000"
-            in render(plan).splitlines())
+            in summary(plan).splitlines())
     services = compose.compose_project(plan)["services"]
     assert services["algo-2"]["ports"] == ["127.0.0.1:6000:5678"]
     assert "ports" not in services["algo-1"] and "ports" not in services["algo-3"]
     assert f"{HOOK_SOURCE}:{HOOK_TARGET}:ro" in services["algo-2"]["volumes"]
     waits = make_plan(load(valid_raw), "hetero-test", job_dir=tmp_path / "job",
                       debug=DebugTarget("algo-2", 6000, wait=True))
-    assert render(waits).count(", waits for the debugger to attach") == 1
+    assert summary(waits).count(", waits for the debugger to attach") == 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_a_change_to_configure_sh_keeps_the_venv_stage_and_one_to_venv_sh_redoes
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from emulator import recipes
+    from emulator import image_recipes as recipes
     from emulator.backend import framework_build
 
     shutil.copytree(recipes.images_dir(), tmp_path / "images")

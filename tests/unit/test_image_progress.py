@@ -3,7 +3,7 @@ a failed step, and a build that only waited for another one saying so.
 
 No Docker and no real rootfs: a small recipe in a temporary images/ folder, an `mmdebstrap` on PATH that
 prints a few lines and writes a tarball, and an in-memory stand-in for docker-py's client (the calls
-`emulator.backend.image` makes: images.get/prune/remove, api.import_image_from_file, api.build).
+`emulator.backend.image_build` makes: images.get/prune/remove, api.import_image_from_file, api.build).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 import docker.errors
 import pytest
 
-import emulator.recipes as recipes
-from emulator.backend import image
+from emulator import image_recipes as recipes
+from emulator.backend import image_build
 from emulator.errors import ImageBuildError
+from emulator.image_recipes import load_recipe
 from emulator.progress import TAIL_LINES, StepPrinter
-from emulator.recipes import load_recipe
 
 TAG = "t/small:1"
 FAKE_MMDEBSTRAP = """\
@@ -89,7 +89,7 @@ def small_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (folder / "packages.txt").write_text("python3\nopenssh-server\n")
     (folder / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n")
     monkeypatch.setattr(recipes, "images_dir", lambda: tmp_path / "images")
-    monkeypatch.setenv(image.MIRROR_ENV, "http://mirror.invalid/debian")
+    monkeypatch.setenv(image_build.MIRROR_ENV, "http://mirror.invalid/debian")
     return tmp_path
 
 
@@ -102,8 +102,8 @@ def fake_mmdebstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: int,
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
 
-def build(client: FakeClient, cache: Path, out: io.StringIO) -> image.BuildReport:
-    return image.build_image(client, load_recipe("small"), progress=StepPrinter(out, live=False), cache_dir=cache)
+def build(client: FakeClient, cache: Path, out: io.StringIO) -> image_build.BuildReport:
+    return image_build.build_image(client, load_recipe("small"), progress=StepPrinter(out, live=False), cache_dir=cache)
 
 
 def the_log(cache: Path) -> Path:
@@ -148,7 +148,7 @@ def test_build_shows_one_line_per_step_and_the_tool_output_only_in_the_log(
 def test_verbose_build_streams_the_tool_output_too(small_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_mmdebstrap(small_recipe, monkeypatch, lines=3, code=0)
     out = io.StringIO()
-    image.build_image(FakeClient(), load_recipe("small"), progress=StepPrinter(out, live=False, verbose=True),
+    image_build.build_image(FakeClient(), load_recipe("small"), progress=StepPrinter(out, live=False, verbose=True),
                       cache_dir=small_recipe / "cache")
     assert "      Get:2 http://mirror.invalid/debian" in out.getvalue()
     assert "      Successfully built 0123" in out.getvalue()
@@ -183,7 +183,7 @@ def test_a_build_that_waited_for_another_says_so(
     fake_mmdebstrap(small_recipe, monkeypatch, lines=1, code=0)
     client, out, cache = FakeClient(), io.StringIO(), small_recipe / "cache"
     cache.mkdir()
-    reports: list[image.BuildReport] = []
+    reports: list[image_build.BuildReport] = []
     # Another build holds the lock (flock locks belong to the open file, so a second open here
     # contends exactly as a second process would).
     with open(cache / "build.lock", "a") as held:
@@ -195,7 +195,7 @@ def test_a_build_that_waited_for_another_says_so(
             time.sleep(0.01)
         time.sleep(0.3)
         if other_build_made_it:
-            client.store[TAG] = {image.RECIPE_LABEL: image.recipe_hash(load_recipe("small"))}
+            client.store[TAG] = {image_build.RECIPE_LABEL: image_build.recipe_hash(load_recipe("small"))}
         fcntl.flock(held, fcntl.LOCK_UN)
     waiter.join(10)
 

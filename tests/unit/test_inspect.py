@@ -17,7 +17,7 @@ import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 from test_readme_promises import run_cli
 
-from emulator import api, cli, jobs, runner
+from emulator import api, cli, job_records, runner
 from emulator.backend import ExecIO, registry
 from emulator.backend.docker import _pump_exec
 from emulator.backend.liveness import current_driver
@@ -192,7 +192,7 @@ def fake_job_folder(tmp_path: Path, driver: str, hosts: tuple[str, ...] = ("algo
         config.mkdir(parents=True)
         (config / "resourceconfig.json").write_text(json.dumps({"current_host": host, "current_group_name": "g"}))
     (folder / "logs").mkdir(parents=True)
-    jobs.record(JOB, folder, "InProgress", Driver=driver)
+    job_records.record(JOB, folder, "InProgress", Driver=driver)
     return folder
 
 
@@ -213,7 +213,7 @@ def test_follow_prints_what_is_there_then_lines_as_written_and_ends_when_the_job
         assert thread.is_alive()  # the job runs on: the follow goes on
         assert ("algo-1", "g", "second") in seen and ("algo-2", "g", "from two") in seen
     finally:
-        jobs.record(JOB, folder, "Completed")
+        job_records.record(JOB, folder, "Completed")
     thread.join(5)
     assert not thread.is_alive() and follower.ended == "Completed"
     assert seen == [("algo-1", "g", "first"), ("algo-1", "g", "second"), ("algo-2", "g", "from two"),
@@ -237,7 +237,7 @@ def test_follow_filters_by_host_and_refuses_an_unknown_host(tmp_path: Path,
     folder = fake_job_folder(tmp_path, current_driver())
     (folder / "logs" / "algo-1.log").write_text("one\n")
     (folder / "logs" / "algo-2.log").write_text("two\n")
-    jobs.record(JOB, folder, "Failed")
+    job_records.record(JOB, folder, "Failed")
     code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-2", "--engine", "fake"], capsys)
     assert code == 0 and "algo-2 (g) | two" in text and "one" not in text
     code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-9", "--engine", "fake"], capsys)

@@ -11,8 +11,8 @@ from fake_backend import FakeBackend
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageMissing
+from emulator.image_recipes import LAUNCHERS_LABEL, load_recipe
 from emulator.launchers import missing_launchers, required_launchers
-from emulator.recipes import LAUNCHERS_LABEL, load_recipe
 from emulator.runner import run_job
 from emulator.spec import JobSpec, validate
 

@@ -329,12 +329,12 @@ def test_the_sessions_jobs_are_recorded_in_a_folder_of_the_session_not_the_users
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "users-state"))
     write_project(pytester, """
 import os
-from emulator import jobs
+from emulator import job_records
 
 def test_job(hetero_emu):
     run = hetero_emu.run("job.yaml")
     print("STATE", os.environ["HETERO_EMU_STATE_DIR"])
-    assert jobs.find(run.job_name).job_dir == run.job_dir
+    assert job_records.find(run.job_name).job_dir == run.job_dir
 """)
     result = pytester.runpytest(*PLUGIN, "-s")
     result.assert_outcomes(passed=1)
@@ -376,26 +376,26 @@ def test_a_second_worker_waits_for_the_first_workers_build_and_then_finds_the_im
     import time
     from types import SimpleNamespace
 
-    from emulator.backend import image
-    from emulator.recipes import DEFAULT_VARIANT, load_recipe
+    from emulator.backend import image_build
+    from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 
     recipe = load_recipe(DEFAULT_VARIANT)
     labels: dict[str, str] = {}  # the engine's image: out of date until the first worker is done
     found = SimpleNamespace(labels=labels, id="sha256:built", attrs={"Size": 1})
     client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: found))
     lines: list[str] = []
-    reports: list[image.BuildReport] = []
+    reports: list[image_build.BuildReport] = []
     with open(tmp_path / "build.lock", "a") as first_worker:
         fcntl.flock(first_worker, fcntl.LOCK_EX)  # the first worker is building
         second = threading.Thread(target=lambda: reports.append(
-            image.build_image(client, recipe, progress=lines.append, cache_dir=tmp_path)))  # type: ignore[arg-type]
+            image_build.build_image(client, recipe, progress=lines.append, cache_dir=tmp_path)))  # type: ignore[arg-type]
         second.start()
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:
             time.sleep(0.01)
         assert lines and "waiting for another image build" in lines[0], lines
         assert reports == [] and second.is_alive()  # waiting, not building
-        labels[image.RECIPE_LABEL] = image.recipe_hash(recipe)  # the first worker's build is done
+        labels[image_build.RECIPE_LABEL] = image_build.recipe_hash(recipe)  # the first worker's build is done
         fcntl.flock(first_worker, fcntl.LOCK_UN)
     second.join(10)
     assert [(r.built, r.waited_seconds is not None) for r in reports] == [(False, True)], lines

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
-from emulator import jobs, staging
+from emulator import job_records, staging
 from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
 from emulator.contract import CONFIG_DIR
@@ -154,7 +154,7 @@ def test_the_job_runs_in_the_services_region_unless_the_request_names_one(
     for raw, region in ((v3_request(), "eu-west-1"), (v2_style, "ap-south-1")):
         name = raw["TrainingJobName"]
         sm.create_training_job(**raw)
-        ticket = json.loads((jobs.state_dir() / "drivers" / f"{name}.json").read_text())
+        ticket = json.loads((job_records.state_dir() / "drivers" / f"{name}.json").read_text())
         with s3.given_root(root, "test"):
             spec = validate_request(ticket["Request"], root.parent, "CreateTrainingJob", ticket["Overrides"])
         assert spec.region == region, name

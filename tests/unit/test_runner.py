@@ -25,12 +25,12 @@ import pytest
 from fake_backend import FakeBackend, HostScript, exits, oom_killed, runs_until_stopped
 
 from emulator import runner
-from emulator.artifacts import JobResult
 from emulator.backend import Resource
 from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.frameworks import FrameworkImage
+from emulator.result import JobResult
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
 

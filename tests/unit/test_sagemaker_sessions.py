@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import jobs
+from emulator import job_records
 from emulator.aws.logs import GROUP
 
 
@@ -38,7 +38,7 @@ def test_the_v2_session_answers_iam_and_cloudwatch_logs(tmp_path: Path, monkeypa
     (tmp_path / "s3").mkdir()
     (tmp_path / "job" / "logs").mkdir(parents=True)
     (tmp_path / "job" / "logs" / "algo-1.log").write_text("hello\n")
-    jobs.record("a-job", tmp_path / "job", "Completed")
+    job_records.record("a-job", tmp_path / "job", "Completed")
     session = EmulatorSession(s3_root=tmp_path / "s3", region="eu-central-1")
     logs = session.boto_session.client("logs")
     stream = logs.describe_log_streams(logGroupName=GROUP, logStreamNamePrefix="a-job/")["logStreams"][0]

@@ -18,7 +18,7 @@ from emulator import api, compose, wheelhouse
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import WheelhouseError
-from emulator.plan import Mount, make_plan, render
+from emulator.plan import Mount, make_plan, summary
 from emulator.runner import run_job
 from emulator.spec import JobSpec
 
@@ -173,7 +173,7 @@ def test_render_and_compose_show_the_mount_and_the_variables(
 ) -> None:
     plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels")
     assert (f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
-            "PIP_FIND_LINKS=/opt/hetero-emu/wheelhouse PIP_NO_INDEX=1") in render(plan).splitlines()
+            "PIP_FIND_LINKS=/opt/hetero-emu/wheelhouse PIP_NO_INDEX=1") in summary(plan).splitlines()
     for service in compose.compose_project(plan)["services"].values():
         assert f"{plan.wheelhouse}:{wheelhouse.CONTAINER_PATH}:ro" in service["volumes"]
         assert {k: service["environment"][k] for k in PIP_VARS} == PIP_VARS

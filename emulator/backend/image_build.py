@@ -41,8 +41,7 @@ import docker.errors
 
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
-from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
-from emulator.recipes import (
+from emulator.image_recipes import (
     CHAIN_LIMIT,
     DEFAULT_VARIANT,
     LAUNCHERS_LABEL,
@@ -53,6 +52,7 @@ from emulator.recipes import (
     launchers_label,
     load_recipe,
 )
+from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
 
 Progress = Callable[[str], None]
 

@@ -12,12 +12,12 @@ import pytest
 import tomllib
 from typer.testing import CliRunner
 
-import emulator.recipes as recipes
-from emulator.backend import image
+from emulator import image_recipes as recipes
+from emulator.backend import image_build
 from emulator.cli import app
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageBuildError, UsageError
-from emulator.recipes import (
+from emulator.image_recipes import (
     LAUNCHERS_LABEL,
     image_launchers,
     images_dir,
@@ -104,7 +104,7 @@ def test_training_sshd_uses_the_mounted_host_key_and_pam_as_aws_images_do() -> N
     dockerfile = (folder / "Dockerfile").read_text()
     assert "/etc/ssh/sshd_config.d/hetero-emu.conf" in dockerfile and "/run/sshd" in dockerfile
     # openssh-server's postinst generates host keys: every rootfs drops them before it is packed.
-    assert "etc/ssh/ssh_host_*" in image.ROOTFS_REMOVE
+    assert "etc/ssh/ssh_host_*" in image_build.ROOTFS_REMOVE
 
 
 def test_variants_are_the_recipe_folders(two_recipes: Path) -> None:
@@ -121,40 +121,41 @@ def test_second_recipe_is_just_a_folder(two_recipes: Path) -> None:
     assert big.base_recipe == "small" and big.debian is None
     assert big.pip_wheel_args == ("--only-binary", ":all:")
     # The derived image starts FROM the base recipe's image; a Debian one FROM its own rootfs.
-    assert image.base_image(big) == "t/small:1"
-    assert image.base_image(small) == "hetero-emu/base:small"
+    assert image_build.base_image(big) == "t/small:1"
+    assert image_build.base_image(small) == "hetero-emu/base:small"
     # It carries its own launchers and those of every image under it.
-    assert image.all_launchers(big) == ("mpirun", "sshd", "torchrun")
-    assert launchers_label(image.all_launchers(big)) == "mpirun,sshd,torchrun"
+    assert image_build.all_launchers(big) == ("mpirun", "sshd", "torchrun")
+    assert launchers_label(image_build.all_launchers(big)) == "mpirun,sshd,torchrun"
 
 
 def test_recipe_hash_follows_every_file_and_the_base(two_recipes: Path) -> None:
-    before_small, before_big = image.recipe_hash(load_recipe("small")), image.recipe_hash(load_recipe("big"))
+    before_small = image_build.recipe_hash(load_recipe("small"))
+    before_big = image_build.recipe_hash(load_recipe("big"))
     (two_recipes / "small" / "extra.conf").write_text("x\n")  # a file the Dockerfile may COPY
-    after_small, after_big = image.recipe_hash(load_recipe("small")), image.recipe_hash(load_recipe("big"))
+    after_small, after_big = image_build.recipe_hash(load_recipe("small")), image_build.recipe_hash(load_recipe("big"))
     assert before_small != after_small
     assert before_big != after_big  # a changed base rebuilds the image FROM it
     (two_recipes / "big" / "requirements.txt").write_text("numpy==2.4.5\n")
-    assert image.recipe_hash(load_recipe("small")) == after_small
-    assert image.recipe_hash(load_recipe("big")) != after_big
+    assert image_build.recipe_hash(load_recipe("small")) == after_small
+    assert image_build.recipe_hash(load_recipe("big")) != after_big
 
 
 def test_packages_list_decides_the_rootfs_key(two_recipes: Path) -> None:
-    key = image._rootfs_key(load_recipe("small"))
+    key = image_build._rootfs_key(load_recipe("small"))
     (two_recipes / "small" / "packages.txt").write_text("python3\nopenmpi-bin  # now with a comment\n")
-    assert image._rootfs_key(load_recipe("small")) == key  # comments do not change the rootfs
+    assert image_build._rootfs_key(load_recipe("small")) == key  # comments do not change the rootfs
     (two_recipes / "small" / "packages.txt").write_text("python3\n")
-    assert image._rootfs_key(load_recipe("small")) != key
+    assert image_build._rootfs_key(load_recipe("small")) != key
 
 
 def test_wheel_cache_is_keyed_by_requirements_and_pip_args(two_recipes: Path) -> None:
     small, big = load_recipe("small"), load_recipe("big")
-    assert image._wheels_key(small) != image._wheels_key(big)
-    key = image._wheels_key(big)
+    assert image_build._wheels_key(small) != image_build._wheels_key(big)
+    key = image_build._wheels_key(big)
     (two_recipes / "big" / "Dockerfile").write_text("FROM x\n")
-    assert image._wheels_key(load_recipe("big")) == key
+    assert image_build._wheels_key(load_recipe("big")) == key
     (two_recipes / "big" / "requirements.txt").write_text("numpy==2.4.5\n")
-    assert image._wheels_key(load_recipe("big")) != key
+    assert image_build._wheels_key(load_recipe("big")) != key
 
 
 def test_build_context_is_the_recipe_folder_and_the_wheels(two_recipes: Path, tmp_path: Path) -> None:
@@ -162,14 +163,14 @@ def test_build_context_is_the_recipe_folder_and_the_wheels(two_recipes: Path, tm
     wheels.mkdir()
     (wheels / "six-1.17.0-py2.py3-none-any.whl").write_bytes(b"zip")
     buffer = io.BytesIO()
-    image._write_context(buffer, load_recipe("small"), wheels)
+    image_build._write_context(buffer, load_recipe("small"), wheels)
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
         names = sorted(tar.getnames())
     assert names == ["Dockerfile", "packages.txt", "recipe.yaml", "requirements.txt", "wheels",
                      "wheels/six-1.17.0-py2.py3-none-any.whl"]
     buffer = io.BytesIO()
-    image._write_context(buffer, load_recipe("big"), None)
+    image_build._write_context(buffer, load_recipe("big"), None)
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
         assert "wheels" in tar.getnames()  # COPY wheels/ works for a recipe without requirements
@@ -180,7 +181,7 @@ def test_base_recipe_loop_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
     write_recipe(tmp_path, "b", "tag: t/b:1\nbase: {recipe: a}\n")
     monkeypatch.setattr(recipes, "images_dir", lambda: tmp_path)
     with pytest.raises(ImageBuildError, match="loop"):
-        image.recipe_hash(load_recipe("a"))
+        image_build.recipe_hash(load_recipe("a"))
     with pytest.raises(ImageBuildError, match="loop"):
         recipes.all_launchers(load_recipe("a"))
 
@@ -255,7 +256,7 @@ def test_pyproject_lists_every_package_and_maps_images() -> None:
     assert config["package-dir"] == {"emulator.images": "images"}
 
 
-def test_recipes_in_a_folder_the_user_may_not_enter_are_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_image_recipes_in_a_folder_the_user_may_not_enter_are_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkout under root's 0700 temp folder run by another user: `run` must not crash on the lookup
     (the CLI's --help lists the variants); only a build says that no recipe was found."""
 

@@ -6,7 +6,7 @@ files the recipe names (Debian packages, Python requirements) or the Dockerfile 
 ships inside the package as `emulator/images` (pyproject.toml maps it), so an installed hetero-emu
 finds the same recipes as a source checkout.
 
-Pure: reads files, never talks to Docker (backend/image.py builds what a Recipe describes). Also
+Pure: reads files, never talks to Docker (backend/image_build.py builds what a Recipe describes). Also
 home of the launchers label, which the runner reads to refuse a distribution an image cannot run.
 """
 
