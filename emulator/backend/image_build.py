@@ -38,7 +38,9 @@ from urllib.parse import urlsplit
 
 import docker
 import docker.errors
+import requests
 
+from emulator.backend.index_container import unbounded_reads
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.image_recipes import (
@@ -660,8 +662,13 @@ def _prune_leftovers(client: docker.DockerClient) -> None:
     # it; the classic builder leaves it dangling. Older default and base images whose tag moved on
     # (a rebuild while a container still used them) are dangling too. The engine's prune skips
     # images a container still uses; each call ANDs its labels, hence one call per label.
+    # Housekeeping, never a reason to fail a build that succeeded: a prune that deletes a
+    # gigabyte layer on a loaded machine can outlast the client's timeout (seen: a ReadTimeout
+    # after "Successfully tagged" under load 6.7), so it waits for the engine, and a lost
+    # connection is ignored.
     for label in (f"{STAGE_LABEL}=venv", RECIPE_LABEL, ROOTFS_LABEL):
-        with contextlib.suppress(docker.errors.DockerException):
+        with unbounded_reads(client), contextlib.suppress(docker.errors.DockerException,
+                                                     requests.exceptions.RequestException):
             client.images.prune(filters={"dangling": True, "label": label})
 
 
@@ -764,8 +771,10 @@ def _remove_quietly(client: docker.DockerClient, image_id: str | None, keep: str
     # A rebuild moves the tag; the old image would linger untagged. It stays if a container or a
     # child image still uses it (removal fails), which is the engine's call to make.
     if image_id and image_id != keep:
-        with contextlib.suppress(docker.errors.DockerException):
+        with unbounded_reads(client), contextlib.suppress(docker.errors.DockerException,
+                                                     requests.exceptions.RequestException):
             client.images.remove(image_id, noprune=False)
+
 
 
 def _mkdir(path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import docker.errors
 import pytest
+import requests
 
 from emulator import image_recipes as recipes
 from emulator.backend import image_build
@@ -56,6 +57,9 @@ class FakeClient:
         self.store: dict[str, dict[str, str]] = {}
         self.images = self
         self.api = self
+        self.timeout: float | None = 10  # docker-py's per-request read timeout
+        self.slow_prune = False  # the engine outlasts the client's timeout (a ReadTimeout)
+        self.prune_timeouts: list[float | None] = []
 
     def get(self, tag: str) -> FakeImage:
         if tag not in self.store:
@@ -63,7 +67,9 @@ class FakeClient:
         return FakeImage(tag, self.store[tag])
 
     def prune(self, filters: dict[str, Any]) -> None:
-        pass
+        self.prune_timeouts.append(self.timeout)
+        if self.slow_prune:
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=10)")
 
     def remove(self, image_id: str, noprune: bool = False) -> None:
         pass
@@ -143,6 +149,21 @@ def test_build_shows_one_line_per_step_and_the_tool_output_only_in_the_log(
     assert all(f"Get:{n} http://mirror.invalid/debian" in text for n in range(30))
     assert "Step 2/2 : FROM ${BASE_IMAGE}" in text and "Successfully built 0123" in text
     assert "$ mmdebstrap --variant=minbase" in text
+
+
+def test_a_prune_that_times_out_after_the_build_does_not_fail_it(
+    small_recipe: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_mmdebstrap(small_recipe, monkeypatch, lines=3, code=0)
+    client = FakeClient()
+    client.slow_prune = True
+
+    report = build(client, small_recipe / "cache", io.StringIO())
+
+    assert report.built and TAG in client.store
+    # The housekeeping waited for the engine instead of the 10 s a request gets, then got it back.
+    assert client.prune_timeouts and set(client.prune_timeouts) == {None}
+    assert client.timeout == 10
 
 
 def test_verbose_build_streams_the_tool_output_too(small_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
