@@ -18,7 +18,7 @@ emulator, so it is gone.
 
     python benchmarks/startup.py [--pairs 5] [--hosts 4 16 64] [--baseline same|minimal] [--json]
 
-Needs the default image (`hetero-emu image build`). Latest figures are in README.md (Development).
+Needs the default image (`hetero-emu image build`). Latest figures are in docs/benchmarks.md.
 Phases can be told apart by wrapping DockerBackend's methods with timers around `emulator.cli.main()`
 in one process; `python -X importtime -m emulator --help` shows the imports.
 

@@ -1,10 +1,11 @@
-"""README promises that no other unit test held: each test names the README sentence it keeps true.
-
-The map from every README promise to its test is tests/README-promises.md.
-"""
+"""Documented promises and their tests: the map tests/README-promises.md is checked against the
+tests and the pages (every test it names exists; the code a promise quotes is on a page of its
+section), and the promises no other unit test held are kept here, each test naming the sentence it
+keeps true."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markdown_links import Link, broken
 
 from emulator import cli
 from emulator.backend.docker import DockerBackend
@@ -176,3 +178,122 @@ def test_the_watcher_keeps_trying_for_ten_minutes() -> None:
     from emulator.backend import reaper
 
     assert reaper.REAP_PATIENCE == 10 * 60
+
+
+# --------------------------------------------------------------------------------------------------
+# The map itself. Each `## section` of tests/README-promises.md names the pages its promises live on
+# (`Pages: [..](../docs/x.md#anchor), ...`) and has a table of `| promise | tests |` rows. A row's
+# tests are `U/`, `I/`, `F/` or `S/` + a file, optionally `::test_name` (further `::name`s of the same
+# file follow after a comma), or `corpus/NAME` (further corpus names after a comma); anything else
+# in the cell is a remark (`(all)`, "the 200 MB tests").
+
+TESTS = Path(__file__).resolve().parents[1]
+PROMISES = TESTS / "README-promises.md"
+SUITES = {"U": "unit", "I": "integration", "F": "faults", "S": "swarm"}
+_CELL = re.compile(r"(?<!\\)\|")
+
+
+def sections(text: str) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
+    """(heading, the `Pages:` line's link targets, the rows (promise, tests)) of every section."""
+    found: list[tuple[str, list[str], list[tuple[str, str]]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            found.append((line[3:].strip(), [], []))
+        elif found and line.startswith("Pages:"):
+            found[-1][1].extend(re.findall(r"\]\(([^)\s]+)\)", line))
+        elif found and line.startswith("| ") and not line.startswith("| promise |"):
+            cells = [cell.strip() for cell in _CELL.split(line)[1:-1]]
+            found[-1][2].append((cells[0], cells[1]) if len(cells) == 2 else (line, ""))
+    return found
+
+
+def _defines(path: Path, name: str) -> bool:
+    return re.search(rf"^\s*(?:async\s+)?def {re.escape(name.split('[')[0])}\(", path.read_text(), re.M) is not None
+
+
+def missing_tests(cell: str, tests: Path) -> tuple[int, list[str]]:
+    """(how many tests the cell names, the ones that do not exist)."""
+    named, missing = 0, []
+    for group in cell.split(";"):
+        current: Path | None = None
+        corpus = False
+        for item in (re.sub(r"\s*\(.*?\)\s*$", "", part).strip() for part in group.split(",")):
+            suite = re.fullmatch(r"([UIFS])/(\S+?\.py)(?:::(\S+))?", item)
+            more = re.fullmatch(r"::(\S+)", item)
+            case = re.fullmatch(r"(?:corpus/)?([a-z0-9*-]+)", item)
+            if suite:
+                current, corpus = tests / SUITES[suite[1]] / suite[2], False
+                named += 1
+                if not current.is_file() or (suite[3] and not _defines(current, suite[3])):
+                    missing.append(item)
+            elif more and current is not None:
+                named += 1
+                if not current.is_file() or not _defines(current, more[1]):
+                    missing.append(f"{current.name}::{more[1]}")
+            elif case and (item.startswith("corpus/") or corpus):
+                corpus = True
+                named += 1
+                if not any((tests / "data" / "invalid").glob(case[1] + ".*")):
+                    missing.append(f"corpus/{case[1]}")
+    return named, missing
+
+
+def quotes_off_the_pages(promise: str, pages: str) -> list[str]:
+    """The code a promise quotes (`...`) that none of its pages holds (whitespace and table escapes
+    aside)."""
+    flat = re.sub(r"\s+", " ", pages.replace("\\|", "|"))
+    quoted = (re.sub(r"\s+", " ", quote.replace("\\|", "|")) for quote in re.findall(r"`([^`]+)`", promise))
+    return [quote for quote in quoted if quote not in flat]
+
+
+def _page_text(targets: list[str]) -> str:
+    return "\n".join((PROMISES.parent / target.split("#")[0]).read_text() for target in targets)
+
+
+def test_every_promise_names_tests_and_every_test_it_names_exists() -> None:
+    problems = []
+    for heading, _, rows in sections(PROMISES.read_text()):
+        for promise, cell in rows:
+            named, missing = missing_tests(cell, TESTS)
+            if named == 0:
+                problems.append(f"{heading}: {promise[:60]!r} names no test")
+            problems += [f"{heading}: {promise[:60]!r}: no test {name}" for name in missing]
+    assert problems == []
+
+
+def test_every_section_of_promises_names_the_pages_they_live_on() -> None:
+    problems = []
+    for heading, pages, rows in sections(PROMISES.read_text()):
+        if rows and not pages:
+            problems.append(f"{heading}: no Pages: line")
+        problems += [reason for page in pages if (reason := broken(Link(PROMISES, 0, page))) is not None]
+    assert problems == []
+
+
+def test_the_code_a_promise_quotes_is_on_the_pages_of_its_section() -> None:
+    problems = []
+    for heading, pages, rows in sections(PROMISES.read_text()):
+        if not pages:
+            continue
+        text = _page_text(pages)
+        for promise, _ in rows:
+            problems += [f"{heading}: `{quote}`" for quote in quotes_off_the_pages(promise, text)]
+    assert problems == []
+
+
+def test_a_promise_whose_test_is_gone_or_that_names_none_is_found(tmp_path: Path) -> None:
+    unit = tmp_path / "unit"
+    unit.mkdir()
+    (unit / "test_a.py").write_text("def test_kept() -> None:\n    pass\n")
+    (tmp_path / "data" / "invalid").mkdir(parents=True)
+    (tmp_path / "data" / "invalid" / "name-bad.yaml").write_text("")
+    assert missing_tests("U/test_a.py::test_kept, ::test_renamed; corpus/name-*, gone", tmp_path) == (
+        4, ["test_a.py::test_renamed", "corpus/gone"])
+    assert missing_tests("U/test_b.py (all)", tmp_path) == (1, ["U/test_b.py"])
+    assert missing_tests("every container test's fixture", tmp_path) == (0, [])
+
+
+def test_a_quote_no_page_holds_is_found() -> None:
+    page = "`hetero-emu\nX.Y.Z` and `--memory instance\\|none\\|SIZE`"
+    assert quotes_off_the_pages("prints `hetero-emu X.Y.Z`; `--memory instance\\|none\\|SIZE`", page) == []
+    assert quotes_off_the_pages("prints `hetero-emu --version`", page) == ["hetero-emu --version"]
