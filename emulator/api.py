@@ -44,6 +44,7 @@ from emulator.spec import (
     validate,
 )
 from emulator.spec.placement import with_placement
+from emulator.spec.probes import DISK
 from emulator.tail import LogTail
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -86,9 +87,11 @@ def load_mapping(raw: Mapping[str, Any], *, base_dir: Path | str, job_name: str 
 
 
 def _from_raw(raw: Any, base_dir: Path, source: str, overrides: Mapping[str, Any]) -> JobSpec:
+    # The rules probe the paths the job names through the probes they are given: here the real disk.
     if request.is_request(raw):
-        return request.validate_request(raw, base_dir, source, overrides)
-    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=base_dir, source=source)
+        return request.validate_request(raw, base_dir, source, overrides, probes=DISK)
+    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=base_dir, source=source,
+                    probes=DISK)
 
 
 def relocate(spec: JobSpec, *, job_name: str, output_path: Path) -> JobSpec:

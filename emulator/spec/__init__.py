@@ -4,6 +4,9 @@
 - `yaml_loader`: the hardened YAML loader (size, node and depth limits, duplicate keys, YAML 1.2
   floats, values as written).
 - `paths`: filesystem probing: what a path is, folders the job writes, channel and code listings.
+- `probes`: those questions as the one object the rules are given (`Probes`; `DISK` answers from the
+  real filesystem), so that validation itself does no I/O.
+- `requirements`: the code's requirements.txt as the toolkit will install it, found and hashed.
 - `fields`: typed getters that record a problem per wrong field, named in the input's own words.
 - `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).

@@ -2,7 +2,9 @@
 YAML spec's keys and shapes) once, collects *every* problem with its field path, and builds the
 frozen `JobSpec`.
 
-Validation is pure apart from checking that the paths the job names exist (`paths`). An input
+Validation is pure: what the rules ask the filesystem (what a path is, a folder's listing, a
+sourcedir.tar.gz's members, the code's requirements.txt) goes through the `probes.Probes` the caller
+injects; the loaders give the real filesystem (`probes.DISK`), a test may give a fake. An input
 adapter converts its input to the internal mapping and gives `Validator` a `field_name` hook
 (`fields.FieldReader`), so each problem names the field in the input's own words.
 """
@@ -19,7 +21,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from emulator import wheelhouse
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
@@ -68,7 +69,8 @@ from emulator.spec.model import (
     TrainingInput,
 )
 from emulator.spec.model import strategy_enabled as _enabled
-from emulator.spec.paths import BadPath, Listing, folder_problem, given_name, kind_of, parse_uri, resolve_path, scan
+from emulator.spec.paths import BadPath, Listing, given_name, parse_uri
+from emulator.spec.probes import Probes
 from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
 
@@ -80,10 +82,11 @@ SDK_CHANNELS = "input"  # of SDK_UPLOADS, the one whose folders are channels (Tr
 
 
 class Validator(FieldReader):
-    def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written,
+    def __init__(self, base_dir: Path, probes: Probes, field_name: Callable[[str], str] = as_written,
                  hyperparameters_encoded: bool = False) -> None:
         super().__init__(field_name)
         self.base_dir = base_dir
+        self.probes = probes
         # Hyperparameter values are the API's strings already (a request), not values to JSON-encode.
         self.hyperparameters_encoded = hyperparameters_encoded
         # Where s3:// URIs live (`s3.choose_root`), set by `job`; S3 URIs by the paths they map to.
@@ -132,7 +135,7 @@ class Validator(FieldReader):
             if spec_root is not None:
                 self.s3_root = s3.Root(spec_root, "local_s3_root", True)
             return spec_root
-        if self.s3_root.named and kind_of(self.s3_root.path) == "missing":
+        if self.s3_root.named and self.probes.kind_of(self.s3_root.path) == "missing":
             self.fail(self.s3_root.origin, f"S3 root not found: {self.s3_root.path}",
                       "a folder whose subfolders are buckets")
             return None
@@ -145,23 +148,23 @@ class Validator(FieldReader):
             return None  # the root is unusable: reported already
         if text[:3].lower() == "s3:" and s3_root is not None:
             try:
-                resolved = s3.local_path(self.s3_root, text)
+                resolved = s3.local_path(self.s3_root, text, self.probes.resolve)
             except s3.BadS3Uri as err:
                 self.fail(path, str(err), err.hint)
                 return None
             self.s3_uris[resolved] = text
             return resolved
         if text.startswith("file://"):
-            return resolve_path(self.base_dir, parse_uri(text)[1] or ".")
+            return self.probes.resolve(self.base_dir, parse_uri(text)[1] or ".")
         if "://" in text:
             self.fail(path, f"unsupported URI scheme in {preview(text)}", "use a local path, file:// or s3://")
             return None
-        return resolve_path(self.base_dir, text)
+        return self.probes.resolve(self.base_dir, text)
 
     def existing(self, resolved: Path | None, path: str, what: str) -> Path | None:
         if resolved is None:
             return None
-        kind = kind_of(resolved)
+        kind = self.probes.kind_of(resolved)
         if kind == "missing" and resolved in self.s3_uris:
             self.fail(path, f"{what} not found: no prefix {self.s3_uris[resolved]} under the "
                       f"{self.s3_root.describe()} (looked for {resolved})",
@@ -181,7 +184,7 @@ class Validator(FieldReader):
         holds a socket, FIFO or device (also behind a link: staging follows links), or a link that
         cannot be followed. A read-only bind mount still lets a process connect() to a socket or open
         a device, so a channel on /var/run would hand the container the Docker engine."""
-        listing = scan(source)
+        listing = self.probes.scan(source)
         if listing.special:
             name, kind = listing.special[0]
             more = f" (and {len(listing.special) - 1} more)" if len(listing.special) > 1 else ""
@@ -199,7 +202,7 @@ class Validator(FieldReader):
     def creatable_folder(self, resolved: Path | None, path: str) -> None:
         """A folder the job writes: either a writable folder already, or creatable, so that the job
         does not fail at its very end."""
-        if resolved is not None and (problem := folder_problem(resolved)) is not None:
+        if resolved is not None and (problem := self.probes.folder_problem(resolved)) is not None:
             message, hint = problem
             if hint and path == "output_path" and "write to" in hint:
                 hint += ", or run with --output-path DIR"
@@ -236,7 +239,7 @@ class Validator(FieldReader):
 
         s3_root_text = self.string(raw, "local_s3_root", "local_s3_root")
         s3_root = self.root(s3_root_text)
-        if s3_root is not None and self.s3_root.named and kind_of(s3_root) != "dir":
+        if s3_root is not None and self.s3_root.named and self.probes.kind_of(s3_root) != "dir":
             self.fail(self.s3_root.origin, f"the {self.s3_root.describe()} is not a folder",
                       "a folder whose subfolders are buckets")
             s3_root = None
@@ -253,11 +256,11 @@ class Validator(FieldReader):
                       f"contains {problem}", "rename the script so its path holds only letters, digits, "
                       "'.', '_', '+', '-' and '/' and starts with a letter, digit, '.' or '_'")
 
-        # The toolkit pip-installs requirements.txt when the container runs `train` (wheelhouse.find).
+        # The toolkit pip-installs requirements.txt when the container runs `train` (requirements.find).
         trains = toolkit and (entry is not None or not args or os.path.basename(args[0]) == "train")
         try:
-            requirements = wheelhouse.find(source_dir, archive=self.source_archive, entry_point=entry_point,
-                                           toolkit=trains)
+            requirements = self.probes.requirements(source_dir, archive=self.source_archive,
+                                                   entry_point=entry_point, toolkit=trains)
         except (OSError, tarfile.TarError) as err:
             self.fail("source_dir", f"cannot read its requirements.txt: {err}")
             requirements = None
@@ -279,7 +282,7 @@ class Validator(FieldReader):
         ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
         checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
         self.creatable_folder(checkpoint, "checkpoint_s3_uri")
-        if checkpoint is not None and kind_of(checkpoint) == "dir":
+        if checkpoint is not None and self.probes.kind_of(checkpoint) == "dir":
             # Copied into every host before the job (copytree follows symlinks).
             self.no_special_files(checkpoint, "checkpoint_s3_uri", "checkpoints")
         ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
@@ -519,18 +522,18 @@ class Validator(FieldReader):
             "source_dir",
             "source_dir",
         )
-        if source_dir is not None and kind_of(source_dir) == "file" and s3.is_archive(source_dir):
+        if source_dir is not None and self.probes.kind_of(source_dir) == "file" and self.probes.is_archive(source_dir):
             # sourcedir.tar.gz, as the SDK uploads source_dir: unpacked into each host's /opt/ml/code.
             if entry_point is not None and (Path(entry_point).is_absolute() or ".." in Path(entry_point).parts):
                 self.fail("entry_point", f"{preview(entry_point)} must be a relative path inside source_dir")
                 return None, source_dir
-            if (problem := s3.archive_problem(source_dir, entry_point)) is not None:
+            if (problem := self.probes.archive_problem(source_dir, entry_point)) is not None:
                 self.fail("source_dir", f"{src_text}: {problem}",
                           "pack the code as the SDK does: tar -czf sourcedir.tar.gz -C src .")
                 return entry_point, None
             self.source_archive = True
             return entry_point, source_dir
-        if source_dir is not None and kind_of(source_dir) != "dir":
+        if source_dir is not None and self.probes.kind_of(source_dir) != "dir":
             self.fail("source_dir", f"{source_dir} is not a directory",
                       "a folder, or a sourcedir.tar.gz (a gzip-compressed tar file) the toolkit unpacks")
             return entry_point, None
@@ -546,27 +549,27 @@ class Validator(FieldReader):
             # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
             # file is uploaded; it becomes the whole of /opt/ml/code.
             try:
-                script = resolve_path(self.base_dir, entry_point)
+                script = self.probes.resolve(self.base_dir, entry_point)
             except BadPath as err:
                 self.fail("entry_point", f"{preview(entry_point)} is {err}")
                 return None, None
-            if kind_of(script) == "dir":
+            if self.probes.kind_of(script) == "dir":
                 self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
                           "set source_dir to that folder and entry_point to the script in it, relative to it "
                           "(e.g. source_dir: src, entry_point: train.py)")
                 return None, None
-            if kind_of(script) != "file":
+            if self.probes.kind_of(script) != "file":
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
                 return None, None
             # The name as given, not its link target's: the SDK tars the script under its basename
             # (sagemaker/utils.py create_tar_file, arcname=os.path.basename) with links dereferenced.
             return given_name(entry_point, script), script
-        if source_dir is not None and kind_of(source_dir / entry_point) == "dir":
+        if source_dir is not None and self.probes.kind_of(source_dir / entry_point) == "dir":
             self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
                       "name the script to run, relative to source_dir (e.g. src/train.py for src/ in it)")
             return None, source_dir
-        if source_dir is not None and kind_of(source_dir / entry_point) != "file":
+        if source_dir is not None and self.probes.kind_of(source_dir / entry_point) != "file":
             self.fail("entry_point", f"{preview(entry_point)} not found in source_dir {source_dir}")
             return None, source_dir
         return entry_point, source_dir
@@ -648,7 +651,7 @@ class Validator(FieldReader):
             listing = self.no_special_files(source, path + ".s3_data", "a channel")
             if listing is None or data is None:
                 continue
-            single_file = kind_of(source) == "file"
+            single_file = self.probes.kind_of(source) == "file"
             # A single file keeps the name it was given (`train.csv -> ../cache/blob1` is the object
             # `train.csv`, as `aws s3 cp` names it), not the name of what the link points to.
             files = (given_name(data, source),) if single_file else listing.files
