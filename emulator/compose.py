@@ -101,7 +101,7 @@ for _scope in SCOPES:
 
 @dataclass(frozen=True)
 class ComposeTemplate:
-    """A checked template: the document around the host block, and the block itself."""
+    """A checked template: the file it was read from and its document, placeholders as `Placeholder`s."""
 
     source: str  # the file, as named in errors
     document: Mapping[str, Any]
@@ -142,7 +142,7 @@ def _read_template(path: Path) -> ComposeTemplate:
         raise UsageError(f"compose template {source}: cannot be read: {reason(err)}",
                          hint="give a YAML file (--compose-template FILE)") from None
     try:
-        document = yaml.load(text, Loader=_TemplateLoader)  # noqa: S506 - a SafeLoader with two more tags
+        document = yaml.load(text, Loader=_TemplateLoader)  # a SafeLoader with two more tags: plain data only
     except yaml.MarkedYAMLError as err:
         # The spec loader's wording: where, then PyYAML's own problem (its text names no file of ours).
         mark = err.problem_mark
