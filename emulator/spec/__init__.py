@@ -15,6 +15,9 @@
 - `placement`: an instance group's node labels: their rules, their swarm constraints, and
   `--placement` over the spec's (`with_placement`).
 
+The package reads files (the spec, the paths it names) but imports nothing that runs a process or
+talks to Docker: the wheelhouse build and the engines stay outside it (tests/unit/test_spec_probes.py).
+
 The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
 the emulator imports from `emulator.spec`; everything else is in its module.
 """
