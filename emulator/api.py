@@ -44,6 +44,7 @@ from emulator.spec import (
     validate,
 )
 from emulator.spec.placement import with_placement
+from emulator.spec.probes import DISK
 from emulator.tail import LogTail
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -86,9 +87,11 @@ def load_mapping(raw: Mapping[str, Any], *, base_dir: Path | str, job_name: str 
 
 
 def _from_raw(raw: Any, base_dir: Path, source: str, overrides: Mapping[str, Any]) -> JobSpec:
+    # The rules probe the paths the job names through the probes they are given: here the real disk.
     if request.is_request(raw):
-        return request.validate_request(raw, base_dir, source, overrides)
-    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=base_dir, source=source)
+        return request.validate_request(raw, base_dir, source, overrides, probes=DISK)
+    return validate({**raw, **overrides} if isinstance(raw, dict) else raw, base_dir=base_dir, source=source,
+                    probes=DISK)
 
 
 def relocate(spec: JobSpec, *, job_name: str, output_path: Path) -> JobSpec:
@@ -149,7 +152,8 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, placement: GroupPla
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
            memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
            engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None,
-           debug: DebugTarget | None = None, placement: GroupPlacement | None = None) -> Plan:
+           debug: DebugTarget | None = None, placement: GroupPlacement | None = None,
+           compose_template: Path | str | None = None) -> Plan:
     """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
     cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
@@ -159,10 +163,13 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     the compose project starts on it. What the spec allows but probably does not mean
     (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it. With `debug`, that host's service
     runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs).
-    `placement` adds node labels to groups' `placement` as `run`'s does (plan.json shows the constraints)."""
+    `placement` adds node labels to groups' `placement` as `run`'s does (plan.json shows the constraints).
+    `compose_template` is the compose template compose.yaml is filled from (default: the package's
+    compose-templates/compose.yaml); one that cannot be used is a UsageError before anything is written."""
     spec = with_placement(spec, placement or {})
     out = out.resolve()
     check_render_target(spec, out)
+    template = compose.load_template(compose_template)
     for problem in spec_warnings(spec):
         warn(str(problem))
     seed = choose_seed(host_order, seed)
@@ -184,7 +191,7 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
         out.rmdir()  # empty (checked above): stage() creates it afresh
     staging.stage(plan, progress)
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
-    (out / "compose.yaml").write_text(compose.compose_yaml(plan))
+    (out / "compose.yaml").write_text(compose.compose_yaml(plan, template))
     # Imported here: the graphviz package is needed by render alone, not by every command's startup.
     from emulator import diagram
 

@@ -360,12 +360,18 @@ def render_cmd(
     debug_port: DebugPortOpt = None,
     debug_wait: DebugWaitOpt = False,
     placement: PlacementOpt = None,
+    compose_template: Annotated[Path | None, typer.Option(
+        "--compose-template", metavar="FILE",
+        help="The compose template DIR/compose.yaml is filled from, instead of the package's "
+        "compose-templates/compose.yaml: copy that file and edit it (its comments say which places the "
+        "plan fills; `x-host` becomes one service per host).")] = None,
 ) -> None:
     """Write the plan, the per-host /opt/ml files and a compose project, without Docker.
 
     DIR/plan.json, DIR/compose.yaml, DIR/hosts/algo-N/ (that host's /opt/ml), and the cluster's diagram
     DIR/cluster.dot (and DIR/cluster.svg when Graphviz is installed). `docker-compose -f
-    DIR/compose.yaml up` runs the same containers (without the service's lifecycle).
+    DIR/compose.yaml up` runs the same containers (without the service's lifecycle). compose.yaml is
+    filled from a template: --compose-template FILE gives your own.
     """
     limit = _memory(memory)
     debug = _debug_target(debug_host, debug_port, debug_wait)
@@ -388,7 +394,7 @@ def render_cmd(
     out = out.resolve()
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
                       warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug,
-                      placement=labels)
+                      placement=labels, compose_template=compose_template)
     typer.echo(summary(plan))
     pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")

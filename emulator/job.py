@@ -13,6 +13,7 @@ from typing import Any
 
 from emulator import api
 from emulator.spec import InstanceGroup, JobSpec, TrainingInput, validate
+from emulator.spec.probes import DISK
 
 
 class Job:
@@ -32,7 +33,7 @@ class Job:
         self.raw = _to_raw(kwargs)
 
     def spec(self) -> JobSpec:
-        return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)")
+        return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)", probes=DISK)
 
     def run(self, **run_options: Any) -> Any:
         """Validate, plan and run through `emulator.api.run` (options: engine_name, reporter, host_order,

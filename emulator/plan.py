@@ -242,19 +242,62 @@ def make_plan(
     per (requirements, image). `debug` names the host
     whose script runs under debugpy: only its container gets the hook, its variables and the port.
 
-    The hosts are laid out first (names, groups, order, channels, shares); then the contract is asked
-    once per host for that host's /opt/ml files.
+    The hosts are laid out first (names, groups, order, channels, shares); then each host's container
+    is built (`_host_container`, its mounts `_host_mounts`) from what the job shares (`_JobParts`), and
+    the contract is asked once per host for that host's /opt/ml files.
     """
     groups = assign_hosts(spec, host_order, seed)
     layout = lay_out_hosts(spec, groups)
     cluster = [(g.name, g.instance_type, g.hosts) for g in groups]
     job_dir = job_dir if job_dir is not None else spec.output_path / job_name
-    job_labels = {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)}
     wheels = None
     if spec.requirements is not None:
         root = wheel_cache if wheel_cache is not None else wheelhouse.cache_root()
         wheels = str(wheelhouse.location(spec.requirements, root, spec.image_uri))
-    environment = {
+    entrypoint, command = launch_command(spec)
+    ssh_groups = mpi_groups(spec)
+    ssh_dir = job_dir / SSH_FOLDER if ssh_groups else None
+    job = _JobParts(spec, job_name, job_dir, {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)},
+                    job_environment(spec, job_name), entrypoint, command, wheels,
+                    ssh_dir, ssh_groups, memory, debug)
+    hosts = tuple(
+        HostPlan(
+            name=slot.name,
+            group=slot.group.name,
+            instance_type=slot.group.instance_type,
+            host_dir=str(job_dir / "hosts" / slot.name),
+            channels=slot.channels,
+            shards=slot.shards,
+            pipes=slot.pipes,
+            files=contract.host_files(spec, job_name, cluster, slot.name, slot.channels),
+            container=_host_container(job, slot, layout),
+        )
+        for slot in layout
+    )
+    return Plan(
+        job_name=job_name,
+        image=spec.image_uri,
+        network=network_name(job_name),
+        job_dir=str(job_dir),
+        host_order=host_order,
+        seed=seed if host_order == "shuffled" else None,
+        groups=groups,
+        hosts=hosts,
+        entrypoint=entrypoint,
+        command=command,
+        max_run=spec.max_run,
+        network_isolation=spec.enable_network_isolation,
+        labels=job.labels,
+        wheelhouse=wheels,
+        spec=spec,
+        ssh_dir=str(ssh_dir) if ssh_dir is not None else None,
+        debug=debug,
+    )
+
+
+def job_environment(spec: JobSpec, job_name: str) -> dict[str, str]:
+    """The variables every host gets: pip's for the wheelhouse, the spec's, then the service's own."""
+    return {
         # Before the spec's own variables, so a spec that sets PIP_* itself keeps its values.
         **wheelhouse.environment(spec.requirements),
         **spec.environment,
@@ -264,98 +307,90 @@ def make_plan(
         "AWS_DEFAULT_REGION": spec.region,
     }
 
+
+def launch_command(spec: JobSpec) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(entrypoint, command) every host's container starts with: the spec's container_entry_point and
+    container_arguments, else the image's own entrypoint with the single argument "train"."""
     if spec.container_entry_point is not None:
-        entrypoint: tuple[str, ...] | None = spec.container_entry_point
-        command = spec.container_arguments or ()
-    else:
-        # The service starts the image with the single argument "train".
-        # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-dockerfile.html
-        entrypoint = None
-        command = spec.container_arguments or ("train",)
-    ssh_groups = mpi_groups(spec)
-    ssh_dir = job_dir / SSH_FOLDER if ssh_groups else None
+        return spec.container_entry_point, spec.container_arguments or ()
+    # The service starts the image with the single argument "train".
+    # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-dockerfile.html
+    return None, spec.container_arguments or ("train",)
 
-    hosts = []
-    for slot in layout:
-        host, group = slot.name, slot.group
-        host_dir = job_dir / "hosts" / host
-        # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
-        # cannot add a file or folder beside the channels either (README: "writing, renaming,
-        # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
-        # toolkit only reads there. The staged folder already holds an empty mount point per
-        # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
-        # by destination depth), so each channel is mounted onto the read-only parent.
-        mounts = [Mount(str(host_dir), OPT_ML, read_only=False),
-                  Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
-        if spec.checkpoint_local_path != CHECKPOINTS:
-            mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
-        for name in slot.channels:
-            if name in slot.pipes:
-                continue  # its FIFOs are made in the host's input/data folder, mounted above
-            channel = spec.inputs[name]
-            source = share_dir(str(job_dir), name, channel, host) if name in slot.shards else channel.source
-            mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
-        if wheels is not None:
-            mounts.append(Mount(wheels, wheelhouse.CONTAINER_PATH, read_only=True))
-        if ssh_dir is not None and group.name in ssh_groups:
-            # Read-only: a script cannot swap the keys that let every distribution host log into it.
-            mounts.append(Mount(str(ssh_dir), SSH_TARGET, read_only=True))
-        host_environment: Mapping[str, str] = environment
-        ports: tuple[PortBinding, ...] = ()
-        if debug is not None and debug.host == host:
-            mounts.append(Mount(str(debugger.HOOK_SOURCE), debugger.HOOK_TARGET, read_only=True))
-            host_environment = debugger.host_environment(spec, debug, environment)
-            ports = (debugger.published_port(debug),)
-        memory_bytes = memory_limit(memory, group.instance_type)
-        container = ContainerSpec(
-            image=spec.image_uri,
-            command=command,
-            entrypoint=entrypoint,
-            name=container_name(job_name, host),
-            hostname=host,
-            aliases=(host,),
-            extra_hosts=tuple(other.name for other in layout if other.name != host),
-            init=True,
-            labels={**job_labels, LABEL_HOST: host, LABEL_GROUP: group.name, LABEL_INSTANCE_TYPE: group.instance_type},
-            environment=host_environment,
-            mounts=tuple(mounts),
-            memory_bytes=memory_bytes,
-            shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
-            ports=ports,
-            placement=constraints(spec.group(group.name).placement),
-        )
-        hosts.append(
-            HostPlan(
-                name=host,
-                group=group.name,
-                instance_type=group.instance_type,
-                host_dir=str(host_dir),
-                channels=slot.channels,
-                shards=slot.shards,
-                pipes=slot.pipes,
-                files=contract.host_files(spec, job_name, cluster, host, slot.channels),
-                container=container,
-            )
-        )
 
-    return Plan(
-        job_name=job_name,
+@dataclass(frozen=True)
+class _JobParts:
+    """What `make_plan` works out once for the job and every host's container shares."""
+
+    spec: JobSpec
+    job_name: str
+    job_dir: Path
+    labels: Mapping[str, str]
+    environment: dict[str, str]
+    entrypoint: tuple[str, ...] | None
+    command: tuple[str, ...]
+    wheels: str | None
+    ssh_dir: Path | None
+    ssh_groups: tuple[str, ...]
+    memory: MemoryLimit
+    debug: DebugTarget | None
+
+
+def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
+    """One host's mounts: its /opt/ml, the channels, the wheelhouse and the MPI keys."""
+    spec, host_dir = job.spec, job.job_dir / "hosts" / slot.name
+    # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
+    # cannot add a file or folder beside the channels either (README: "writing, renaming,
+    # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
+    # toolkit only reads there. The staged folder already holds an empty mount point per
+    # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
+    # by destination depth), so each channel is mounted onto the read-only parent.
+    mounts = [Mount(str(host_dir), OPT_ML, read_only=False),
+              Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
+    if spec.checkpoint_local_path != CHECKPOINTS:
+        mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
+    for name in slot.channels:
+        if name in slot.pipes:
+            continue  # its FIFOs are made in the host's input/data folder, mounted above
+        channel = spec.inputs[name]
+        source = share_dir(str(job.job_dir), name, channel, slot.name) if name in slot.shards else channel.source
+        mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
+    if job.wheels is not None:
+        mounts.append(Mount(job.wheels, wheelhouse.CONTAINER_PATH, read_only=True))
+    if job.ssh_dir is not None and slot.group.name in job.ssh_groups:
+        # Read-only: a script cannot swap the keys that let every distribution host log into it.
+        mounts.append(Mount(str(job.ssh_dir), SSH_TARGET, read_only=True))
+    return mounts
+
+
+def _host_container(job: _JobParts, slot: HostLayout, layout: Sequence[HostLayout]) -> ContainerSpec:
+    """One host's container: the job's image and command, the host's names, mounts and limits, and
+    the debugger's hook, variables and port on the debugged host."""
+    spec, host, group = job.spec, slot.name, slot.group
+    mounts = _host_mounts(job, slot)
+    host_environment: Mapping[str, str] = job.environment
+    ports: tuple[PortBinding, ...] = ()
+    if job.debug is not None and job.debug.host == host:
+        mounts.append(Mount(str(debugger.HOOK_SOURCE), debugger.HOOK_TARGET, read_only=True))
+        host_environment = debugger.host_environment(spec, job.debug, job.environment)
+        ports = (debugger.published_port(job.debug),)
+    memory_bytes = memory_limit(job.memory, group.instance_type)
+    return ContainerSpec(
         image=spec.image_uri,
-        network=network_name(job_name),
-        job_dir=str(job_dir),
-        host_order=host_order,
-        seed=seed if host_order == "shuffled" else None,
-        groups=groups,
-        hosts=tuple(hosts),
-        entrypoint=entrypoint,
-        command=command,
-        max_run=spec.max_run,
-        network_isolation=spec.enable_network_isolation,
-        labels=job_labels,
-        wheelhouse=wheels,
-        spec=spec,
-        ssh_dir=str(ssh_dir) if ssh_dir is not None else None,
-        debug=debug,
+        command=job.command,
+        entrypoint=job.entrypoint,
+        name=container_name(job.job_name, host),
+        hostname=host,
+        aliases=(host,),
+        extra_hosts=tuple(other.name for other in layout if other.name != host),
+        init=True,
+        labels={**job.labels, LABEL_HOST: host, LABEL_GROUP: group.name, LABEL_INSTANCE_TYPE: group.instance_type},
+        environment=host_environment,
+        mounts=tuple(mounts),
+        memory_bytes=memory_bytes,
+        shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
+        ports=ports,
+        placement=constraints(spec.group(group.name).placement),
     )
 
 

@@ -4,6 +4,9 @@
 - `yaml_loader`: the hardened YAML loader (size, node and depth limits, duplicate keys, YAML 1.2
   floats, values as written).
 - `paths`: filesystem probing: what a path is, folders the job writes, channel and code listings.
+- `probes`: those questions as the one object the rules are given (`Probes`; `DISK` answers from the
+  real filesystem), so that validation itself does no I/O.
+- `requirements`: the code's requirements.txt as the toolkit will install it, found and hashed.
 - `fields`: typed getters that record a problem per wrong field, named in the input's own words.
 - `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).
@@ -11,6 +14,9 @@
 - `advice`: warnings about what a valid spec allows but probably does not mean.
 - `placement`: an instance group's node labels: their rules, their swarm constraints, and
   `--placement` over the spec's (`with_placement`).
+
+The package reads files (the spec, the paths it names) but imports nothing that runs a process or
+talks to Docker: the wheelhouse build and the engines stay outside it (tests/unit/test_spec_probes.py).
 
 The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
 the emulator imports from `emulator.spec`; everything else is in its module.

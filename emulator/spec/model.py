@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.wheelhouse import Requirements
+from emulator.spec.requirements import Requirements
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
@@ -244,7 +244,7 @@ class JobSpec:
     # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
     # unpacked into each host's /opt/ml/code, as the training toolkit unpacks it.
     source_archive: bool = False
-    # The code's requirements.txt when the toolkit will pip-install it (emulator.wheelhouse.find).
+    # The code's requirements.txt when the toolkit will pip-install it (emulator.spec.requirements.find).
     requirements: Requirements | None = None
     # The size of every host's /dev/shm in bytes (`shm_size: 2g`); None: half the host's memory
     # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.

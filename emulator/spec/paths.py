@@ -1,6 +1,7 @@
 """Filesystem probing for the spec: what a path is (file, folder, socket, device, missing), whether a
 folder the job writes can be made, how an upload that follows symlinks lists a folder (channels,
-source_dir, checkpoints), and resolving a path or URI as written to an absolute path."""
+source_dir, checkpoints), and resolving a path or URI as written to an absolute path. The rules ask
+these through `probes.Probes`; `probes.DISK` answers with the functions here."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ from typing import Any
 from emulator.contract import hyperparameters as encoded_hyperparameters
 from emulator.errors import Problem, SpecError
 from emulator.spec.model import JobSpec
-from emulator.spec.paths import BadPath, kind_of, parse_uri, resolve_path
+from emulator.spec.paths import BadPath, parse_uri
+from emulator.spec.probes import DISK, Probes
 from emulator.spec.rules import Validator
 from emulator.spec.wording import key_text, preview, type_name
 from emulator.spec.yaml_loader import parse_yaml, read_spec_text
@@ -199,11 +200,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def validate_request(raw: Mapping[str, Any], base_dir: Path, source: str | None = None,
-                     overrides: Mapping[str, Any] | None = None) -> JobSpec:
+                     overrides: Mapping[str, Any] | None = None, probes: Probes = DISK) -> JobSpec:
     """Check a request against every rule at once; return the JobSpec or raise SpecError. `overrides`
     are internal fields (job_name, output_path) that replace the request's, as the CLI options do."""
     channels = _channel_names(raw.get("InputDataConfig"))
-    v = Validator(base_dir, field_name=RequestNames(channels), hyperparameters_encoded=True)
+    v = Validator(base_dir, probes, field_name=RequestNames(channels), hyperparameters_encoded=True)
     internal, passthrough = _Converter(v, base_dir).job(raw)
     if overrides:
         internal.update(overrides)
@@ -430,7 +431,7 @@ class _Converter:
             out["source_dir"] = where  # the rules name the scheme
             return
         try:
-            kind = kind_of(resolve_path(self.base_dir, local or "."))
+            kind = self.v.probes.kind_of(self.v.probes.resolve(self.base_dir, local or "."))
         except BadPath:
             kind = "missing"  # the rules say what is wrong with the path
         if kind == "file":
@@ -475,9 +476,10 @@ def _distribution(sdk: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_request(raw: Mapping[str, Any], path: Path, overrides: Mapping[str, Any] | None = None) -> JobSpec:
+def load_request(raw: Mapping[str, Any], path: Path, overrides: Mapping[str, Any] | None = None,
+                 probes: Probes = DISK) -> JobSpec:
     """A request read from `path`: relative local paths resolve against the file's folder."""
-    return validate_request(raw, path.resolve().parent, str(path), overrides)
+    return validate_request(raw, path.resolve().parent, str(path), overrides, probes)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 YAML spec's keys and shapes) once, collects *every* problem with its field path, and builds the
 frozen `JobSpec`.
 
-Validation is pure apart from checking that the paths the job names exist (`paths`). An input
+Validation is pure: what the rules ask the filesystem (what a path is, a folder's listing, a
+sourcedir.tar.gz's members, the code's requirements.txt) goes through the `probes.Probes` the caller
+injects; the loaders give the real filesystem (`probes.DISK`), a test may give a fake. An input
 adapter converts its input to the internal mapping and gives `Validator` a `field_name` hook
 (`fields.FieldReader`), so each problem names the field in the input's own words.
 """
@@ -17,9 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from emulator import wheelhouse
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
@@ -68,7 +69,9 @@ from emulator.spec.model import (
     TrainingInput,
 )
 from emulator.spec.model import strategy_enabled as _enabled
-from emulator.spec.paths import BadPath, Listing, folder_problem, given_name, kind_of, parse_uri, resolve_path, scan
+from emulator.spec.paths import BadPath, Listing, given_name, parse_uri
+from emulator.spec.probes import Probes
+from emulator.spec.requirements import Requirements
 from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
 
@@ -79,11 +82,46 @@ SDK_UPLOADS = ("source", "input")
 SDK_CHANNELS = "input"  # of SDK_UPLOADS, the one whose folders are channels (TrainingInput.copied)
 
 
+class _Launch(NamedTuple):
+    """How the job's code is started (`Validator.launch`)."""
+
+    entry_point: str | None
+    source_dir: Path | None
+    entry: tuple[str, ...] | None  # container_entry_point
+    args: tuple[str, ...] | None  # container_arguments
+    requirements: Requirements | None
+
+
+class _Outputs(NamedTuple):
+    """Where the job writes (`Validator.outputs`), and the channels with the SDK's own marked."""
+
+    output_text: str
+    output_path: Path | None
+    checkpoint_text: str | None
+    checkpoint: Path | None
+    checkpoint_local_path: str
+    inputs: dict[str, TrainingInput]
+
+
+class _ChannelFields(NamedTuple):
+    """One channel's fields as checked (`Validator.channel_fields`), before its data is looked at."""
+
+    data: str | None  # s3_data
+    distribution: str
+    input_mode: str | None
+    data_type: str
+    piped: bool  # streamed: its own input mode, else the job's, is Pipe
+    wrapping: str
+    content_type: str | None
+    groups: tuple[str, ...] | None
+
+
 class Validator(FieldReader):
-    def __init__(self, base_dir: Path, field_name: Callable[[str], str] = as_written,
+    def __init__(self, base_dir: Path, probes: Probes, field_name: Callable[[str], str] = as_written,
                  hyperparameters_encoded: bool = False) -> None:
         super().__init__(field_name)
         self.base_dir = base_dir
+        self.probes = probes
         # Hyperparameter values are the API's strings already (a request), not values to JSON-encode.
         self.hyperparameters_encoded = hyperparameters_encoded
         # Where s3:// URIs live (`s3.choose_root`), set by `job`; S3 URIs by the paths they map to.
@@ -132,7 +170,7 @@ class Validator(FieldReader):
             if spec_root is not None:
                 self.s3_root = s3.Root(spec_root, "local_s3_root", True)
             return spec_root
-        if self.s3_root.named and kind_of(self.s3_root.path) == "missing":
+        if self.s3_root.named and self.probes.kind_of(self.s3_root.path) == "missing":
             self.fail(self.s3_root.origin, f"S3 root not found: {self.s3_root.path}",
                       "a folder whose subfolders are buckets")
             return None
@@ -145,23 +183,23 @@ class Validator(FieldReader):
             return None  # the root is unusable: reported already
         if text[:3].lower() == "s3:" and s3_root is not None:
             try:
-                resolved = s3.local_path(self.s3_root, text)
+                resolved = s3.local_path(self.s3_root, text, self.probes.resolve)
             except s3.BadS3Uri as err:
                 self.fail(path, str(err), err.hint)
                 return None
             self.s3_uris[resolved] = text
             return resolved
         if text.startswith("file://"):
-            return resolve_path(self.base_dir, parse_uri(text)[1] or ".")
+            return self.probes.resolve(self.base_dir, parse_uri(text)[1] or ".")
         if "://" in text:
             self.fail(path, f"unsupported URI scheme in {preview(text)}", "use a local path, file:// or s3://")
             return None
-        return resolve_path(self.base_dir, text)
+        return self.probes.resolve(self.base_dir, text)
 
     def existing(self, resolved: Path | None, path: str, what: str) -> Path | None:
         if resolved is None:
             return None
-        kind = kind_of(resolved)
+        kind = self.probes.kind_of(resolved)
         if kind == "missing" and resolved in self.s3_uris:
             self.fail(path, f"{what} not found: no prefix {self.s3_uris[resolved]} under the "
                       f"{self.s3_root.describe()} (looked for {resolved})",
@@ -181,7 +219,7 @@ class Validator(FieldReader):
         holds a socket, FIFO or device (also behind a link: staging follows links), or a link that
         cannot be followed. A read-only bind mount still lets a process connect() to a socket or open
         a device, so a channel on /var/run would hand the container the Docker engine."""
-        listing = scan(source)
+        listing = self.probes.scan(source)
         if listing.special:
             name, kind = listing.special[0]
             more = f" (and {len(listing.special) - 1} more)" if len(listing.special) > 1 else ""
@@ -199,7 +237,7 @@ class Validator(FieldReader):
     def creatable_folder(self, resolved: Path | None, path: str) -> None:
         """A folder the job writes: either a writable folder already, or creatable, so that the job
         does not fail at its very end."""
-        if resolved is not None and (problem := folder_problem(resolved)) is not None:
+        if resolved is not None and (problem := self.probes.folder_problem(resolved)) is not None:
             message, hint = problem
             if hint and path == "output_path" and "write to" in hint:
                 hint += ", or run with --output-path DIR"
@@ -209,9 +247,71 @@ class Validator(FieldReader):
 
 
     def job(self, raw: Mapping[str, Any]) -> JobSpec | None:
+        """The whole job, in the order its problems are reported: names and image, the cluster, the
+        S3 root, the code and how it is started, the channels and distribution, the values handed to
+        the script, where the job writes, and the run's settings."""
         raw = _drop_nulls(raw)
         self.unknown_keys(raw, JOB_KEYS, "")
+        job_name, base = self.job_names(raw)
+        image = self.image(raw)
+        groups, heterogeneous = self.groups(raw)
+        group_names = [g.instance_group_name for g in groups]
+        s3_root = self.bucket_root(raw)
+        launch = self.launch(raw, s3_root)
+        job_mode = self.job_input_mode(raw)
+        inputs = self.inputs(raw, group_names, heterogeneous, s3_root, job_mode)
+        distribution = self.distribution(raw, group_names, heterogeneous, [g.instance_type for g in groups])
+        hyperparameters = self.hyperparameters(raw)
+        environment = self.environment(raw)
+        written = self.outputs(raw, s3_root, job_name, launch.source_dir, inputs)
+        max_run = self.integer(raw, "max_run", "max_run")
+        if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
+            self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
+        shm_size = self.shm_size(raw)
+        isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
+        uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
+        log_level = self.integer(raw, "container_log_level", "container_log_level")
+        region = self.string(raw, "region", "region") or DEFAULT_REGION
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
+            self.fail("region", f"{preview(region)} is not an AWS region name", "e.g. us-east-1")
 
+        if self.problems or written.output_path is None:
+            return None
+        return JobSpec(
+            job_name=job_name,
+            base_job_name=base or _default_base_name(image),
+            image_uri=image,
+            entry_point=launch.entry_point,
+            source_dir=launch.source_dir,
+            requirements=launch.requirements,
+            instance_groups=tuple(groups),
+            heterogeneous=heterogeneous,
+            hyperparameters=hyperparameters,
+            hyperparameters_encoded=self.hyperparameters_encoded,
+            environment=environment,
+            inputs=written.inputs,
+            input_mode=job_mode,
+            distribution=distribution,
+            output_path=written.output_path,
+            checkpoint_s3_uri=written.checkpoint,
+            output_s3_uri=written.output_text.rstrip("/") if written.output_text.startswith("s3://") else None,
+            checkpoint_uri=written.checkpoint_text if written.checkpoint_text and
+            written.checkpoint_text.startswith("s3://") else None,
+            checkpoint_local_path=written.checkpoint_local_path,
+            max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
+            enable_network_isolation=bool(isolation),
+            disable_output_compression=bool(uncompressed),
+            container_entry_point=launch.entry,
+            container_arguments=launch.args,
+            container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
+            region=region,
+            spec_dir=self.base_dir,
+            source_archive=self.source_archive,
+            shm_size=shm_size,
+        )
+
+    def job_names(self, raw: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """job_name (the service's pattern and length) and base_job_name (the pattern, any length)."""
         job_name = self.string(raw, "job_name", "job_name")
         if job_name is not None and len(job_name) > MAX_JOB_NAME:
             self.fail("job_name", f"{preview(job_name)} is {len(job_name)} characters long: SageMaker allows at "
@@ -223,6 +323,10 @@ class Validator(FieldReader):
         if base is not None and not BASE_JOB_NAME_PATTERN.fullmatch(base):
             self.fail("base_job_name", f"{preview(base)} breaks SageMaker's pattern {JOB_NAME_PATTERN.pattern}",
                       "letters, digits and hyphens, starting and ending alphanumeric")
+        return job_name, base
+
+    def image(self, raw: Mapping[str, Any]) -> str:
+        """image_uri (default: the training image): a Docker reference within the service's length."""
         image = self.string(raw, "image_uri", "image_uri") or DEFAULT_IMAGE
         if len(image) > MAX_IMAGE_URI:
             self.fail("image_uri", f"longer than {MAX_IMAGE_URI} characters", "the service's limit for TrainingImage")
@@ -230,17 +334,20 @@ class Validator(FieldReader):
             self.fail("image_uri", f"{preview(image)} is not a valid Docker image reference",
                       "[registry[:port]/]repository[:tag][@digest], the repository in lowercase, "
                       "e.g. my-trainer:latest")
+        return image
 
-        groups, heterogeneous = self.groups(raw)
-        group_names = [g.instance_group_name for g in groups]
-
-        s3_root_text = self.string(raw, "local_s3_root", "local_s3_root")
-        s3_root = self.root(s3_root_text)
-        if s3_root is not None and self.s3_root.named and kind_of(s3_root) != "dir":
+    def bucket_root(self, raw: Mapping[str, Any]) -> Path | None:
+        """The S3 root s3:// URIs map under (`root`), or None when it is unusable (reported)."""
+        s3_root = self.root(self.string(raw, "local_s3_root", "local_s3_root"))
+        if s3_root is not None and self.s3_root.named and self.probes.kind_of(s3_root) != "dir":
             self.fail(self.s3_root.origin, f"the {self.s3_root.describe()} is not a folder",
                       "a folder whose subfolders are buckets")
-            s3_root = None
+            return None
+        return s3_root
 
+    def launch(self, raw: Mapping[str, Any], s3_root: Path | None) -> _Launch:
+        """The code (`code`), the container's entry point and arguments, the program the toolkit will
+        run, and the requirements.txt it will install."""
         entry_point, source_dir = self.code(raw, s3_root)
         entry = self.command_list(raw, "container_entry_point")
         args = self.command_list(raw, "container_arguments")
@@ -253,35 +360,50 @@ class Validator(FieldReader):
                       f"contains {problem}", "rename the script so its path holds only letters, digits, "
                       "'.', '_', '+', '-' and '/' and starts with a letter, digit, '.' or '_'")
 
-        # The toolkit pip-installs requirements.txt when the container runs `train` (wheelhouse.find).
+        # The toolkit pip-installs requirements.txt when the container runs `train` (requirements.find).
         trains = toolkit and (entry is not None or not args or os.path.basename(args[0]) == "train")
         try:
-            requirements = wheelhouse.find(source_dir, archive=self.source_archive, entry_point=entry_point,
-                                           toolkit=trains)
+            requirements = self.probes.requirements(source_dir, archive=self.source_archive,
+                                                   entry_point=entry_point, toolkit=trains)
         except (OSError, tarfile.TarError) as err:
             self.fail("source_dir", f"cannot read its requirements.txt: {err}")
             requirements = None
+        return _Launch(entry_point, source_dir, entry, args, requirements)
 
+    def job_input_mode(self, raw: Mapping[str, Any]) -> str:
+        """The job's TrainingInputMode (File unless given), which channels without their own take."""
         job_mode = self.string(raw, "input_mode", "input_mode") or "File"
         if job_mode not in INPUT_MODES:
             self.fail("input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {job_mode!r}",
                       did_you_mean(job_mode, INPUT_MODES))
             job_mode = "File"
-        inputs = self.inputs(raw, group_names, heterogeneous, s3_root, job_mode)
-        distribution = self.distribution(raw, group_names, heterogeneous, [g.instance_type for g in groups])
+        return job_mode
 
-        hyperparameters = self.hyperparameters(raw)
-        environment = self.environment(raw)
-
+    def outputs(self, raw: Mapping[str, Any], s3_root: Path | None, job_name: str | None, source_dir: Path | None,
+                inputs: dict[str, TrainingInput]) -> _Outputs:
+        """Where the job writes: output_path and the checkpoints (folders that can be made, apart from
+        what the job reads), and checkpoint_local_path; `inputs` with the SDK's own channels marked."""
         out_text = self.string(raw, "output_path", "output_path") or "output"
         output_path = self.local_path(out_text, "output_path", s3_root, "output path")
         self.creatable_folder(output_path, "output_path")
         ckpt_text = self.string(raw, "checkpoint_s3_uri", "checkpoint_s3_uri")
         checkpoint = self.local_path(ckpt_text, "checkpoint_s3_uri", s3_root, "checkpoints") if ckpt_text else None
         self.creatable_folder(checkpoint, "checkpoint_s3_uri")
-        if checkpoint is not None and kind_of(checkpoint) == "dir":
+        if checkpoint is not None and self.probes.kind_of(checkpoint) == "dir":
             # Copied into every host before the job (copytree follows symlinks).
             self.no_special_files(checkpoint, "checkpoint_s3_uri", "checkpoints")
+        ckpt_local = self.checkpoint_local_path(raw)
+        out_is_s3 = bool(out_text and out_text.startswith("s3://"))
+        job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
+        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3)
+        if job_prefix is not None:
+            inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_prefix / SDK_CHANNELS) else c
+                      for name, c in inputs.items()}
+        return _Outputs(out_text, output_path, ckpt_text, checkpoint, ckpt_local, inputs)
+
+    def checkpoint_local_path(self, raw: Mapping[str, Any]) -> str:
+        """Where the checkpoints are in the container: an absolute path that hides none of /opt/ml's
+        own folders."""
         ckpt_local = self.string(raw, "checkpoint_local_path", "checkpoint_local_path") or "/opt/ml/checkpoints"
         reserved = ("/opt/ml/input", "/opt/ml/code", "/opt/ml/model", "/opt/ml/output")
         if not ckpt_local.startswith("/"):
@@ -293,57 +415,7 @@ class Validator(FieldReader):
         ):
             self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
                       "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
-        out_is_s3 = bool(out_text and out_text.startswith("s3://"))
-        job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
-        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3)
-        if job_prefix is not None:
-            inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_prefix / SDK_CHANNELS) else c
-                      for name, c in inputs.items()}
-
-        max_run = self.integer(raw, "max_run", "max_run")
-        if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
-            self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
-        shm_size = self.shm_size(raw)
-        isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
-        uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
-        log_level = self.integer(raw, "container_log_level", "container_log_level")
-        region = self.string(raw, "region", "region") or DEFAULT_REGION
-        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
-            self.fail("region", f"{preview(region)} is not an AWS region name", "e.g. us-east-1")
-
-        if self.problems or output_path is None:
-            return None
-        return JobSpec(
-            job_name=job_name,
-            base_job_name=base or _default_base_name(image),
-            image_uri=image,
-            entry_point=entry_point,
-            source_dir=source_dir,
-            requirements=requirements,
-            instance_groups=tuple(groups),
-            heterogeneous=heterogeneous,
-            hyperparameters=hyperparameters,
-            hyperparameters_encoded=self.hyperparameters_encoded,
-            environment=environment,
-            inputs=inputs,
-            input_mode=job_mode,
-            distribution=distribution,
-            output_path=output_path,
-            checkpoint_s3_uri=checkpoint,
-            output_s3_uri=out_text.rstrip("/") if out_text.startswith("s3://") else None,
-            checkpoint_uri=ckpt_text if ckpt_text and ckpt_text.startswith("s3://") else None,
-            checkpoint_local_path=ckpt_local,
-            max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
-            enable_network_isolation=bool(isolation),
-            disable_output_compression=bool(uncompressed),
-            container_entry_point=entry,
-            container_arguments=args,
-            container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
-            region=region,
-            spec_dir=self.base_dir,
-            source_archive=self.source_archive,
-            shm_size=shm_size,
-        )
+        return ckpt_local
 
     def shm_size(self, raw: Mapping[str, Any]) -> int | None:
         """`shm_size`: a size as Docker takes it (2g, 512m) or a number of bytes."""
@@ -519,18 +591,18 @@ class Validator(FieldReader):
             "source_dir",
             "source_dir",
         )
-        if source_dir is not None and kind_of(source_dir) == "file" and s3.is_archive(source_dir):
+        if source_dir is not None and self.probes.kind_of(source_dir) == "file" and self.probes.is_archive(source_dir):
             # sourcedir.tar.gz, as the SDK uploads source_dir: unpacked into each host's /opt/ml/code.
             if entry_point is not None and (Path(entry_point).is_absolute() or ".." in Path(entry_point).parts):
                 self.fail("entry_point", f"{preview(entry_point)} must be a relative path inside source_dir")
                 return None, source_dir
-            if (problem := s3.archive_problem(source_dir, entry_point)) is not None:
+            if (problem := self.probes.archive_problem(source_dir, entry_point)) is not None:
                 self.fail("source_dir", f"{src_text}: {problem}",
                           "pack the code as the SDK does: tar -czf sourcedir.tar.gz -C src .")
                 return entry_point, None
             self.source_archive = True
             return entry_point, source_dir
-        if source_dir is not None and kind_of(source_dir) != "dir":
+        if source_dir is not None and self.probes.kind_of(source_dir) != "dir":
             self.fail("source_dir", f"{source_dir} is not a directory",
                       "a folder, or a sourcedir.tar.gz (a gzip-compressed tar file) the toolkit unpacks")
             return entry_point, None
@@ -546,27 +618,27 @@ class Validator(FieldReader):
             # As in the SDK: without source_dir, entry_point is a file next to the spec and only that
             # file is uploaded; it becomes the whole of /opt/ml/code.
             try:
-                script = resolve_path(self.base_dir, entry_point)
+                script = self.probes.resolve(self.base_dir, entry_point)
             except BadPath as err:
                 self.fail("entry_point", f"{preview(entry_point)} is {err}")
                 return None, None
-            if kind_of(script) == "dir":
+            if self.probes.kind_of(script) == "dir":
                 self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
                           "set source_dir to that folder and entry_point to the script in it, relative to it "
                           "(e.g. source_dir: src, entry_point: train.py)")
                 return None, None
-            if kind_of(script) != "file":
+            if self.probes.kind_of(script) != "file":
                 self.fail("entry_point", f"script not found: {script}",
                           "set source_dir, or give a path relative to the spec file")
                 return None, None
             # The name as given, not its link target's: the SDK tars the script under its basename
             # (sagemaker/utils.py create_tar_file, arcname=os.path.basename) with links dereferenced.
             return given_name(entry_point, script), script
-        if source_dir is not None and kind_of(source_dir / entry_point) == "dir":
+        if source_dir is not None and self.probes.kind_of(source_dir / entry_point) == "dir":
             self.fail("entry_point", f"{preview(entry_point)} is a folder, not a file",
                       "name the script to run, relative to source_dir (e.g. src/train.py for src/ in it)")
             return None, source_dir
-        if source_dir is not None and kind_of(source_dir / entry_point) != "file":
+        if source_dir is not None and self.probes.kind_of(source_dir / entry_point) != "file":
             self.fail("entry_point", f"{preview(entry_point)} not found in source_dir {source_dir}")
             return None, source_dir
         return entry_point, source_dir
@@ -575,6 +647,8 @@ class Validator(FieldReader):
         self, raw: Mapping[str, Any], group_names: list[str], heterogeneous: bool, s3_root: Path | None,
         job_mode: str = "File",
     ) -> dict[str, TrainingInput]:
+        """The channels: each one's fields (`channel_fields`) and data (`channel_data`), then the rules
+        across channels (Pipe FIFO names, instance groups on every channel or on none)."""
         value = raw.get("inputs")
         if value is None:
             return {}
@@ -600,84 +674,97 @@ class Validator(FieldReader):
                 continue
             item = _drop_nulls(item)
             self.unknown_keys(item, CHANNEL_KEYS, path + ".")
-            data = self.string(item, "s3_data", path + ".s3_data")
-            if data is None and "s3_data" not in item:
-                self.fail(path + ".s3_data", "missing", "a local folder or file, file:// or s3:// URI")
-            dist = self.string(item, "distribution", path + ".distribution") or "FullyReplicated"
-            if dist not in S3_DISTRIBUTIONS:
-                self.fail(path + ".distribution", f"must be one of {', '.join(S3_DISTRIBUTIONS)}, got {dist!r}",
-                          did_you_mean(dist, S3_DISTRIBUTIONS))
-            mode = self.string(item, "input_mode", path + ".input_mode")
-            if mode is not None and mode not in INPUT_MODES:
-                self.fail(path + ".input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {mode!r}",
-                          did_you_mean(mode, INPUT_MODES))
-            data_type = self.string(item, "s3_data_type", path + ".s3_data_type") or "S3Prefix"
-            if data_type not in S3_DATA_TYPES:
-                self.fail(path + ".s3_data_type", f"{data_type!r} is not supported yet", "use S3Prefix")
-            piped = (mode if mode in INPUT_MODES else job_mode) == "Pipe"
-            wrapping = self.string(item, "record_wrapping", path + ".record_wrapping") or "None"
-            if wrapping not in RECORD_WRAPPER_TYPES:
-                self.fail(path + ".record_wrapping", f"must be one of {', '.join(RECORD_WRAPPER_TYPES)}, "
-                          f"got {wrapping!r}", did_you_mean(wrapping, RECORD_WRAPPER_TYPES))
-            elif wrapping == "RecordIO" and not piped:
-                # The emulator wraps records while it streams a Pipe channel (emulator.pipes); a File
-                # channel is the user's files mounted as they are, which it does not rewrite.
-                self.fail(path + ".record_wrapping", "RecordIO wrapping is emulated for Pipe channels only",
-                          "set input_mode: Pipe on this channel, or omit record_wrapping")
-            content_type = self.string(item, "content_type", path + ".content_type")
-            groups = self.string_list(item, "instance_groups", path + ".instance_groups")
-            if groups is not None:
-                if not heterogeneous:
-                    self.fail(path + ".instance_groups", "instance groups are only for a heterogeneous cluster",
-                              "use instance_groups at the top level, or drop this field")
-                for g in groups:
-                    if g not in group_names:
-                        self.fail(path + ".instance_groups", f"no instance group named {g!r}",
-                                  did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
-                if not groups:
-                    self.fail(path + ".instance_groups", "must name at least one group, or be omitted")
-                assigned.append(name)
-            else:
-                unassigned.append(name)
-            source = None
-            if data is not None:
-                source = self.existing(self.local_path(data, path + ".s3_data", s3_root, "data"),
-                                       path + ".s3_data", "channel data")
-            if source is None:
-                continue
-            listing = self.no_special_files(source, path + ".s3_data", "a channel")
-            if listing is None or data is None:
-                continue
-            single_file = kind_of(source) == "file"
-            # A single file keeps the name it was given (`train.csv -> ../cache/blob1` is the object
-            # `train.csv`, as `aws s3 cp` names it), not the name of what the link points to.
-            files = (given_name(data, source),) if single_file else listing.files
-            if dist == "ShardedByS3Key" and not files:
-                self.fail(path + ".s3_data", f"{source} holds no file to shard")
-            elif piped and not files:
-                # A Pipe channel is its files streamed in key order: with none, every epoch's FIFO
-                # would give the script an empty stream it cannot tell from a broken one.
-                self.fail(path + ".s3_data", f"{source} holds no file to stream in Pipe mode",
-                          "put the channel's files there, or use input_mode: File for an empty folder")
-            channels[name] = TrainingInput(
-                s3_data=data or "",
-                source=source,
-                distribution=dist,
-                input_mode=mode,
-                content_type=content_type,
-                instance_groups=groups or (),
-                s3_data_type=data_type,
-                record_wrapping=wrapping,
-                files=files,
-                single_file=single_file,
-                links_out=listing.links_out,
-            )
+            fields = self.channel_fields(item, path, group_names, heterogeneous, job_mode)
+            (assigned if fields.groups is not None else unassigned).append(name)
+            channel = self.channel_data(fields, path, s3_root)
+            if channel is not None:
+                channels[name] = channel
         self.pipe_names(channels, job_mode)
         if assigned and unassigned:
             # The service rejects a job where only some channels name instance groups.
             self.fail("inputs", f"channels {', '.join(assigned)} name instance groups but "
                       f"{', '.join(unassigned)} do not", "assign instance_groups to every channel or to none")
         return channels
+
+    def channel_fields(self, item: Mapping[str, Any], path: str, group_names: list[str], heterogeneous: bool,
+                       job_mode: str) -> _ChannelFields:
+        """One channel's fields other than its data: distribution, input mode, data type, record
+        wrapping, content type and instance groups, each checked on its own."""
+        data = self.string(item, "s3_data", path + ".s3_data")
+        if data is None and "s3_data" not in item:
+            self.fail(path + ".s3_data", "missing", "a local folder or file, file:// or s3:// URI")
+        dist = self.string(item, "distribution", path + ".distribution") or "FullyReplicated"
+        if dist not in S3_DISTRIBUTIONS:
+            self.fail(path + ".distribution", f"must be one of {', '.join(S3_DISTRIBUTIONS)}, got {dist!r}",
+                      did_you_mean(dist, S3_DISTRIBUTIONS))
+        mode = self.string(item, "input_mode", path + ".input_mode")
+        if mode is not None and mode not in INPUT_MODES:
+            self.fail(path + ".input_mode", f"must be one of {', '.join(INPUT_MODES)}, got {mode!r}",
+                      did_you_mean(mode, INPUT_MODES))
+        data_type = self.string(item, "s3_data_type", path + ".s3_data_type") or "S3Prefix"
+        if data_type not in S3_DATA_TYPES:
+            self.fail(path + ".s3_data_type", f"{data_type!r} is not supported yet", "use S3Prefix")
+        piped = (mode if mode in INPUT_MODES else job_mode) == "Pipe"
+        wrapping = self.string(item, "record_wrapping", path + ".record_wrapping") or "None"
+        if wrapping not in RECORD_WRAPPER_TYPES:
+            self.fail(path + ".record_wrapping", f"must be one of {', '.join(RECORD_WRAPPER_TYPES)}, "
+                      f"got {wrapping!r}", did_you_mean(wrapping, RECORD_WRAPPER_TYPES))
+        elif wrapping == "RecordIO" and not piped:
+            # The emulator wraps records while it streams a Pipe channel (emulator.pipes); a File
+            # channel is the user's files mounted as they are, which it does not rewrite.
+            self.fail(path + ".record_wrapping", "RecordIO wrapping is emulated for Pipe channels only",
+                      "set input_mode: Pipe on this channel, or omit record_wrapping")
+        content_type = self.string(item, "content_type", path + ".content_type")
+        groups = self.string_list(item, "instance_groups", path + ".instance_groups")
+        if groups is not None:
+            if not heterogeneous:
+                self.fail(path + ".instance_groups", "instance groups are only for a heterogeneous cluster",
+                          "use instance_groups at the top level, or drop this field")
+            for g in groups:
+                if g not in group_names:
+                    self.fail(path + ".instance_groups", f"no instance group named {g!r}",
+                              did_you_mean(g, group_names) or f"groups: {', '.join(group_names)}")
+            if not groups:
+                self.fail(path + ".instance_groups", "must name at least one group, or be omitted")
+        return _ChannelFields(data, dist, mode, data_type, piped, wrapping, content_type, groups)
+
+    def channel_data(self, fields: _ChannelFields, path: str, s3_root: Path | None) -> TrainingInput | None:
+        """The channel with its data: the folder or file that must exist, hold plain files only, and
+        have a file to shard or stream when the channel asks for that; None when it does not."""
+        data = fields.data
+        source = None
+        if data is not None:
+            source = self.existing(self.local_path(data, path + ".s3_data", s3_root, "data"),
+                                   path + ".s3_data", "channel data")
+        if source is None:
+            return None
+        listing = self.no_special_files(source, path + ".s3_data", "a channel")
+        if listing is None or data is None:
+            return None
+        single_file = self.probes.kind_of(source) == "file"
+        # A single file keeps the name it was given (`train.csv -> ../cache/blob1` is the object
+        # `train.csv`, as `aws s3 cp` names it), not the name of what the link points to.
+        files = (given_name(data, source),) if single_file else listing.files
+        if fields.distribution == "ShardedByS3Key" and not files:
+            self.fail(path + ".s3_data", f"{source} holds no file to shard")
+        elif fields.piped and not files:
+            # A Pipe channel is its files streamed in key order: with none, every epoch's FIFO
+            # would give the script an empty stream it cannot tell from a broken one.
+            self.fail(path + ".s3_data", f"{source} holds no file to stream in Pipe mode",
+                      "put the channel's files there, or use input_mode: File for an empty folder")
+        return TrainingInput(
+            s3_data=data or "",
+            source=source,
+            distribution=fields.distribution,
+            input_mode=fields.input_mode,
+            content_type=fields.content_type,
+            instance_groups=fields.groups or (),
+            s3_data_type=fields.data_type,
+            record_wrapping=fields.wrapping,
+            files=files,
+            single_file=single_file,
+            links_out=listing.links_out,
+        )
 
     def pipe_names(self, channels: Mapping[str, TrainingInput], job_mode: str) -> None:
         """A Pipe channel's FIFOs are `<channel>_<epoch>` beside the other channels' folders under

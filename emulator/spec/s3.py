@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -97,13 +97,13 @@ def split_uri(text: str) -> tuple[str, str]:
     return bucket, key
 
 
-def local_path(root: Root, text: str) -> Path:
-    """Where `text` (s3://bucket/key) lives under the root: `<root>/bucket/key`, links resolved, never
-    outside the root."""
+def local_path(root: Root, text: str, resolve: Callable[[Path, str], Path] = resolve_path) -> Path:
+    """Where `text` (s3://bucket/key) lives under the root: `<root>/bucket/key`, links resolved (by
+    `resolve`, `paths.resolve_path` unless the spec's probes give another), never outside the root."""
     bucket, key = split_uri(text)
     try:
-        top = resolve_path(root.path, ".")
-        resolved = resolve_path(top, os.path.join(bucket, key.strip("/")))
+        top = resolve(root.path, ".")
+        resolved = resolve(top, os.path.join(bucket, key.strip("/")))
     except BadPath as err:
         raise BadS3Uri(f"{preview(text)} is {err}", URI_HINT) from None
     if not resolved.is_relative_to(top):

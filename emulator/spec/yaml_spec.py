@@ -1,5 +1,6 @@
 """The YAML spec as input: a spec file, or its mapping built in Python, checked by the service's rules
-with the spec's own field names (`instance_groups[1].instance_count`) and turned into the `JobSpec`."""
+with the spec's own field names (`instance_groups[1].instance_count`) and turned into the `JobSpec`.
+Both loaders hand the rules the real filesystem (`probes.DISK`) unless a caller gives other probes."""
 
 from __future__ import annotations
 
@@ -9,27 +10,28 @@ from typing import Any
 
 from emulator.errors import Problem, SpecError
 from emulator.spec.model import JobSpec
+from emulator.spec.probes import DISK, Probes
 from emulator.spec.rules import Validator
 from emulator.spec.wording import type_name, with_article
 from emulator.spec.yaml_loader import parse_yaml, read_spec_text
 
 
-def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None) -> JobSpec:
+def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None, probes: Probes = DISK) -> JobSpec:
     """Read a YAML spec and validate it; relative paths resolve against the spec file's folder."""
     path = Path(path)
     raw = parse_yaml(read_spec_text(path), str(path))
     if overrides:
         raw = {**raw, **overrides}
-    return validate(raw, base_dir=path.resolve().parent, source=str(path))
+    return validate(raw, base_dir=path.resolve().parent, source=str(path), probes=probes)
 
 
-def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None) -> JobSpec:
+def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None, probes: Probes = DISK) -> JobSpec:
     """Check a raw spec mapping against every rule at once; return the JobSpec or raise SpecError."""
     if not isinstance(raw, Mapping):
         kind = with_article(type_name(raw))
         raise SpecError([Problem("", f"the spec must be a mapping of keys to values, got {kind}",
                                  "see README: spec")], source)
-    v = Validator(base_dir)
+    v = Validator(base_dir, probes)
     spec = v.job(raw)
     if v.problems or spec is None:
         raise SpecError(v.problems, source)

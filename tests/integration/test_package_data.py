@@ -1,4 +1,5 @@
-"""The image recipes ship in the wheel: an installed (non-editable) hetero-emu finds images/.
+"""The image recipes and the compose template ship in the wheel: an installed (non-editable)
+hetero-emu finds images/ and compose-templates/.
 
 Builds a real wheel of the checkout with `pip wheel` (which fetches the build backend from the
 package index, hence an integration test), unpacks it into a folder that is then the only copy of
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = r"""
 import json, emulator, emulator.image_recipes as r
+from emulator.compose import load_template
 from emulator.backend.image_build import recipe_hash
 from emulator.debugger import HOOK_SOURCE
 training = r.load_recipe("training")
@@ -29,6 +31,7 @@ print(json.dumps({
     "packages": training.packages,
     "hash": recipe_hash(training),
     "debug_hook": str(HOOK_SOURCE / "sitecustomize.py") if (HOOK_SOURCE / "sitecustomize.py").is_file() else None,
+    "compose_template": load_template().source,
 }))
 """
 
@@ -49,7 +52,8 @@ def test_image_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")
     assert {"emulator/images/README.md", "emulator/images/training/recipe.yaml",
-            "emulator/images/training/Dockerfile", "emulator/data/debugpy/sitecustomize.py"} <= names
+            "emulator/images/training/Dockerfile", "emulator/data/debugpy/sitecustomize.py",
+            "emulator/compose_templates/compose.yaml"} <= names
     # Only the unpacked wheel provides `emulator`: the checkout is not on the path, cwd is elsewhere.
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env,
@@ -62,6 +66,8 @@ def test_image_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
     assert "training" in found["variants"]
     # `--debug-host` mounts the hook from the installed package.
     assert found["debug_hook"] == str(site / "data" / "debugpy" / "sitecustomize.py")
+    # `render` fills the top-level compose-templates/compose.yaml, shipped as emulator/compose_templates.
+    assert found["compose_template"] == str(site / "compose_templates" / "compose.yaml")
     in_checkout = sorted(p.relative_to(ROOT / "images" / "training").as_posix()
                          for p in (ROOT / "images" / "training").rglob("*") if p.is_file())
     assert found["files"] == in_checkout

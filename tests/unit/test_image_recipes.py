@@ -252,8 +252,13 @@ def test_pyproject_lists_every_package_and_maps_images() -> None:
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = set(find_packages(str(ROOT), include=["emulator*"]))
-    assert set(config["packages"]) == on_disk | {"emulator.images"}
-    assert config["package-dir"] == {"emulator.images": "images"}
+    assert set(config["packages"]) == on_disk | {"emulator.images", "emulator.compose_templates"}
+    assert config["package-dir"] == {"emulator.images": "images", "emulator.compose_templates": "compose-templates"}
+    # Every package-data glob matches a file: a glob that matches nothing ships nothing, silently.
+    folders = {"emulator": ROOT / "emulator", **{name: ROOT / path for name, path in config["package-dir"].items()}}
+    for package, globs in config["package-data"].items():
+        for glob in globs:
+            assert any(p.is_file() for p in folders[package].glob(glob)), f"{package}: {glob}"
 
 
 def test_image_recipes_in_a_folder_the_user_may_not_enter_are_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,89 @@
+"""A code folder's requirements.txt as the training toolkit will pip-install it: found and hashed while
+the spec is checked (`find`), never installed here. `emulator.wheelhouse` resolves its wheels before the
+job; this half only reads files, so the spec's rules can ask for it through their probes
+(`emulator.spec.probes`) without importing what runs pip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+REQUIREMENTS = "requirements.txt"
+# `-r other.txt`, `--requirement=other.txt`, `-c constraints.txt`: files a requirements file includes.
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """A requirements.txt the toolkit will install: where it is and the sha256 of its bytes and of
+    every file it includes (`-r`, `-c`)."""
+
+    code: str  # the source_dir folder, or the sourcedir.tar.gz holding the file
+    archive: bool
+    digest: str
+    # source_dir has setup.py: the toolkit runs `pip install . -r requirements.txt`, whose isolated
+    # build of "." needs setuptools from the wheelhouse too (pip reads PIP_FIND_LINKS there as well).
+    package: bool = False
+
+
+def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: bool) -> Requirements | None:
+    """The requirements.txt at the top of the code the toolkit will pip-install, or None: none there,
+    no toolkit (`container_entry_point` other than `train`), or an entry point the toolkit runs as a
+    command (`.sh`, or no `.py` without setup.py), for which it installs nothing. Raises OSError."""
+    if code is None or entry_point is None or not toolkit or entry_point.endswith(".sh"):
+        return None
+    if archive:
+        names, files = _archive_files(code)
+    else:
+        if not code.is_dir():
+            return None
+        names = set(os.listdir(code))
+        folder = code.resolve()
+
+        def files(name: str) -> bytes | None:
+            path = (folder / name).resolve()
+            return path.read_bytes() if path.is_relative_to(folder) and path.is_file() else None
+
+    content = files(REQUIREMENTS)
+    if content is None or not (entry_point.endswith(".py") or "setup.py" in names):
+        return None
+    return Requirements(str(code), archive, included_digest(REQUIREMENTS, files), package="setup.py" in names)
+
+
+def included_digest(name: str, read: Callable[[str], bytes | None]) -> str:
+    """sha256 over a requirements file and every file it includes with `-r`/`-c`, recursively (paths
+    relative to the including file, as pip reads them); a file that cannot be read counts as absent."""
+    digest = hashlib.sha256()
+    seen: set[str] = set()
+    pending = [name]
+    while pending:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        content = read(current)
+        digest.update(current.encode() + b"\0" + (content if content is not None else b"(absent)") + b"\0")
+        for line in (content or b"").decode("utf-8", errors="replace").splitlines():
+            if match := _INCLUDE.match(line):
+                pending.append(os.path.normpath(str(PurePosixPath(current).parent / match[1])))
+    return digest.hexdigest()
+
+
+def _archive_files(archive: Path) -> tuple[set[str], Callable[[str], bytes | None]]:
+    """The top-level names of a sourcedir.tar.gz and a reader of its regular files by path."""
+    with tarfile.open(archive, mode="r:gz") as tar:
+        members = {os.path.normpath(m.name): m for m in tar.getmembers()}
+        top = {name.split("/")[0] for name in members}
+        contents: dict[str, bytes] = {}
+        for name, member in members.items():
+            if member.isfile() and (name == REQUIREMENTS or name.endswith(".txt")):
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    contents[name] = extracted.read()
+    return top, contents.get
