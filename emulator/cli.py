@@ -1,6 +1,6 @@
 """The `hetero-emu` command line: a thin typer app over `emulator.api`: it parses arguments and prints.
 
-Every EmulatorError is mapped to its exit code here and only here (README: Command line): 0 Completed,
+Every EmulatorError is mapped to its exit code here and only here (docs/failures.md, Exit codes): 0 Completed,
 1 Failed, 2 invalid spec or usage, 3 environment problem, 130 stopped by the user.
 """
 
@@ -80,7 +80,7 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream the im
 EngineOpt = Annotated[str, typer.Option(
     "--engine", envvar="HETERO_EMU_ENGINE",
     help="The container engine: docker (this machine's), or swarm (one job across the nodes of a Docker swarm, "
-    "through its manager: HETERO_EMU_SWARM_MANAGER or DOCKER_HOST; README: Across machines).")]
+    "through its manager: HETERO_EMU_SWARM_MANAGER or DOCKER_HOST; docs/swarm.md).")]
 HostOrderOpt = Annotated[
     HostOrder,
     typer.Option("--host-order", help="spec: algo-1..N in group order; shuffled: hosts assigned to groups "

@@ -1,4 +1,4 @@
-"""Debugging one host's script with debugpy (`run --debug-host algo-N`; README: Debugging a host).
+"""Debugging one host's script with debugpy (`run --debug-host algo-N`; docs/cli.md, Debugging a host).
 
 The choice (host, port, wait) is part of the plan: the chosen host's container, and only it, gets
 the start-up hook of `emulator/data/debugpy/` mounted read-only and first on PYTHONPATH, the

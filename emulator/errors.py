@@ -1,4 +1,4 @@
-"""The one exception hierarchy. The CLI maps each class to an exit code (README: Command line)."""
+"""The one exception hierarchy. The CLI maps each class to an exit code (docs/failures.md, Exit codes)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class ImageBuildError(EnvironmentProblem):
 
 
 class WheelhouseError(EnvironmentProblem):
-    """The wheels of a job's requirements.txt cannot be built on this machine (README: requirements.txt)."""
+    """The wheels of a job's requirements.txt cannot be built on this machine (docs/images.md, requirements.txt)."""
 
 
 class Interrupted(EmulatorError):

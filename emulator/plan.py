@@ -340,8 +340,9 @@ def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
     """One host's mounts: its /opt/ml, the channels, the wheelhouse and the MPI keys."""
     spec, host_dir = job.spec, job.job_dir / "hosts" / slot.name
     # /opt/ml/input/data itself is read-only too, not only each channel below it, so a script
-    # cannot add a file or folder beside the channels either (README: "writing, renaming,
-    # deleting or adding a file anywhere under /opt/ml/input/data fails with EROFS"); the
+    # cannot add a file or folder beside the channels either (docs/outputs.md, "Your data and the
+    # job folder": "writing, renaming, deleting or adding a file or folder anywhere under
+    # /opt/ml/input/data fails with EROFS"); the
     # toolkit only reads there. The staged folder already holds an empty mount point per
     # channel, and the engine mounts parents first (moby daemon/volumes.go sortMounts orders
     # by destination depth), so each channel is mounted onto the read-only parent.

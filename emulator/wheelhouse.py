@@ -1,5 +1,5 @@
 """A job's requirements.txt, offline: its wheels resolved once against the job's own image, then given
-to every host as a read-only folder the training toolkit's own install step reads (README: requirements.txt).
+to every host as a read-only folder the training toolkit's own install step reads (docs/images.md, requirements.txt).
 
 On the service the toolkit pip-installs `requirements.txt` from the code folder before it runs the
 script: `entry_point.install` calls `modules.install_requirements` for a Python script

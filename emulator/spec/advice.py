@@ -1,5 +1,5 @@
 """What a valid spec allows but probably does not mean: warnings, not errors, since the service runs
-such a job too. `validate`, `render` and `run` print them (README "A job spec": warnings).
+such a job too. `validate`, `render` and `run` print them (docs/spec.md, Warnings).
 
 - A ShardedByS3Key channel with fewer files than the hosts it reaches: the service gives each host a
   share of the keys, so some hosts get an empty channel folder and a script that expects data fails

@@ -43,7 +43,7 @@ IMAGE_REFERENCE_PATTERN = re.compile(
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html#sagemaker-Type-ResourceConfig-InstanceGroups
 MAX_INSTANCE_GROUPS = 5
-# Not a service limit: the emulator runs every host on one machine. Documented in the README.
+# Not a service limit: the emulator runs every host on one machine. Documented in docs/spec.md, Limits.
 MAX_HOSTS = 64
 # The service's request limits (CreateTrainingJob): HyperParameters, Environment, InputDataConfig,
 # AlgorithmSpecification.TrainingImage / ContainerEntrypoint / ContainerArguments.

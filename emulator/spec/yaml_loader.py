@@ -1,10 +1,10 @@
 """The hardened YAML loader: a spec file's text, parsed as plain data within the emulator's limits.
 
-Beyond YAML's own errors it refuses what would cost memory or time later (README "Limits"): a file or
+Beyond YAML's own errors it refuses what would cost memory or time later (docs/spec.md, Limits): a file or
 text over MAX_SPEC_BYTES, more than MAX_YAML_NODES nodes once aliases are expanded, nesting deeper than
 MAX_YAML_DEPTH, recursive aliases, and a key given twice in one mapping. Numbers such as `1e-3` read
 as YAML 1.2 floats; environment values keep their source text and hyperparameters that YAML 1.1 reads
-as something else are marked (`Ambiguous`) for the rules to report (README "Values as written").
+as something else are marked (`Ambiguous`) for the rules to report (docs/spec.md, Values as written).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import yaml
 from emulator.errors import Problem, SpecError
 from emulator.spec.wording import preview, reason, type_name, with_article
 
-# The emulator's own limits on the spec file, documented in the README ("Limits"). A job spec is a few
+# The emulator's own limits on the spec file, documented in docs/spec.md ("Limits"). A job spec is a few
 # KB; these stop a hostile or broken file before it costs memory or time: a YAML alias bomb ("billion
 # laughs") is tiny as text and as PyYAML's shared objects, but explodes in anything that walks it or
 # json.dumps it (hyperparameters.json is written once per host).
@@ -65,7 +65,7 @@ def read_spec_text(path: Path) -> str:
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     """Parse YAML text into the raw mapping, turning every YAML error into one SpecError line.
 
-    Beyond YAML's own errors this refuses what would cost memory or time later (README "Limits"):
+    Beyond YAML's own errors this refuses what would cost memory or time later (docs/spec.md, Limits):
     text over MAX_SPEC_BYTES, more than MAX_YAML_NODES nodes once aliases are expanded, nesting deeper
     than MAX_YAML_DEPTH, recursive aliases; and a key given twice in one mapping, which YAML forbids
     and PyYAML would silently resolve by dropping the first value.
@@ -100,7 +100,7 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         kind = "empty" if data is None else with_article(type_name(data))
         raise SpecError(
-            [Problem("", f"the spec must be a mapping of keys to values, got {kind}", "see README: spec")],
+            [Problem("", f"the spec must be a mapping of keys to values, got {kind}", "see docs/spec.md")],
             source,
         )
     return data
@@ -141,7 +141,7 @@ class _YamlRefused(Exception):
 
 class _SpecLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader, with the node graph checked before any value is constructed, and values
-    kept as the user wrote them (README "Values as written"): environment values are their source
+    kept as the user wrote them (docs/spec.md, Values as written): environment values are their source
     text, and a hyperparameter YAML 1.1 reads as something its text does not say is marked."""
 
     def __init__(self, stream: str) -> None:

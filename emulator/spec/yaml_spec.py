@@ -30,7 +30,7 @@ def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None, 
     if not isinstance(raw, Mapping):
         kind = with_article(type_name(raw))
         raise SpecError([Problem("", f"the spec must be a mapping of keys to values, got {kind}",
-                                 "see README: spec")], source)
+                                 "see docs/spec.md")], source)
     v = Validator(base_dir, probes)
     spec = v.job(raw)
     if v.problems or spec is None:

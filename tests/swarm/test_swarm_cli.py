@@ -1,5 +1,5 @@
 """The swarm engine's answers to a machine that cannot run it: one readable line, the documented
-exit code, nothing created (README: Across machines)."""
+exit code, nothing created (docs/swarm.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Start debugpy in the one process of this host that runs the job's entry point (`hetero-emu run
---debug-host`; README: Debugging a host).
+--debug-host`; docs/cli.md, Debugging a host).
 
 The emulator mounts this folder read-only on the debugged host only and puts it first on PYTHONPATH,
 so every Python process there imports this module at start-up (https://docs.python.org/3/library/site.html:
