@@ -1,5 +1,6 @@
 """What a run of a job returns: each host's exit and the job's status, times and artifacts, and the
-statuses a job goes through (`Status`, DescribeTrainingJob's TrainingJobStatus).
+statuses a job goes through (`Status`, DescribeTrainingJob's TrainingJobStatus, and `SecondaryStatus`, the
+steps of its SecondaryStatusTransitions).
 
 `emulator.runner.run_job` makes a JobResult, `emulator.artifacts.describe` turns it into job.json
 (DescribeTrainingJob's shape), and every front end (the CLI's summary, `Job.run`, the pytest
@@ -15,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 
-class Status(str, Enum):
-    """A training job's TrainingJobStatus, as the service spells it (torchx's AppState, for SageMaker).
-
-    A `str` Enum: a member is equal to its text and is written as it (json.dumps, f-strings), so
+class _ServiceText(str, Enum):
+    """A `str` Enum: a member is equal to its text and is written as it (json.dumps, f-strings), so
     job.json, the job records and DescribeTrainingJob's answers hold the service's strings. Text read
-    back from those files becomes a member with `Status(text)`.
-    """
+    back from those files becomes a member with `Status(text)`."""
+
+    def __str__(self) -> str:
+        # The service's text, also in f-strings (Python 3.11 formats a mixed-in Enum by its __str__).
+        return str(self.value)
+
+
+class Status(_ServiceText):
+    """A training job's TrainingJobStatus, as the service spells it (torchx's AppState, for SageMaker)."""
 
     IN_PROGRESS = "InProgress"
     COMPLETED = "Completed"
@@ -34,9 +40,19 @@ class Status(str, Enum):
         """The job has ended and its status will not change again."""
         return self in (Status.COMPLETED, Status.FAILED, Status.STOPPED)
 
-    def __str__(self) -> str:
-        # The service's text, also in f-strings (Python 3.11 formats a mixed-in Enum by its __str__).
-        return self.value
+
+class SecondaryStatus(_ServiceText):
+    """The SecondaryStatus values a run goes through, as the service spells them: the steps of
+    SecondaryStatusTransitions, then how the job ended (MaxRuntimeExceeded for a job stopped at max_run)."""
+
+    STARTING = "Starting"
+    DOWNLOADING = "Downloading"
+    TRAINING = "Training"
+    UPLOADING = "Uploading"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,7 @@ class JobResult:
     output_artifact: Path | None
     start: datetime  # the hosts were started: TrainingStartTime
     end: datetime  # the last host exited (and its log was read)
-    secondary_status: str = ""
+    secondary_status: SecondaryStatus | None = None  # None: the same as status
     seed: int | None = None
     began: datetime | None = None  # the run began (staging); None: same as start
     packed: datetime | None = None  # the artifacts were written; None: same as end

@@ -49,7 +49,7 @@ from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
 from emulator.options import RunOptions
 from emulator.plan import HostPlan, Plan, job_name_from, make_plan, mpi_groups
-from emulator.result import HostResult, JobResult, Status
+from emulator.result import HostResult, JobResult, SecondaryStatus, Status
 from emulator.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -58,10 +58,10 @@ if TYPE_CHECKING:
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
 POLL_SECONDS = 0.2
 NAME_ATTEMPTS = 20
-MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"  # the SecondaryStatus of a job stopped at max_run
 # The StatusMessage of the service's last SecondaryStatusTransitions entry for each end.
-FINAL_MESSAGES = {Status.COMPLETED: "Training job completed", Status.FAILED: "Training job failed",
-                  Status.STOPPED: "Training job stopped", MAX_RUNTIME_EXCEEDED: "Training job stopped"}
+FINAL_MESSAGES = {SecondaryStatus.COMPLETED: "Training job completed", SecondaryStatus.FAILED: "Training job failed",
+                  SecondaryStatus.STOPPED: "Training job stopped",
+                  SecondaryStatus.MAX_RUNTIME_EXCEEDED: "Training job stopped"}
 # Once every host has exited, its output stream still delivers what the engine buffered (at most a
 # few MB); one that has not ended by then never will. An engine that stopped answering gets less.
 STREAM_END_TIMEOUT = 30.0
@@ -76,7 +76,7 @@ class HostsOutcome:
     start: datetime  # TrainingStartTime
     t0: float  # time.monotonic() at `start`: the hosts' seconds count from it
     status: Status = Status.FAILED
-    secondary: str = Status.FAILED  # SecondaryStatus: the status, or MaxRuntimeExceeded
+    secondary: SecondaryStatus = SecondaryStatus.FAILED  # the status, or MaxRuntimeExceeded
     reason: str | None = None  # FailureReason, when the run knows it before the hosts' results
     lost: DockerUnavailable | None = None  # the engine stopped answering
 
@@ -236,8 +236,8 @@ class Run:
                               f"job folder {plan.job_dir} was removed") from None
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
         self.creation = self.options.created or self.began
-        self.transition("Starting", "Preparing the instances for training", at=self.creation)
-        self.transition("Downloading", "Downloading input data", at=self.began)
+        self.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=self.creation)
+        self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data", at=self.began)
         try:
             # A watcher removes what this run creates if the driver is killed before its `finally`.
             with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
@@ -246,14 +246,16 @@ class Run:
             # job.json says Failed when the engine was lost; otherwise the run was cut short.
             stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
             final = Status.STOPPED if stopped else Status.FAILED
-            if not self.transitions or self.transitions[-1]["Status"] != final:
-                self.transition(final, FINAL_MESSAGES[final], record=False)
+            step = SecondaryStatus.STOPPED if stopped else SecondaryStatus.FAILED
+            if not self.transitions or self.transitions[-1]["Status"] != step:
+                self.transition(step, FINAL_MESSAGES[step], record=False)
             self.record(final)
             raise
         self.record(result.status)
         return result
 
-    def transition(self, secondary: str, message: str, at: datetime | None = None, record: bool = True) -> None:
+    def transition(self, secondary: SecondaryStatus, message: str, at: datetime | None = None,
+                   record: bool = True) -> None:
         """A SecondaryStatusTransitions entry (the service's statuses and messages), stored in the job
         record at once so `describe_training_job` shows it while the job runs."""
         stamp = (at or self.now()).isoformat()
@@ -309,7 +311,7 @@ class Run:
                 self.start_hosts(ran)
                 ran.status, ran.secondary, ran.reason = self.supervise(ran.t0)
         except KeyboardInterrupt:
-            ran.status, ran.secondary, ran.reason = Status.STOPPED, Status.STOPPED, None
+            ran.status, ran.secondary, ran.reason = Status.STOPPED, SecondaryStatus.STOPPED, None
             ran.lost = self.stop_on_interrupt()
         except DockerUnavailable as err:
             # The engine stopped answering mid-job: the hosts' files are on this machine, so the
@@ -358,7 +360,8 @@ class Run:
             self.backend.start(self.names)
         ran.t0 = time.monotonic()
         ran.start = self.now()  # TrainingStartTime: the hosts run
-        self.transition("Training", "Training image download completed. Training in progress.", at=ran.start)
+        self.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
+                        at=ran.start)
         if plan.debug is not None and plan.debug.wait:
             reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
                           f"({self.host_label(plan.host(plan.debug.host).container.name)})")
@@ -371,7 +374,7 @@ class Run:
             if ran.lost is None:
                 self.fix_ownership()
             reporter.step("collecting artifacts")
-            self.transition("Uploading", "Uploading generated training model")
+            self.transition(SecondaryStatus.UPLOADING, "Uploading generated training model")
             packing = time.monotonic()
             model, output = artifacts.collect(plan, reporter)
             packed, packing = self.now(), time.monotonic() - packing
@@ -614,7 +617,7 @@ class Run:
                 "`hetero-emu clean` removes them"
             )
 
-    def supervise(self, t0: float) -> tuple[Status, str, str | None]:
+    def supervise(self, t0: float) -> tuple[Status, SecondaryStatus, str | None]:
         """Poll until every host has exited, one fails, or max_run runs out; returns the job's status,
         its SecondaryStatus and, for max_run, its FailureReason."""
         deadline = t0 + self.plan.max_run
@@ -627,7 +630,7 @@ class Run:
             if stop_requested(self.plan):
                 self.reporter.warn("stopping the job (`hetero-emu stop`)")
                 self.stop_running()
-                return Status.STOPPED, Status.STOPPED, None
+                return Status.STOPPED, SecondaryStatus.STOPPED, None
             failed = [state for state in exited if state.exit_code != 0]
             if failed:
                 # Of several hosts seen failing in one poll, blame the one that exited first: a data
@@ -635,15 +638,15 @@ class Run:
                 first = min(failed, key=lambda st: (st.finished_at or float("inf"), self.names.index(st.name)))
                 self.first_failed = first.name
                 self.stop_running()
-                return Status.FAILED, Status.FAILED, None
+                return Status.FAILED, SecondaryStatus.FAILED, None
             if pending and time.monotonic() > deadline:
                 self.stop_running()
-                return (Status.FAILED, MAX_RUNTIME_EXCEEDED,
+                return (Status.FAILED, SecondaryStatus.MAX_RUNTIME_EXCEEDED,
                         f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
                         "every host was stopped")
             if pending:
                 self.backend.wait_exits(pending, POLL_SECONDS)
-        return Status.COMPLETED, Status.COMPLETED, None
+        return Status.COMPLETED, SecondaryStatus.COMPLETED, None
 
     def record_exit(self, state: ContainerState) -> None:
         if state.name in self.exit_codes:

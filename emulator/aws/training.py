@@ -33,7 +33,7 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
-from emulator.result import Status
+from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
@@ -98,10 +98,10 @@ class SageMakerTraining(Service):
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
                             overrides, self.images)
-        transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
+        transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),
-                    CreationTime=created.isoformat(), SecondaryStatus="Starting",
+                    CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
                     SecondaryStatusTransitions=transitions, LocalImage=local)
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -1,5 +1,6 @@
 """`emulator.result.Status`: the service's TrainingJobStatus values as one str Enum with `is_final`;
-the files and answers that hold a status keep the service's text, and what is read back is a Status."""
+the files and answers that hold a status keep the service's text, and what is read back is a Status.
+`SecondaryStatus`: the service's SecondaryStatus values a run goes through."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fake_backend import FakeBackend, exits
 from emulator import api, job_records
 from emulator.backend import registry
 from emulator.console import RecordingReporter
-from emulator.result import Status
+from emulator.result import SecondaryStatus, Status
 from emulator.spec import JobSpec, validate
 
 
@@ -46,6 +47,11 @@ def test_the_values_are_the_services_training_job_statuses() -> None:
     assert set(service) - {s.value for s in Status} <= {"Deleting"}
 
 
+def test_the_secondary_statuses_are_the_services() -> None:
+    assert {s.value for s in SecondaryStatus} <= set(service_enum("SecondaryStatus"))
+    assert f"{SecondaryStatus.MAX_RUNTIME_EXCEEDED}" == "MaxRuntimeExceeded"
+
+
 def test_only_completed_failed_and_stopped_are_final() -> None:
     assert {s for s in Status if s.is_final} == {Status.COMPLETED, Status.FAILED, Status.STOPPED}
     assert not Status.IN_PROGRESS.is_final and not Status.STOPPING.is_final
@@ -64,6 +70,7 @@ def test_a_run_returns_a_status_and_its_files_hold_the_services_text(
         tmp_path: Path, fake_engine: FakeBackend) -> None:
     result = api.run(two_hosts(tmp_path), engine_name="fake", reporter=RecordingReporter())
     assert type(result.status) is Status and result.status is Status.FAILED and result.exit_code == 1
+    assert result.secondary_status is SecondaryStatus.FAILED
     text = (result.job_dir / "job.json").read_text()
     assert '"TrainingJobStatus": "Failed"' in text
     doc = json.loads(text)
