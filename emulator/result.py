@@ -19,7 +19,7 @@ from typing import Any
 class _ServiceText(str, Enum):
     """A `str` Enum: a member is equal to its text and is written as it (json.dumps, f-strings), so
     job.json, the job records and DescribeTrainingJob's answers hold the service's strings. Text read
-    back from those files becomes a member with `Status(text)`."""
+    back from those files becomes a member with `Status(text)` (or `SecondaryStatus(text)`)."""
 
     def __str__(self) -> str:
         # The service's text, also in f-strings (Python 3.11 formats a mixed-in Enum by its __str__).

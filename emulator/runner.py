@@ -127,12 +127,11 @@ def run_job(
     framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
 ) -> JobResult:
     """Plan and run one job as `options` say (`emulator.options.RunOptions`; default: `hetero-emu run`'s
-    defaults); returns its JobResult
-    (the caller maps status to an exit code). A debug target with an unknown host or a taken port
-    ends the run before the engine is asked. `backend`: the engine (default: the registry's default
-    one, whose own image builder then builds a missing default image); `image_builder` and
-    `framework_builder` build a missing default or framework image; `now` is the clock of the job's
-    times."""
+    defaults); returns its JobResult (the caller maps status to an exit code). A debug target with an
+    unknown host or a taken port ends the run before the engine is asked. `backend`: the engine
+    (default: the registry's default one, whose own image builder then builds a missing default
+    image); `image_builder` and `framework_builder` build a missing default or framework image; `now`
+    is the clock of the job's times."""
     options = options or RunOptions()
     if backend is None:
         from emulator.backend.registry import engine
