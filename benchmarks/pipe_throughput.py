@@ -24,6 +24,7 @@ from pathlib import Path
 
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.options import RunOptions
 from emulator.runner import run_job
 from emulator.spec import validate
 
@@ -77,7 +78,7 @@ def pipe_rates(folder: Path, data: Path, epochs: int, record_io: bool) -> list[d
                              "record_wrapping": "RecordIO" if record_io else "None"}},
     }, folder)
     reporter = RecordingReporter()
-    result = run_job(spec, reporter=reporter, memory="none")
+    result = run_job(spec, RunOptions(memory="none"), reporter=reporter)
     if result.status != "Completed":
         raise SystemExit(f"the pipe job failed: {result.failure_reason}")
     (line,) = [text for _, _, text in reporter.lines if text.startswith("RATES ")]

@@ -68,6 +68,7 @@ from emulator import api  # noqa: E402
 from emulator.backend.swarm import ENV_MANAGER, ENV_MTU, ENV_NODES  # noqa: E402
 from emulator.console import RecordingReporter  # noqa: E402
 from emulator.errors import EmulatorError  # noqa: E402
+from emulator.options import RunOptions  # noqa: E402
 from emulator.result import JobResult  # noqa: E402
 
 TRAINING_IMAGE = "hetero-emu/training:py311"
@@ -116,7 +117,8 @@ def run_once(spec: Any, engine: str) -> dict[str, float] | None:
     (said on stderr) when it failed."""
     began = time.perf_counter()
     try:
-        result: JobResult = api.run(spec, engine_name=engine, reporter=RecordingReporter(), build_image=False)
+        result: JobResult = api.run(spec, RunOptions(build_image=False), engine_name=engine,
+                                    reporter=RecordingReporter())
     except EmulatorError as err:
         print(f"left out: {engine} run of {spec.base_job_name} failed: {str(err)[:600]}", file=sys.stderr)
         return None

@@ -2,10 +2,11 @@
 
 The Python API uses the SageMaker SDK's names:
 
-    from emulator import Job, InstanceGroup, TrainingInput
+    from emulator import Job, InstanceGroup, RunOptions, Status, TrainingInput
     result = Job(entry_point="train.py", source_dir="code",
                  instance_groups=[InstanceGroup("data_group", "ml.c5.xlarge", 2),
-                                  InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)]).run()
+                                  InstanceGroup("dnn_group", "ml.p3.2xlarge", 1)]).run(RunOptions(keep=True))
+    assert result.status == Status.COMPLETED  # or == "Completed": a Status is its text
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from emulator.job import Job
+    from emulator.options import RunOptions
+    from emulator.result import Status
     from emulator.spec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
 
-__all__ = ["InstanceGroup", "Job", "JobSpec", "TrainingInput", "load_spec_file"]
+__all__ = ["InstanceGroup", "Job", "JobSpec", "RunOptions", "Status", "TrainingInput", "load_spec_file"]
 __version__ = "0.1.0"
 
 # Imported when first named (PEP 562): every `emulator.x` module imports this package first, and the
 # watcher process (backend/reaper.py) or `python -m emulator.aws.driver` need none of the job API.
 _LAZY = {"Job": "emulator.job", "InstanceGroup": "emulator.spec", "JobSpec": "emulator.spec",
-         "TrainingInput": "emulator.spec", "load_spec_file": "emulator.spec"}
+         "RunOptions": "emulator.options", "Status": "emulator.result", "TrainingInput": "emulator.spec",
+         "load_spec_file": "emulator.spec"}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,10 +29,11 @@ from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 from emulator.launchers import required_launchers
+from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter, as_step_reporter
-from emulator.result import JobResult
-from emulator.runner import DEFAULT_GRACE, choose_seed, request_stop, run_job
+from emulator.result import JobResult, Status
+from emulator.runner import choose_seed, request_stop, run_job
 from emulator.spec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -127,15 +128,15 @@ def as_request(spec: JobSpec, *, job_name: str | None = None) -> dict[str, Any]:
 GroupPlacement = Mapping[str, Mapping[str, str]]
 
 
-def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, placement: GroupPlacement | None = None,
-        **options: Any) -> JobResult:
+def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = DEFAULT_ENGINE,
+        placement: GroupPlacement | None = None, reporter: Reporter | None = None) -> JobResult:
     """Run one job in the foreground with the service's lifecycle on the engine called `engine_name`;
-    returns its result (status, hosts, artifacts). `options` are `emulator.runner.run_job`'s: reporter,
-    host_order ("spec" | "shuffled"), seed, keep, keep_on_failure (a Failed job's stopped containers
-    and network stay, for `exec_in_host` and `docker cp`, until `clean`), grace, build_image (build the
-    engine's default image when missing; default True; False: a missing default image is ImageMissing,
-    exit code 3), memory, debug (an `emulator.debugger.DebugTarget`: that host's entry point runs under
-    debugpy, published on 127.0.0.1; README: Debugging a host).
+    returns its result (status, hosts, artifacts). `options` (`emulator.options.RunOptions`; default:
+    `hetero-emu run`'s defaults) say how: host order and seed, keep and keep_on_failure (a Failed
+    job's stopped containers and network stay, for `exec_in_host` and `docker cp`, until `clean`),
+    grace, build_image (False: a missing default image is ImageMissing, exit code 3), memory, debug
+    (that host's entry point runs under debugpy, published on 127.0.0.1; README: Debugging a host).
+    `reporter` prints the run (default: an `emulator.console.ConsoleReporter`).
     `placement` adds node labels to groups' `placement` (`emulator.spec.placement.with_placement`:
     UsageError for an unknown group or label, before the engine is asked); only the swarm engine uses them.
     What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
@@ -143,10 +144,10 @@ def run(spec: JobSpec, *, engine_name: str = DEFAULT_ENGINE, placement: GroupPla
     spec = with_placement(spec, placement or {})
     backend = engine(engine_name)
     builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
-    reporter: Reporter = options.pop("reporter", None) or ConsoleReporter()
+    reporter = reporter or ConsoleReporter()
     for problem in spec_warnings(spec):
         reporter.warn(str(problem))
-    return run_job(spec, backend=backend, image_builder=builder, reporter=reporter, **options)
+    return run_job(spec, options or RunOptions(), backend=backend, image_builder=builder, reporter=reporter)
 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
@@ -306,7 +307,7 @@ def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
     kept = ("SecondaryStatus", "SecondaryStatusTransitions", "CreationTime", "FailureReason")
     doc: dict[str, Any] = {key: record.doc[key] for key in kept if record is not None and key in record.doc}
     return Description(folder, {"TrainingJobName": folder.name,
-                                "TrainingJobStatus": record.status if record else "InProgress", **doc,
+                                "TrainingJobStatus": record.status if record else Status.IN_PROGRESS, **doc,
                                 "Emulator": {"JobDir": str(folder)}}, None)
 
 
@@ -400,11 +401,11 @@ def job_end(folder: Path, backend: Callable[[], Backend]) -> str | None:
         status = json.loads(text).get("TrainingJobStatus") if text else None
     except (ValueError, AttributeError):
         status = None  # being written right now: the next look finds it whole
-    if isinstance(status, str) and status != "InProgress":
+    if isinstance(status, str) and status != Status.IN_PROGRESS:
         return status
     record = job_records.find(folder.name)
     if record is not None and record.job_dir.resolve() == folder.resolve():
-        if record.status != "InProgress":
+        if record.status != Status.IN_PROGRESS:
             return record.status
         alive = driver_alive(record.doc.get("Driver")) if record.doc.get("Driver") else None
         if alive is not None:

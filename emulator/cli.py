@@ -29,6 +29,7 @@ from emulator.console import ConsoleReporter
 from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.image_recipes import DEFAULT_VARIANT, variant_names
+from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import (
     LABEL_GROUP,
     LABEL_HOST,
@@ -38,7 +39,6 @@ from emulator.plan import (
 )
 from emulator.progress import StepPrinter
 from emulator.result import JobResult
-from emulator.runner import DEFAULT_GRACE
 from emulator.spec import JobSpec, request, spec_warnings
 from emulator.spec.placement import parse_option
 
@@ -211,15 +211,11 @@ def _debug_target(host: str | None, port: int | None, wait: bool) -> DebugTarget
     return DebugTarget(host, DEBUGPY_PORT if port is None else port, wait)
 
 
-def _run(spec: JobSpec, *, host_order: HostOrder, seed: int | None, keep: bool, grace: float, as_json: bool,
-         quiet: bool, memory: MemoryLimit = "instance", engine_name: str = DEFAULT_ENGINE, verbose: bool = False,
-         build: bool = True, debug: DebugTarget | None = None, keep_on_failure: bool = False,
-         placement: dict[str, dict[str, str]] | None = None) -> JobResult:
+def _run(spec: JobSpec, options: RunOptions, *, as_json: bool, quiet: bool, engine_name: str = DEFAULT_ENGINE,
+         verbose: bool = False, placement: dict[str, dict[str, str]] | None = None) -> JobResult:
     # With --json, stdout carries only the JSON document; host logs go to stderr.
     reporter = ConsoleReporter(out=sys.stderr if as_json else None, quiet=quiet, verbose=verbose)
-    result = api.run(spec, engine_name=engine_name, reporter=reporter, host_order=host_order.value, seed=seed,
-                     keep=keep, keep_on_failure=keep_on_failure, grace=grace, memory=memory, build_image=build,
-                     debug=debug, placement=placement)
+    result = api.run(spec, options, engine_name=engine_name, reporter=reporter, placement=placement)
     _State.reported = True  # a stopped job's summary says so
     if as_json:
         _emit_json(json.loads((result.job_dir / "job.json").read_text()))
@@ -305,9 +301,10 @@ def run(
     debug = _debug_target(debug_host, debug_port, debug_wait)
     labels = _placement(placement)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
-    result = _run(spec, host_order=host_order, seed=seed, keep=keep, grace=grace, as_json=as_json, quiet=quiet,
-                  memory=limit, engine_name=engine_name, verbose=verbose, build=not no_build,
-                  debug=debug, keep_on_failure=keep_on_failure, placement=labels)
+    options = RunOptions(host_order=host_order.value, seed=seed, keep=keep, keep_on_failure=keep_on_failure,
+                         grace=grace, memory=limit, build_image=not no_build, debug=debug)
+    result = _run(spec, options, as_json=as_json, quiet=quiet, engine_name=engine_name, verbose=verbose,
+                  placement=labels)
     raise typer.Exit(result.exit_code)
 
 
@@ -322,8 +319,7 @@ def demo(
     if not DEMO_SPEC.is_file():
         raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
     spec = _load(DEMO_SPEC, None, output_path, as_json=as_json)
-    result = _run(spec, host_order=HostOrder.spec, seed=None, keep=keep, grace=DEFAULT_GRACE, as_json=as_json,
-                  quiet=False)
+    result = _run(spec, RunOptions(keep=keep), as_json=as_json, quiet=False)
     raise typer.Exit(result.exit_code)
 
 

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from emulator import api
+from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.console import Reporter
+from emulator.options import RunOptions
+from emulator.result import JobResult
 from emulator.spec import InstanceGroup, JobSpec, TrainingInput, validate
 from emulator.spec.probes import DISK
 
@@ -35,10 +39,13 @@ class Job:
     def spec(self) -> JobSpec:
         return validate(self.raw, base_dir=self.base_dir.resolve(), source="Job(...)", probes=DISK)
 
-    def run(self, **run_options: Any) -> Any:
-        """Validate, plan and run through `emulator.api.run` (options: engine_name, reporter, host_order,
-        seed, keep, keep_on_failure, grace, build_image, memory, placement); returns the `JobResult`."""
-        return api.run(self.spec(), **run_options)
+    def run(self, options: RunOptions | None = None, *, engine_name: str = DEFAULT_ENGINE,
+            placement: api.GroupPlacement | None = None, reporter: Reporter | None = None) -> JobResult:
+        """Validate, plan and run through `emulator.api.run`, as `options` say (an
+        `emulator.options.RunOptions`: `job.run(RunOptions(keep=True))`; default: `hetero-emu run`'s
+        defaults), on the engine called `engine_name`, with `placement`'s node labels added to the
+        groups'; `reporter` prints the run. Returns its result."""
+        return api.run(self.spec(), options, engine_name=engine_name, placement=placement, reporter=reporter)
 
 
 def _to_raw(value: Any) -> Any:

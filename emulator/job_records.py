@@ -22,12 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from emulator.result import Status
+
 
 @dataclass(frozen=True)
 class JobRecord:
     job_name: str
     job_dir: Path
-    status: str  # InProgress | Completed | Failed | Stopped
+    status: Status  # InProgress | Completed | Failed | Stopped
     modified: str  # ISO 8601, UTC
     doc: dict[str, Any] = field(default_factory=dict, compare=False)  # the whole record, as stored
 
@@ -54,7 +56,7 @@ def now_text() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-def record(job_name: str, job_dir: Path, status: str, **fields: Any) -> bool:
+def record(job_name: str, job_dir: Path, status: Status, **fields: Any) -> bool:
     """Write (or update) the job's record; False if it could not be written. `fields` are stored with
     it (DescribeTrainingJob's names: SecondaryStatus, SecondaryStatusTransitions, CreationTime, ...);
     fields an earlier write of the same job (same folder) stored are kept."""
@@ -100,24 +102,26 @@ def all_jobs() -> list[JobRecord]:
 def _read(path: Path) -> JobRecord | None:
     try:
         doc = json.loads(path.read_text())
-        return JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), str(doc["TrainingJobStatus"]),
+        # A status that is not one of the service's (a record edited by hand) makes the record unreadable,
+        # as a malformed one is (Status raises ValueError).
+        return JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), Status(doc["TrainingJobStatus"]),
                          str(doc.get("LastModifiedTime", "")), doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def end(job_name: str, status: str, reason: str | None = None) -> JobRecord | None:
+def end(job_name: str, status: Status, reason: str | None = None) -> JobRecord | None:
     """Record that a job ended (`Failed` or `Stopped`) before its run could say so itself: its driver
     could not start it, was stopped before the hosts were, or died. A job whose record already says
     how it ended is left as it is. Returns the record as it stands."""
     earlier = find(job_name)
-    if earlier is None or earlier.status != "InProgress":
+    if earlier is None or earlier.status != Status.IN_PROGRESS:
         return earlier
     stamp = now_text()
     transitions = earlier.transitions
     if transitions:
         transitions[-1]["EndTime"] = stamp
-    message = reason or {"Stopped": "Training job stopped"}.get(status, "Training job failed")
+    message = reason or {Status.STOPPED: "Training job stopped"}.get(status, "Training job failed")
     transitions.append({"Status": status, "StartTime": stamp, "EndTime": stamp, "StatusMessage": message})
     fields: dict[str, Any] = {"SecondaryStatus": status, "SecondaryStatusTransitions": transitions}
     if reason:

@@ -31,10 +31,12 @@ import pytest
 
 from emulator import api
 from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.console import Reporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
-from emulator.result import HostResult, JobResult
+from emulator.options import RunOptions
+from emulator.result import HostResult, JobResult, Status
 from emulator.spec import JobSpec
 
 REQUIRE_OPTION = "--hetero-emu-require-docker"
@@ -108,7 +110,7 @@ class TrainingRun:
     result: JobResult
     unpack_dir: Path
     job_name: str = field(init=False)
-    status: str = field(init=False)
+    status: Status = field(init=False)
     exit_code: int = field(init=False)
     failure_reason: str | None = field(init=False)
     job_dir: Path = field(init=False)
@@ -207,25 +209,28 @@ class HeteroEmu:
         self.test_dir = test_dir
         self.folder = folder
 
-    def run(self, job: str | os.PathLike[str] | Mapping[str, Any] | JobSpec | Job, *,
-            job_name: str | None = None, base_dir: Path | str | None = None, **options: Any) -> TrainingRun:
+    def run(self, job: str | os.PathLike[str] | Mapping[str, Any] | JobSpec | Job, options: RunOptions | None = None,
+            *, job_name: str | None = None, base_dir: Path | str | None = None,
+            reporter: Reporter | None = None) -> TrainingRun:
         """Run `job` in the foreground and return what it left; a failed job is returned too (assert
         on its status), while an invalid spec raises SpecError and an engine problem its error.
 
         `job`: a spec or CreateTrainingJob request file (a relative path is the test file's folder's),
         a mapping holding either (relative paths resolve against `base_dir`, default the test file's
         folder), an `emulator.Job`, or a JobSpec (`emulator.api.load`). The job name is made unique
-        unless `job_name` is given; the output goes under the test's tmp_path. `options` are
-        `emulator.api.run`'s: reporter, host_order, seed, keep, grace, memory, build_image.
+        unless `job_name` is given; the output goes under the test's tmp_path. `options` (an
+        `emulator.options.RunOptions`, as `emulator.api.run` takes; default: `hetero-emu run`'s
+        defaults) say how it runs, `reporter` prints the run.
         """
+        options = options or RunOptions()
         name = job_name or job_name_for(self.test_name, self.session.worker, self.session.token,
                                         next(self.session.counter))
         out = self.folder / "output"
         try:
             spec = self._spec(job, name, out, Path(base_dir) if base_dir is not None else self.test_dir)
-            if spec.image_uri == DEFAULT_IMAGE and options.get("build_image", True):
+            if spec.image_uri == DEFAULT_IMAGE and options.build_image:
                 self.session.ensure_default_image()
-            result = api.run(spec, engine_name=self.session.engine_name, **options)
+            result = api.run(spec, options, engine_name=self.session.engine_name, reporter=reporter)
         except EmulatorError as err:
             # The CLI prints the hint below the message; pytest shows an exception's notes.
             if err.hint and hasattr(err, "add_note"):

@@ -1,6 +1,8 @@
-"""What a run of a job returns: each host's exit and the job's status, times and artifacts.
+"""What a run of a job returns: each host's exit and the job's status, times and artifacts, and the
+statuses a job goes through (`Status`, DescribeTrainingJob's TrainingJobStatus, and `SecondaryStatus`, the
+steps of its SecondaryStatusTransitions).
 
-`emulator.runner.run_job` makes it, `emulator.artifacts.describe` turns it into job.json
+`emulator.runner.run_job` makes a JobResult, `emulator.artifacts.describe` turns it into job.json
 (DescribeTrainingJob's shape), and every front end (the CLI's summary, `Job.run`, the pytest
 plugin) reads it.
 """
@@ -9,8 +11,48 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any
+
+
+class _ServiceText(str, Enum):
+    """A `str` Enum: a member is equal to its text and is written as it (json.dumps, f-strings), so
+    job.json, the job records and DescribeTrainingJob's answers hold the service's strings. Text read
+    back from those files becomes a member with `Status(text)` (or `SecondaryStatus(text)`)."""
+
+    def __str__(self) -> str:
+        # The service's text, also in f-strings (Python 3.11 formats a mixed-in Enum by its __str__).
+        return str(self.value)
+
+
+class Status(_ServiceText):
+    """A training job's TrainingJobStatus, as the service spells it (torchx's AppState, for SageMaker)."""
+
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+    @property
+    def is_final(self) -> bool:
+        """The job has ended and its status will not change again."""
+        return self in (Status.COMPLETED, Status.FAILED, Status.STOPPED)
+
+
+class SecondaryStatus(_ServiceText):
+    """The SecondaryStatus values a run goes through, as the service spells them: the steps of
+    SecondaryStatusTransitions, then how the job ended (MaxRuntimeExceeded for a job stopped at max_run)."""
+
+    STARTING = "Starting"
+    DOWNLOADING = "Downloading"
+    TRAINING = "Training"
+    UPLOADING = "Uploading"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
 
 
 @dataclass(frozen=True)
@@ -26,7 +68,7 @@ class HostResult:
 @dataclass(frozen=True)
 class JobResult:
     job_name: str
-    status: str  # Completed | Failed | Stopped
+    status: Status  # Completed | Failed | Stopped
     failure_reason: str | None
     hosts: tuple[HostResult, ...]
     job_dir: Path
@@ -34,7 +76,7 @@ class JobResult:
     output_artifact: Path | None
     start: datetime  # the hosts were started: TrainingStartTime
     end: datetime  # the last host exited (and its log was read)
-    secondary_status: str = ""
+    secondary_status: SecondaryStatus | None = None  # None: the same as status
     seed: int | None = None
     began: datetime | None = None  # the run began (staging); None: same as start
     packed: datetime | None = None  # the artifacts were written; None: same as end
@@ -49,7 +91,7 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
-        return {"Completed": 0, "Stopped": 130}.get(self.status, 1)
+        return {Status.COMPLETED: 0, Status.STOPPED: 130}.get(self.status, 1)
 
     @property
     def seconds(self) -> float:
@@ -66,7 +108,7 @@ class JobResult:
         """TrainingEndTime as the service defines it: "For successful jobs and stopped jobs, this is the
         time after model artifacts are uploaded. For failed jobs, this is the time when SageMaker detects
         a job failure" (DescribeTrainingJob). Billing runs from TrainingStartTime to this time."""
-        return self.end if self.status == "Failed" else (self.packed or self.end)
+        return self.end if self.status == Status.FAILED else (self.packed or self.end)
 
     @property
     def billable_seconds(self) -> float:

@@ -9,6 +9,9 @@ map; When things go wrong).
 - Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
   (unless keep=True, or keep_on_failure=True and the job Failed: then they stay, stopped, for
   `hetero-emu exec` and `docker cp`, until `hetero-emu clean`).
+
+What a run is asked to do comes in one `emulator.options.RunOptions`; what it talks to (the engine,
+the reporter, the clock, the image builders) comes beside it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +33,6 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
 from emulator.console import ConsoleReporter, Reporter
-from emulator.debugger import DebugTarget
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import (
     DockerUnavailable,
@@ -45,8 +47,9 @@ from emulator.frameworks import FrameworkImage, for_tag
 from emulator.image_recipes import variant_for_tag
 from emulator.launchers import launcher_hint, missing_launchers
 from emulator.logs import LogCollector
-from emulator.plan import HostPlan, MemoryLimit, Plan, job_name_from, make_plan, mpi_groups
-from emulator.result import HostResult, JobResult
+from emulator.options import RunOptions
+from emulator.plan import HostPlan, Plan, job_name_from, make_plan, mpi_groups
+from emulator.result import HostResult, JobResult, SecondaryStatus, Status
 from emulator.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -54,27 +57,39 @@ if TYPE_CHECKING:
 
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
 POLL_SECONDS = 0.2
-# docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
-# for on a laptop. Configurable with --grace.
-DEFAULT_GRACE = 10.0
 NAME_ATTEMPTS = 20
 # The StatusMessage of the service's last SecondaryStatusTransitions entry for each end.
-FINAL_MESSAGES = {"Completed": "Training job completed", "Failed": "Training job failed",
-                  "Stopped": "Training job stopped", "MaxRuntimeExceeded": "Training job stopped"}
+FINAL_MESSAGES = {SecondaryStatus.COMPLETED: "Training job completed", SecondaryStatus.FAILED: "Training job failed",
+                  SecondaryStatus.STOPPED: "Training job stopped",
+                  SecondaryStatus.MAX_RUNTIME_EXCEEDED: "Training job stopped"}
 # Once every host has exited, its output stream still delivers what the engine buffered (at most a
 # few MB); one that has not ended by then never will. An engine that stopped answering gets less.
 STREAM_END_TIMEOUT = 30.0
 LOST_ENGINE_STREAM_TIMEOUT = 0.5
 
 
+@dataclass
+class HostsOutcome:
+    """How the hosts' part of a run ended, filled in as it goes: an interrupt or a lost engine keeps
+    what was set before it (the start of hosts that never started is the run's)."""
+
+    start: datetime  # TrainingStartTime
+    t0: float  # time.monotonic() at `start`: the hosts' seconds count from it
+    status: Status = Status.FAILED
+    secondary: SecondaryStatus = SecondaryStatus.FAILED  # the status, or MaxRuntimeExceeded
+    reason: str | None = None  # FailureReason, when the run knows it before the hosts' results
+    lost: DockerUnavailable | None = None  # the engine stopped answering
+
+
 @dataclass(frozen=True)
-class RunOptions:
-    keep: bool = False
-    grace: float = DEFAULT_GRACE
-    build_image: bool = True
-    created: datetime | None = None  # CreationTime, when the job was asked for before the run began
-    # A Failed job's containers and network stay (stopped), for `hetero-emu exec` and `docker cp`.
-    keep_on_failure: bool = False
+class Collected:
+    """The artifacts of a run: the model and output archives (or folders), when packing them ended,
+    and how long it took."""
+
+    model: Path | None
+    output: Path | None
+    packed: datetime
+    packing: float
 
 
 def choose_seed(host_order: str, seed: int | None) -> int | None:
@@ -103,31 +118,21 @@ def request_stop(job_dir: Path) -> None:
 
 def run_job(
     spec: JobSpec,
+    options: RunOptions | None = None,
     *,
     backend: Backend | None = None,
     reporter: Reporter | None = None,
-    host_order: str = "spec",
-    seed: int | None = None,
-    keep: bool = False,
-    grace: float = DEFAULT_GRACE,
-    build_image: bool = True,
-    memory: MemoryLimit = "instance",
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], None] | None = None,
-    created: datetime | None = None,
-    debug: DebugTarget | None = None,
-    keep_on_failure: bool = False,
-    images: Mapping[str, str] | None = None,
     framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
 ) -> JobResult:
-    """Plan and run one job; returns its JobResult (the caller maps status to an exit code). `created`
-    is the job's CreationTime when it was asked for before this run began (the SDK session's
-    CreateTrainingJob); by default the run's start. `debug`: the host whose script runs under debugpy
-    (emulator.debugger); an unknown host or a taken port ends the run before the engine is asked.
-    `keep_on_failure`: a job that ends Failed keeps its (stopped) containers and network, as `keep`
-    keeps every job's. `images` maps ECR names to local images (emulator.aws.ecr_images: an image the engine
-    has under the name wins, then this table, then a framework image, built by `framework_builder` when
-    missing)."""
+    """Plan and run one job as `options` say (`emulator.options.RunOptions`; default: `hetero-emu run`'s
+    defaults); returns its JobResult (the caller maps status to an exit code). A debug target with an
+    unknown host or a taken port ends the run before the engine is asked. `backend`: the engine
+    (default: the registry's default one, whose own image builder then builds a missing default
+    image); `image_builder` and `framework_builder` build a missing default or framework image; `now`
+    is the clock of the job's times."""
+    options = options or RunOptions()
     if backend is None:
         from emulator.backend.registry import engine
 
@@ -136,17 +141,19 @@ def run_job(
             image_builder = getattr(backend, "build_default_image", None)
     if framework_builder is None:
         framework_builder = getattr(backend, "build_framework_image", None)
-    spec = with_image(spec, DEFAULT_IMAGE_MAP if images is None else images, backend.image_present)
-    seed = choose_seed(host_order, seed)
+    images = DEFAULT_IMAGE_MAP if options.images is None else options.images
+    spec = with_image(spec, images, backend.image_present)
+    seed = choose_seed(options.host_order, options.seed)
+    debug = options.debug
     if debug is not None:
         debugger.check_target(spec, debug)
         debugger.check_port_free(debug)
     reporter = reporter or ConsoleReporter()
     for attempt in range(NAME_ATTEMPTS):
-        plan = make_plan(spec, job_name_from(spec, now()), host_order, seed, memory=memory, debug=debug)
+        plan = make_plan(spec, job_name_from(spec, now()), options.host_order, seed, memory=options.memory,
+                         debug=debug)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
-            options = RunOptions(keep, grace, build_image, created, keep_on_failure)
             return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()
         except JobFolderTaken:
             # Two runs of one spec started in the same millisecond drew the same generated name
@@ -228,8 +235,8 @@ class Run:
                               f"job folder {plan.job_dir} was removed") from None
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
         self.creation = self.options.created or self.began
-        self.transition("Starting", "Preparing the instances for training", at=self.creation)
-        self.transition("Downloading", "Downloading input data", at=self.began)
+        self.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=self.creation)
+        self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data", at=self.began)
         try:
             # A watcher removes what this run creates if the driver is killed before its `finally`.
             with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
@@ -237,15 +244,17 @@ class Run:
         except BaseException as err:
             # job.json says Failed when the engine was lost; otherwise the run was cut short.
             stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
-            final = "Stopped" if stopped else "Failed"
-            if not self.transitions or self.transitions[-1]["Status"] != final:
-                self.transition(final, FINAL_MESSAGES[final], record=False)
+            final = Status.STOPPED if stopped else Status.FAILED
+            step = SecondaryStatus.STOPPED if stopped else SecondaryStatus.FAILED
+            if not self.transitions or self.transitions[-1]["Status"] != step:
+                self.transition(step, FINAL_MESSAGES[step], record=False)
             self.record(final)
             raise
         self.record(result.status)
         return result
 
-    def transition(self, secondary: str, message: str, at: datetime | None = None, record: bool = True) -> None:
+    def transition(self, secondary: SecondaryStatus, message: str, at: datetime | None = None,
+                   record: bool = True) -> None:
         """A SecondaryStatusTransitions entry (the service's statuses and messages), stored in the job
         record at once so `describe_training_job` shows it while the job runs."""
         stamp = (at or self.now()).isoformat()
@@ -256,9 +265,9 @@ class Run:
             entry["EndTime"] = stamp
         self.transitions.append(entry)
         if record:
-            self.record("InProgress")
+            self.record(Status.IN_PROGRESS)
 
-    def record(self, status: str) -> None:
+    def record(self, status: Status) -> None:
         job_records.record(self.plan.job_name, Path(self.plan.job_dir), status,
                     SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
                     SecondaryStatusTransitions=self.transitions,
@@ -267,120 +276,166 @@ class Run:
                     Driver=current_driver())
 
     def run_and_tear_down(self) -> JobResult:
-        plan, reporter = self.plan, self.reporter
-        logs = LogCollector(plan, reporter)
-        start = self.now()
-        status, secondary, reason = "Failed", "Failed", None
-        lost: DockerUnavailable | None = None
-        t0 = time.monotonic()
+        """Run the hosts and describe the job; what the run created is removed (or kept) however it ends."""
         try:
-            try:
-                # Pipe channels' epoch-0 FIFOs exist before any host starts; every feeder is stopped
-                # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
-                # A swarm copies the image to its nodes and checks they see the job folder.
-                self.backend.prepare(plan, reporter, self.options.grace)
-                with pipes.serve(plan, reporter.warn):
-                    with reporter.task(f"creating network {plan.network} and {len(plan.hosts)} containers",
-                                       total=len(plan.hosts)) as creating:
-                        self.backend.create_network(plan)
-                        self.created_network = True
-                        made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
-
-                        def created(name: str) -> None:
-                            with made:
-                                self.created.append(name)
-                                creating.advance()
-
-                        # Each host's stream is attached before any host starts: every byte is read.
-                        self.backend.create_containers(plan, plan.hosts, logs, created)
-                    for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
-                        reporter.warn(note)
-                    with reporter.task(f"starting {', '.join(h.name for h in plan.hosts)} together"):
-                        self.started = True
-                        # What only the end of the run needs (the timeline's SVG writer) is imported
-                        # while this process waits for the engine to start the hosts, not after.
-                        threading.Thread(target=importlib.import_module, args=("emulator.timeline",),
-                                         name="preload-timeline", daemon=True).start()
-                        self.backend.start(self.names)
-                    t0 = time.monotonic()
-                    start = self.now()  # TrainingStartTime: the hosts run
-                    self.transition("Training", "Training image download completed. Training in progress.",
-                                    at=start)
-                    if plan.debug is not None and plan.debug.wait:
-                        reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
-                                      f"({self.host_label(plan.host(plan.debug.host).container.name)})")
-                    status, secondary, reason = self.supervise(t0)
-            except KeyboardInterrupt:
-                status, secondary, reason = "Stopped", "Stopped", None
-                lost = self.stop_on_interrupt()
-            except DockerUnavailable as err:
-                # The engine stopped answering mid-job: the hosts' files are on this machine, so the
-                # artifacts and job.json are still written; then the run ends with exit code 3.
-                lost = err
-                reason = err.message
-                reporter.warn(reason)
-            finally:
-                # Every host has exited (or never started): read each stream to its end, so the log
-                # files hold every byte. Streams from an engine that stopped answering will not end.
-                try:
-                    self.drain_logs(STREAM_END_TIMEOUT if lost is None and self.started
-                                    else LOST_ENGINE_STREAM_TIMEOUT)
-                finally:
-                    logs.close()
-            end = self.now()
-            try:
-                if lost is None:
-                    self.fix_ownership()
-                reporter.step("collecting artifacts")
-                self.transition("Uploading", "Uploading generated training model")
-                packing = time.monotonic()
-                model, output = artifacts.collect(plan, reporter)
-                packed, packing = self.now(), time.monotonic() - packing
-                try:
-                    clashes = staging.sync_checkpoints(plan)
-                except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
-                    clashes = [str(err)[:500]]
-            except KeyboardInterrupt:
-                raise Interrupted(f"interrupted while collecting the artifacts (the hosts had finished: {status}): "
-                                  f"no job.json was written; the logs and each host's files are under "
-                                  f"{plan.job_dir}") from None
-            if clashes:
-                reporter.warn(f"checkpoints not fully copied back to {plan.spec.checkpoint_s3_uri}: "
-                              f"{', '.join(clashes[:10])}" + (" ..." if len(clashes) > 10 else ""))
-            hosts = self.host_results(t0, logs)
-            if status == "Failed" and reason is None:
-                failed = self.host_of[self.first_failed].name if self.first_failed else None
-                reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
-
-            self.write_timeline(status, t0)
-            # The last transition is stored with the final status only after job.json is written (in
-            # execute): a reader that sees the final status always finds the whole description.
-            self.transition(secondary, FINAL_MESSAGES.get(secondary, secondary), at=packed, record=False)
-            # Kept on failure only when the hosts ran and failed: not when the engine was lost (its
-            # watcher removes what it can), nor for a Stopped job (the user ended it on purpose).
-            self.kept = self.kept or (self.options.keep_on_failure and status == "Failed" and lost is None)
-            result = JobResult(plan.job_name, status, reason, hosts, Path(plan.job_dir), model, output, start,
-                               end, secondary, plan.seed, self.began, packed, packing, self.creation,
-                               tuple(self.transitions), kept=self.kept, image_notes=plan.spec.image_notes)
-            artifacts.write_description(plan, result)
-            if lost is not None:
-                raise lost
-            return result
+            return self.run_and_describe()
         finally:
-            if self.kept:
-                # The shares stay too: a kept container restarted by hand still finds its mounts.
-                self.keep_resources()
-            else:
-                staging.unstage(plan)
-                removing = (reporter.task(f"removing {len(self.created)} containers and network {plan.network}")
-                            if self.created or self.created_network else contextlib.nullcontext())
-                try:
-                    with removing:
-                        self.backend.remove(plan)
-                except EmulatorError as err:
-                    # The job's own outcome stands; what could not be removed is left to the watcher
-                    # (backend.guard) and found by label later.
-                    reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
+            self.tear_down()
+
+    def run_and_describe(self) -> JobResult:
+        """Run the hosts to their end, collect the artifacts and write job.json. An engine that stopped
+        answering mid-job still gets its job.json and artifacts written, then its error is raised."""
+        logs = LogCollector(self.plan, self.reporter)
+        ran = self.run_hosts(logs)
+        end = self.now()
+        collected = self.collect(ran)
+        result = self.describe(ran, logs, end, collected)
+        if ran.lost is not None:
+            raise ran.lost
+        return result
+
+    def run_hosts(self, logs: LogCollector) -> HostsOutcome:
+        """Create the network and the hosts, start them together and supervise them until the job's
+        end; a Ctrl-C stops them (Stopped), an engine that stops answering ends the wait (`lost`).
+        Every stream is read to its end and the log files closed, however it ends."""
+        plan, reporter = self.plan, self.reporter
+        ran = HostsOutcome(start=self.now(), t0=time.monotonic())
+        try:
+            # Pipe channels' epoch-0 FIFOs exist before any host starts; every feeder is stopped
+            # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
+            # A swarm copies the image to its nodes and checks they see the job folder.
+            self.backend.prepare(plan, reporter, self.options.grace)
+            with pipes.serve(plan, reporter.warn):
+                self.create_hosts(logs)
+                self.start_hosts(ran)
+                ran.status, ran.secondary, ran.reason = self.supervise(ran.t0)
+        except KeyboardInterrupt:
+            ran.status, ran.secondary, ran.reason = Status.STOPPED, SecondaryStatus.STOPPED, None
+            ran.lost = self.stop_on_interrupt()
+        except DockerUnavailable as err:
+            # The engine stopped answering mid-job: the hosts' files are on this machine, so the
+            # artifacts and job.json are still written; then the run ends with exit code 3.
+            ran.lost = err
+            ran.reason = err.message
+            reporter.warn(ran.reason)
+        finally:
+            # Every host has exited (or never started): read each stream to its end, so the log
+            # files hold every byte. Streams from an engine that stopped answering will not end.
+            try:
+                self.drain_logs(STREAM_END_TIMEOUT if ran.lost is None and self.started
+                                else LOST_ENGINE_STREAM_TIMEOUT)
+            finally:
+                logs.close()
+        return ran
+
+    def create_hosts(self, logs: LogCollector) -> None:
+        """The job's network and one container per host, each host's output stream attached."""
+        plan, reporter = self.plan, self.reporter
+        with reporter.task(f"creating network {plan.network} and {len(plan.hosts)} containers",
+                           total=len(plan.hosts)) as creating:
+            self.backend.create_network(plan)
+            self.created_network = True
+            made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
+
+            def created(name: str) -> None:
+                with made:
+                    self.created.append(name)
+                    creating.advance()
+
+            # Each host's stream is attached before any host starts: every byte is read.
+            self.backend.create_containers(plan, plan.hosts, logs, created)
+        for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
+            reporter.warn(note)
+
+    def start_hosts(self, ran: HostsOutcome) -> None:
+        """Start every host at once; `ran` gets the moment they run (TrainingStartTime)."""
+        plan, reporter = self.plan, self.reporter
+        with reporter.task(f"starting {', '.join(h.name for h in plan.hosts)} together"):
+            self.started = True
+            # What only the end of the run needs (the timeline's SVG writer) is imported
+            # while this process waits for the engine to start the hosts, not after.
+            threading.Thread(target=importlib.import_module, args=("emulator.timeline",),
+                             name="preload-timeline", daemon=True).start()
+            self.backend.start(self.names)
+        ran.t0 = time.monotonic()
+        ran.start = self.now()  # TrainingStartTime: the hosts run
+        self.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
+                        at=ran.start)
+        if plan.debug is not None and plan.debug.wait:
+            reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
+                          f"({self.host_label(plan.host(plan.debug.host).container.name)})")
+
+    def collect(self, ran: HostsOutcome) -> Collected:
+        """The hosts have exited: give their files to the user, pack the artifacts and copy the
+        checkpoints back. A Ctrl-C here ends the run with no job.json (Interrupted)."""
+        plan, reporter = self.plan, self.reporter
+        try:
+            if ran.lost is None:
+                self.fix_ownership()
+            reporter.step("collecting artifacts")
+            self.transition(SecondaryStatus.UPLOADING, "Uploading generated training model")
+            packing = time.monotonic()
+            model, output = artifacts.collect(plan, reporter)
+            packed, packing = self.now(), time.monotonic() - packing
+            clashes = self.sync_checkpoints()
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted while collecting the artifacts (the hosts had finished: {ran.status}): "
+                              f"no job.json was written; the logs and each host's files are under "
+                              f"{plan.job_dir}") from None
+        if clashes:
+            reporter.warn(f"checkpoints not fully copied back to {plan.spec.checkpoint_s3_uri}: "
+                          f"{', '.join(clashes[:10])}" + (" ..." if len(clashes) > 10 else ""))
+        return Collected(model, output, packed, packing)
+
+    def sync_checkpoints(self) -> list[str]:
+        """The checkpoints the hosts wrote, copied back; what could not be copied, as text."""
+        try:
+            return staging.sync_checkpoints(self.plan)
+        except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
+            return [str(err)[:500]]
+
+    def describe(self, ran: HostsOutcome, logs: LogCollector, end: datetime, collected: Collected) -> JobResult:
+        """The job's result, its timeline.svg and job.json."""
+        plan = self.plan
+        hosts = self.host_results(ran.t0, logs)
+        reason = ran.reason
+        if ran.status == Status.FAILED and reason is None:
+            failed = self.host_of[self.first_failed].name if self.first_failed else None
+            reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
+
+        self.write_timeline(ran.status, ran.t0)
+        # The last transition is stored with the final status only after job.json is written (in
+        # execute): a reader that sees the final status always finds the whole description.
+        self.transition(ran.secondary, FINAL_MESSAGES.get(ran.secondary, ran.secondary), at=collected.packed,
+                        record=False)
+        # Kept on failure only when the hosts ran and failed: not when the engine was lost (its
+        # watcher removes what it can), nor for a Stopped job (the user ended it on purpose).
+        self.kept = self.kept or (self.options.keep_on_failure and ran.status == Status.FAILED and ran.lost is None)
+        result = JobResult(plan.job_name, ran.status, reason, hosts, Path(plan.job_dir), collected.model,
+                           collected.output, ran.start, end, ran.secondary, plan.seed, self.began, collected.packed,
+                           collected.packing, self.creation, tuple(self.transitions), kept=self.kept,
+                           image_notes=plan.spec.image_notes)
+        artifacts.write_description(plan, result)
+        return result
+
+    def tear_down(self) -> None:
+        """Remove what the run created (the containers, the network, the hosts' shares), or keep it
+        (--keep, --keep-on-failure on a failure). What cannot be removed costs a warning."""
+        plan, reporter = self.plan, self.reporter
+        if self.kept:
+            # The shares stay too: a kept container restarted by hand still finds its mounts.
+            self.keep_resources()
+            return
+        staging.unstage(plan)
+        removing = (reporter.task(f"removing {len(self.created)} containers and network {plan.network}")
+                    if self.created or self.created_network else contextlib.nullcontext())
+        try:
+            with removing:
+                self.backend.remove(plan)
+        except EmulatorError as err:
+            # The job's own outcome stands; what could not be removed is left to the watcher
+            # (backend.guard) and found by label later.
+            reporter.warn(f"{err.message} ({err.hint})" if err.hint else err.message)
 
     def announce_debugger(self) -> None:
         """Before any host starts: where the debugger attaches, as VS Code's launch.json says it."""
@@ -561,8 +616,9 @@ class Run:
                 "`hetero-emu clean` removes them"
             )
 
-    def supervise(self, t0: float) -> tuple[str, str, str | None]:
-        """Poll until every host has exited, one fails, or max_run runs out."""
+    def supervise(self, t0: float) -> tuple[Status, SecondaryStatus, str | None]:
+        """Poll until every host has exited, one fails, or max_run runs out; returns the job's status,
+        its SecondaryStatus and, for max_run, its FailureReason."""
         deadline = t0 + self.plan.max_run
         pending = list(self.names)
         while pending:
@@ -573,7 +629,7 @@ class Run:
             if stop_requested(self.plan):
                 self.reporter.warn("stopping the job (`hetero-emu stop`)")
                 self.stop_running()
-                return "Stopped", "Stopped", None
+                return Status.STOPPED, SecondaryStatus.STOPPED, None
             failed = [state for state in exited if state.exit_code != 0]
             if failed:
                 # Of several hosts seen failing in one poll, blame the one that exited first: a data
@@ -581,15 +637,15 @@ class Run:
                 first = min(failed, key=lambda st: (st.finished_at or float("inf"), self.names.index(st.name)))
                 self.first_failed = first.name
                 self.stop_running()
-                return "Failed", "Failed", None
+                return Status.FAILED, SecondaryStatus.FAILED, None
             if pending and time.monotonic() > deadline:
                 self.stop_running()
-                return ("Failed", "MaxRuntimeExceeded",
+                return (Status.FAILED, SecondaryStatus.MAX_RUNTIME_EXCEEDED,
                         f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
                         "every host was stopped")
             if pending:
                 self.backend.wait_exits(pending, POLL_SECONDS)
-        return "Completed", "Completed", None
+        return Status.COMPLETED, SecondaryStatus.COMPLETED, None
 
     def record_exit(self, state: ContainerState) -> None:
         if state.name in self.exit_codes:
@@ -602,14 +658,14 @@ class Run:
         if state.error:
             self.errors[state.name] = state.error
 
-    def write_timeline(self, status: str, t0: float) -> None:
+    def write_timeline(self, status: Status, t0: float) -> None:
         """timeline.svg beside job.json (written before it, so a reader that finds job.json finds
         the chart too). A chart that cannot be written costs a warning, never the job's outcome."""
         # Imported here: the chart's XML modules are needed once, at the end of a run, not at startup.
         from emulator import timeline
 
         plan = self.plan
-        failed = self.host_of[self.first_failed].name if status == "Failed" and self.first_failed else None
+        failed = self.host_of[self.first_failed].name if status == Status.FAILED and self.first_failed else None
         groups = [timeline.Group(g.name, g.instance_type) for g in plan.groups]
         try:
             timeline.write(Path(plan.job_dir) / timeline.FILE_NAME, plan.job_name, status, self.timeline_spans(t0),

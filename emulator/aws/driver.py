@@ -26,6 +26,8 @@ from typing import Any
 from emulator import api, job_records
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted
+from emulator.options import RunOptions
+from emulator.result import Status
 from emulator.spec import request, s3
 
 
@@ -47,17 +49,17 @@ def main(argv: list[str]) -> int:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
                                             ticket.get("Overrides"))
-        result = api.run(spec, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False),
-                         created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}))
+        options = RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}))
+        result = api.run(spec, options, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False))
     except (KeyboardInterrupt, Interrupted):
         # Stopped before the hosts ran (building the image, staging): the run could not record it.
         sys.stderr.write("stopped (StopTrainingJob)\n")
-        job_records.end(name, "Stopped")
+        job_records.end(name, Status.STOPPED)
         return 130
     except EmulatorError as err:
         text = err.message + (f" ({err.hint})" if err.hint else "")
         sys.stderr.write(f"error: {text}\n")
-        job_records.end(name, "Failed", f"the emulator could not run the job: {text}")
+        job_records.end(name, Status.FAILED, f"the emulator could not run the job: {text}")
         return err.exit_code
     return result.exit_code
 

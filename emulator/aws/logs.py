@@ -36,6 +36,7 @@ from typing import Any
 from emulator import contract, job_records
 from emulator.aws.sts import ACCOUNT
 from emulator.aws.stub import ApiError, Operation, Service
+from emulator.result import Status
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000  # GetLogEvents' largest (and default) page
@@ -102,7 +103,7 @@ class Logs(Service):
             direction, offset = "f", 0
         else:
             direction, offset = "b", size  # the API's default: the newest events
-        ended = record.status != "InProgress"
+        ended = record.status != Status.IN_PROGRESS
         if direction == "f":
             lines, first, after = _forward(path, offset, limit, ended)
         else:

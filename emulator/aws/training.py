@@ -33,9 +33,11 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
+from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
 
-FINAL = ("Completed", "Failed", "Stopped")
+# The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
+FINAL = frozenset(status for status in Status if status.is_final)
 # Request keys DescribeTrainingJob does not echo.
 NOT_DESCRIBED = ("Tags",)
 NOT_FOUND = "Requested resource not found."  # the service's message for an unknown job name
@@ -96,10 +98,10 @@ class SageMakerTraining(Service):
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
                             overrides, self.images)
-        transitions = [{"Status": "Starting", "StartTime": created.isoformat(),
+        transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
-        job_records.record(name, job_dir, "InProgress", Request=params_for_description(params),
-                    CreationTime=created.isoformat(), SecondaryStatus="Starting",
+        job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),
+                    CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
                     SecondaryStatusTransitions=transitions, LocalImage=local)
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -109,7 +111,7 @@ class SageMakerTraining(Service):
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
         self.drivers[name] = proc
-        job_records.record(name, job_dir, "InProgress", DriverPid=proc.pid)
+        job_records.record(name, job_dir, Status.IN_PROGRESS, DriverPid=proc.pid)
         return {"TrainingJobArn": arn}
 
     def image_present(self, name: str) -> bool:
@@ -131,7 +133,7 @@ class SageMakerTraining(Service):
 
     def stop(self, params: dict[str, Any]) -> dict[str, Any]:
         record = self.found(str(params.get("TrainingJobName")))
-        if record.status in FINAL:
+        if record.status.is_final:
             raise ApiError("ValidationException", f"The request was rejected because the training job is in status "
                            f"{record.status}.")
         pid = record.doc.get("DriverPid")
@@ -181,11 +183,11 @@ class SageMakerTraining(Service):
         """The record, Failed if its driver ended without saying how the job ended (it could not start
         it: no engine, no image, a folder it could not write), with its driver's last words."""
         pid = record.doc.get("DriverPid")
-        if record.status != "InProgress" or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
+        if record.status != Status.IN_PROGRESS or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
             return record
         # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
         log = job_records.state_dir() / "drivers" / f"{record.job_name}.log"
-        return job_records.end(record.job_name, "Failed", f"the job's driver ended: {last_line(log)}") or record
+        return job_records.end(record.job_name, Status.FAILED, f"the job's driver ended: {last_line(log)}") or record
 
     def driver_alive(self, name: str, pid: int) -> bool:
         proc = self.drivers.get(name)
@@ -203,7 +205,7 @@ class SageMakerTraining(Service):
         doc: dict[str, Any] = dict(record.doc.get("Request") or {})
         doc.update({"TrainingJobName": record.job_name,
                     "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
-        if record.status in FINAL:
+        if record.status.is_final:
             # A job stopped or failed before staging has no folder: the record describes it.
             with contextlib.suppress(UsageError):
                 doc.update(api.describe(str(record.job_dir), engine_name=self.engine_name))

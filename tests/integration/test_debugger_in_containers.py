@@ -27,6 +27,7 @@ from emulator import api
 from emulator.console import RecordingReporter
 from emulator.debugger import DebugTarget
 from emulator.defaults import PYTORCH_IMAGE
+from emulator.options import RunOptions
 from emulator.result import JobResult
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
@@ -160,7 +161,7 @@ def debug_job(folder: Path, spec_text: str, target: DebugTarget, script: Path, l
 
     def run() -> None:
         try:
-            outcome["result"] = api.run(spec, reporter=reporter, debug=target)
+            outcome["result"] = api.run(spec, RunOptions(debug=target), reporter=reporter)
         except BaseException as err:  # noqa: BLE001 - reported by the test's thread
             outcome["error"] = err
 

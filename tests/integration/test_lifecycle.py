@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, LABEL_MANAGED
 from emulator.runner import run_job
 from emulator.spec import JobSpec, validate
@@ -367,7 +368,7 @@ def test_host_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None
         instance_count=2,
     )
     t0 = time.monotonic()
-    result = run_job(spec, reporter=RecordingReporter(), grace=2)
+    result = run_job(spec, RunOptions(grace=2), reporter=RecordingReporter())
     wall = time.monotonic() - t0
     assert result.status == "Failed"
     assert (result.failure_reason or "").startswith("AlgorithmError: algo-1 (homogeneousCluster) exited with code 2")
@@ -503,7 +504,7 @@ def test_keep_leaves_containers_until_clean(tmp_path: Path, docker_client: Any) 
                      instance_groups=groups(("ga", 1), ("gb", 1)))
     try:
         reporter = RecordingReporter()
-        result = run_job(spec, reporter=reporter, keep=True)
+        result = run_job(spec, RunOptions(keep=True), reporter=reporter)
         assert result.status == "Completed", result.failure_reason
         assert any(f"hetero-emu clean --job {job}" in m for m in reporter.infos), reporter.infos
 

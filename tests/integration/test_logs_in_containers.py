@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from emulator.console import ConsoleReporter
+from emulator.options import RunOptions
 from emulator.runner import run_job
 from emulator.spec import validate
 
@@ -114,7 +115,7 @@ def flood_job(tmp_path: Path, roles: dict[str, str]) -> dict[str, Any]:
 def quiet_run(tmp_path: Path, raw: dict[str, Any]) -> Any:
     # The console is not under test here: a quiet reporter keeps 2 million lines out of memory.
     reporter = ConsoleReporter(out=io.StringIO(), err=io.StringIO(), quiet=True)
-    return run_job(validate(raw, base_dir=tmp_path), reporter=reporter, grace=5)
+    return run_job(validate(raw, base_dir=tmp_path), RunOptions(grace=5), reporter=reporter)
 
 
 def test_a_host_writing_200_mb_and_exiting_at_once_loses_no_byte(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.plan import assign_hosts
 from emulator.runner import run_job
 from emulator.spec import JobSpec, validate
@@ -167,7 +168,7 @@ def test_mpi_with_a_shuffled_host_order(tmp_path: Path) -> None:
     groups = {g.name: list(g.hosts) for g in assign_hosts(spec, "shuffled", seed)}
     assert groups[TRAINERS] != ["algo-2", "algo-3"], "pick a seed that moves the trainers"
     reporter = RecordingReporter()
-    result = run_job(spec, reporter=reporter, host_order="shuffled", seed=seed)
+    result = run_job(spec, RunOptions(host_order="shuffled", seed=seed), reporter=reporter)
 
     assert result.status == "Completed", result.failure_reason
     assert_mpi_ran(reporter, groups[TRAINERS], groups[DATA], total=sum(range(1, RANKS + 1)))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.runner import run_job
 from emulator.spec import validate
 from emulator.timeline import SVG_NS
@@ -52,7 +53,7 @@ def test_a_failed_jobs_timeline_marks_the_host_that_died_first(tmp_path: Path) -
             {"instance_group_name": "dnn_group", "instance_type": "ml.c5.xlarge", "instance_count": 1},
         ],
     }, base_dir=tmp_path)
-    result = run_job(spec, reporter=RecordingReporter(), grace=5)
+    result = run_job(spec, RunOptions(grace=5), reporter=RecordingReporter())
 
     assert result.status == "Failed"
     path = result.job_dir / "timeline.svg"

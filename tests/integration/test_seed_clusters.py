@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.plan import assign_hosts, make_plan
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file, validate
@@ -348,7 +349,7 @@ def test_shuffled_host_order(tmp_path: Path) -> None:
     assert make_plan(spec, "x", "shuffled", SHUFFLE_SEED).groups == assign_hosts(spec, "shuffled", SHUFFLE_SEED)
 
     reporter = RecordingReporter()
-    result = run_job(spec, reporter=reporter, host_order="shuffled", seed=SHUFFLE_SEED)
+    result = run_job(spec, RunOptions(host_order="shuffled", seed=SHUFFLE_SEED), reporter=reporter)
 
     assert result.status == "Completed", result.failure_reason
     assert result.seed == SHUFFLE_SEED

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from emulator.console import ConsoleReporter
+from emulator.options import RunOptions
 from emulator.runner import run_job
 from emulator.spec import validate
 
@@ -28,7 +29,7 @@ def test_the_toolkit_environment_is_one_console_line_per_host(tmp_path: Path) ->
         ],
     }, base_dir=tmp_path)
     out, err = io.StringIO(), io.StringIO()
-    result = run_job(spec, reporter=ConsoleReporter(out=out, err=err, colour=False, live=False), grace=5)
+    result = run_job(spec, RunOptions(grace=5), reporter=ConsoleReporter(out=out, err=err, colour=False, live=False))
     assert result.status == "Completed", (result.failure_reason, out.getvalue())
     console = out.getvalue()
     for host, group in (("algo-1", "data_group"), ("algo-2", "dnn_group")):

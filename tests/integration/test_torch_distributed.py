@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.runner import run_job
 from emulator.spec import load_spec_file
 
@@ -75,7 +76,7 @@ def test_torchrun_all_reduce_across_the_distribution_group(tmp_path: Path, pytor
     reporter = RecordingReporter()
     # Seed 1 puts the distribution group on algo-3 and algo-1, around the other group's algo-2.
     seed = 1 if host_order == "shuffled" else None
-    result = run_job(load_spec_file(spec_file), reporter=reporter, host_order=host_order, seed=seed)
+    result = run_job(load_spec_file(spec_file), RunOptions(host_order=host_order, seed=seed), reporter=reporter)
     assert result.status == "Completed", result.failure_reason
     (data_host,) = [h.host for h in result.hosts if h.group == "data_group"]
     config = json.loads((result.job_dir / "hosts" / data_host / "input/config/resourceconfig.json").read_text())

@@ -23,6 +23,7 @@ from engines import Engine
 
 from emulator import api
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB
 from emulator.result import HostResult, JobResult
 from emulator.spec import JobSpec, validate
@@ -69,7 +70,7 @@ def make_spec(engine: Engine, script: str, job: str, **fields: Any) -> JobSpec:
 
 
 def run(engine: Engine, spec: JobSpec, **options: Any) -> JobResult:
-    return api.run(spec, engine_name=engine.name, reporter=RecordingReporter(), **options)
+    return api.run(spec, RunOptions(**options), engine_name=engine.name, reporter=RecordingReporter())
 
 
 def host(result: JobResult, name: str) -> HostResult:

@@ -28,6 +28,7 @@ from emulator import api
 from emulator.backend.swarm import ENV_MANAGER, ENV_MTU, ENV_NODES
 from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem
+from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB
 
 pytestmark = pytest.mark.docker
@@ -188,7 +189,7 @@ def test_a_node_dying_mid_job_fails_its_host_names_the_node_and_stops_the_rest(
         killer = threading.Thread(target=kill_when_all_run, daemon=True)
         with swarm_env(cluster, [*NODE_NAMES, node]):
             killer.start()
-            result = api.run(spec, engine_name="swarm", reporter=RecordingReporter(), grace=5)
+            result = api.run(spec, RunOptions(grace=5), engine_name="swarm", reporter=RecordingReporter())
             returned = time.monotonic()
         killer.join(5)
         assert "error" not in killed, killed.get("error")
@@ -224,7 +225,7 @@ def refused_before_any_host(cluster: SwarmCluster, tmp_path: Path, nodes: Sequen
     since = int(time.time()) - 1
     with swarm_env(cluster, nodes) as env:
         with pytest.raises(EnvironmentProblem) as raised:
-            api.run(api.load(spec_path), engine_name="swarm", reporter=RecordingReporter(), grace=5)
+            api.run(api.load(spec_path), RunOptions(grace=5), engine_name="swarm", reporter=RecordingReporter())
         ended = time.monotonic()
         teardown = seconds_until_gone(cluster, job, cluster.nodes, ended)
         record(fault, "EnvironmentProblem (exit 3) before any host", teardown,

@@ -24,6 +24,7 @@ from emulator.console import RecordingReporter
 from emulator.container import PortBinding
 from emulator.debugger import DEBUGPY_PORT, HOOK_SOURCE, HOOK_TARGET, DebugTarget
 from emulator.errors import EnvironmentProblem, UsageError
+from emulator.options import RunOptions
 from emulator.plan import make_plan, summary
 from emulator.runner import run_job
 from emulator.spec import JobSpec
@@ -108,7 +109,7 @@ def test_an_unknown_host_is_refused_before_the_engine_is_asked(load: Load, valid
                                                                expected: str) -> None:
     fake = FakeBackend()
     with pytest.raises(UsageError) as caught:
-        run_job(load(valid_raw), backend=fake, reporter=RecordingReporter(), debug=DebugTarget(host))
+        run_job(load(valid_raw), RunOptions(debug=DebugTarget(host)), backend=fake, reporter=RecordingReporter())
     assert caught.value.message == expected and caught.value.exit_code == 2
     assert caught.value.hint == "name one of its hosts, e.g. --debug-host algo-3"
     assert fake.calls == []
@@ -119,7 +120,7 @@ def test_a_port_in_use_is_refused_before_anything_is_created(load: Load, valid_r
     spec = load(valid_raw)
     fake = FakeBackend()
     with pytest.raises(EnvironmentProblem) as caught:
-        run_job(spec, backend=fake, reporter=RecordingReporter(), debug=DebugTarget("algo-1", taken_port))
+        run_job(spec, RunOptions(debug=DebugTarget("algo-1", taken_port)), backend=fake, reporter=RecordingReporter())
     assert caught.value.message == f"--debug-port {taken_port}: port {taken_port} on 127.0.0.1 is in use"
     assert caught.value.hint == "choose a free one with --debug-port PORT" and caught.value.exit_code == 3
     assert fake.calls == []
@@ -186,7 +187,8 @@ def test_the_run_prints_the_launch_json_before_the_hosts_start_and_the_wait(load
     port = free_port()
     fake = FakeBackend({"algo-1": exits(0, 0.01), "algo-2": exits(0, 0.01), "algo-3": exits(0, 0.01)})
     reporter = RecordingReporter()
-    result = run_job(load(valid_raw), backend=fake, reporter=reporter, debug=DebugTarget("algo-3", port, wait=True))
+    result = run_job(load(valid_raw), RunOptions(debug=DebugTarget("algo-3", port, wait=True)), backend=fake,
+                     reporter=reporter)
     assert result.status == "Completed"
     announced = [i for i in reporter.infos if i.startswith("debugger: ")]
     assert len(announced) == 1
@@ -207,7 +209,7 @@ def test_the_run_prints_the_launch_json_before_the_hosts_start_and_the_wait(load
 def test_no_wait_line_without_debug_wait(load: Load, valid_raw: dict[str, Any]) -> None:
     fake = FakeBackend({"algo-1": exits(0, 0.01), "algo-2": exits(0, 0.01), "algo-3": exits(0, 0.01)})
     reporter = RecordingReporter()
-    run_job(load(valid_raw), backend=fake, reporter=reporter, debug=DebugTarget("algo-1", free_port()))
+    run_job(load(valid_raw), RunOptions(debug=DebugTarget("algo-1", free_port())), backend=fake, reporter=reporter)
     assert not any(i.startswith("waiting for a debugger") for i in reporter.infos)
 
 
@@ -272,7 +274,7 @@ def test_debugging_an_mpi_host_mpirun_does_not_run_on_is_warned_about(load: Load
     spec = load({**valid_raw, "distribution": {"mpi": {"enabled": True}, "instance_groups": ["data_group"]}})
     fake = FakeBackend({"algo-1": exits(0, 0.01), "algo-2": exits(0, 0.01), "algo-3": exits(0, 0.01)})
     reporter = RecordingReporter()
-    run_job(spec, backend=fake, reporter=reporter, debug=DebugTarget(host, free_port()))
+    run_job(spec, RunOptions(debug=DebugTarget(host, free_port())), backend=fake, reporter=reporter)
     expected = ("--debug-host algo-2: mpirun runs on algo-1 and starts the ranks of algo-2 over ssh, without the "
                 "debugger; debug algo-1 instead")
     assert (expected in reporter.warnings) is warned

@@ -23,6 +23,7 @@ from emulator.backend.docker import _pump_exec
 from emulator.backend.liveness import current_driver
 from emulator.console import RecordingReporter
 from emulator.errors import NotRunning, UsageError
+from emulator.options import RunOptions
 from emulator.spec import JobSpec, validate
 
 JOB = "inspect-job"
@@ -56,7 +57,7 @@ def two_groups(tmp_path: Path, name: str = JOB) -> JobSpec:
 
 def run(spec: JobSpec, **options: Any) -> tuple[Any, RecordingReporter]:
     reporter = RecordingReporter()
-    return api.run(spec, engine_name="fake", reporter=reporter, grace=1, **options), reporter
+    return api.run(spec, RunOptions(grace=1, **options), engine_name="fake", reporter=reporter), reporter
 
 
 def exec_io(tty: bool = False) -> tuple[ExecIO, io.BytesIO, list[str]]:

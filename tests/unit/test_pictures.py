@@ -20,6 +20,7 @@ from fake_backend import FakeBackend, exits, runs_until_stopped
 from emulator import api, artifacts, diagram, runner, timeline
 from emulator.backend import ContainerState
 from emulator.console import RecordingReporter
+from emulator.options import RunOptions
 from emulator.plan import Plan, make_plan
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
@@ -211,7 +212,7 @@ def spec(project: Path) -> JobSpec:
 
 def run_fake(spec: JobSpec, fake: FakeBackend) -> Any:
     try:
-        return run_job(spec, backend=fake, reporter=RecordingReporter(), grace=2.5)
+        return run_job(spec, RunOptions(grace=2.5), backend=fake, reporter=RecordingReporter())
     except KeyboardInterrupt:  # never let it escape into pytest (it would end the session)
         pytest.fail("KeyboardInterrupt escaped run_job")
 
@@ -292,7 +293,7 @@ def test_a_timeline_that_cannot_be_written_is_a_warning_not_a_failure(spec: JobS
 
     monkeypatch.setattr(timeline, "write", refuse)
     reporter = RecordingReporter()
-    result = run_job(spec, backend=FakeBackend(), reporter=reporter, grace=2.5)
+    result = run_job(spec, RunOptions(grace=2.5), backend=FakeBackend(), reporter=reporter)
 
     assert result.status == "Completed"
     assert (result.job_dir / "job.json").is_file()

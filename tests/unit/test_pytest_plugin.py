@@ -279,9 +279,10 @@ def test_a_failed_job_is_returned_with_its_reason_logs_and_artifacts(
     fake.scripts["algo-2"] = exits(1, stderr=["boom\n"])
     write_project(pytester, """
 import pytest
+from emulator import RunOptions
 
 def test_failed(hetero_emu):
-    run = hetero_emu.run("job.yaml", grace=0.1)
+    run = hetero_emu.run("job.yaml", RunOptions(grace=0.1))
     assert run.status == "Failed" and run.exit_code == 1
     assert run.hosts["algo-2"].exit_code == 1 and "boom" in run.hosts["algo-2"].log
     assert run.failure_reason.startswith("AlgorithmError: algo-2 (data_group) exited with code 1")

@@ -30,6 +30,7 @@ from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.frameworks import FrameworkImage
+from emulator.options import RunOptions
 from emulator.result import JobResult
 from emulator.runner import run_job
 from emulator.spec import JobSpec, load_spec_file
@@ -93,8 +94,10 @@ def spec_of(proj: Path) -> Callable[..., JobSpec]:
 def run(spec: JobSpec, fake: FakeBackend, **kw: Any) -> tuple[JobResult, RecordingReporter]:
     reporter = kw.pop("reporter", None) or RecordingReporter()
     kw.setdefault("grace", 2.5)
+    # What the run talks to goes beside its options (emulator.options.RunOptions).
+    collaborators = {key: kw.pop(key) for key in ("now", "image_builder", "framework_builder") if key in kw}
     try:
-        result = run_job(spec, backend=fake, reporter=reporter, **kw)
+        result = run_job(spec, RunOptions(**kw), backend=fake, reporter=reporter, **collaborators)
     except KeyboardInterrupt:  # never let it escape into pytest (it would end the session)
         pytest.fail("KeyboardInterrupt escaped run_job")
     return result, reporter
@@ -657,8 +660,8 @@ def test_a_missing_framework_image_with_no_build_is_refused_with_its_build_comma
 ) -> None:
     fake = FakeBackend(images=())
     with pytest.raises(ImageMissing) as info:
-        run_job(spec_of(HETERO + f"image_uri: {AWS_PYTORCH}\n"), backend=fake, reporter=RecordingReporter(),
-                build_image=False, framework_builder=lambda *_: None)
+        run_job(spec_of(HETERO + f"image_uri: {AWS_PYTORCH}\n"), RunOptions(build_image=False), backend=fake,
+                reporter=RecordingReporter(), framework_builder=lambda *_: None)
     assert info.value.hint is not None
     assert "hetero-emu image build --framework pytorch:1.11.0 --python py38" in info.value.hint
     assert not {"create_network", "create_container"} & set(fake.call_names())
@@ -689,7 +692,7 @@ def test_missing_default_image_without_a_builder_is_an_environment_problem(
     builder = None if build_image else built.append
 
     with pytest.raises(ImageMissing) as info:
-        run_job(spec_of(), backend=fake, reporter=RecordingReporter(), build_image=build_image,
+        run_job(spec_of(), RunOptions(build_image=build_image), backend=fake, reporter=RecordingReporter(),
                 image_builder=builder)
 
     assert info.value.exit_code == 3
@@ -972,7 +975,7 @@ def test_engine_lost_mid_job_still_writes_job_json_and_artifacts_and_hands_over(
     reporter = RecordingReporter()
 
     with pytest.raises(DockerUnavailable) as info:
-        run_job(spec_of(), backend=fake, reporter=reporter, grace=1)
+        run_job(spec_of(), RunOptions(grace=1), backend=fake, reporter=reporter)
 
     assert info.value.exit_code == 3
     job_dir = proj / "out" / JOB
@@ -1393,7 +1396,8 @@ def test_no_build_refuses_a_missing_default_image_and_says_how_to_build_it(
     built: list[object] = []
     fake = FakeBackend(images=())
     with pytest.raises(ImageMissing) as info:
-        run_job(spec_of(), backend=fake, reporter=RecordingReporter(), build_image=False, image_builder=built.append)
+        run_job(spec_of(), RunOptions(build_image=False), backend=fake, reporter=RecordingReporter(),
+                image_builder=built.append)
     assert info.value.exit_code == 3
     assert "--no-build" in info.value.message
     assert "hetero-emu image build" in (info.value.hint or "")

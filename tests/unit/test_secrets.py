@@ -15,6 +15,7 @@ from fake_backend import FakeBackend, exits, runs_until_stopped
 from emulator import runner
 from emulator.console import RecordingReporter
 from emulator.logs import LogCollector
+from emulator.options import RunOptions
 from emulator.plan import Plan, make_plan
 from emulator.runner import run_job
 from emulator.secrets import MASK, MIN_SECRET_LENGTH, Masker, is_secret, mask_environment, masked_names
@@ -213,7 +214,7 @@ def test_job_json_masks_environment_and_failure_file(spec_with: Callable[..., Jo
         "algo-2": exits(1, 0.05, files={"output/failure": f"bad key {SECRET}\n"}, logs=[f"key={SECRET}\n"]),
     })
     reporter = RecordingReporter()
-    result = run_job(spec, backend=fake, reporter=reporter, grace=1)
+    result = run_job(spec, RunOptions(grace=1), backend=fake, reporter=reporter)
 
     assert result.status == "Failed"
     text, doc = job_json_text(result.job_dir)
@@ -232,7 +233,7 @@ def test_job_json_masks_the_log_tail_and_a_secret_cut_at_1024_chars(
 ) -> None:
     spec = spec_with({"MY_API_KEY": SECRET})
     fake = FakeBackend({"algo-1": exits(0), "algo-2": exits(3, 0.0, logs=[f"boom {SECRET}\n"])})
-    result = run_job(spec, backend=fake, reporter=RecordingReporter(), grace=1)
+    result = run_job(spec, RunOptions(grace=1), backend=fake, reporter=RecordingReporter())
     text, doc = job_json_text(result.job_dir)
     assert SECRET not in text
     assert doc["FailureReason"].endswith(f"boom {MASK}")
@@ -241,7 +242,8 @@ def test_job_json_masks_the_log_tail_and_a_secret_cut_at_1024_chars(
     prefix = "AlgorithmError: algo-2 (dnn_group) exited with code 1: "
     detail = "x" * (1024 - len(prefix) - 9) + SECRET  # the cut leaves SECRET[:9]
     fake = FakeBackend({"algo-1": exits(0), "algo-2": exits(1, 0.0, files={"output/failure": detail})})
-    result = run_job(spec_with({"MY_API_KEY": SECRET}, "out2"), backend=fake, reporter=RecordingReporter(), grace=1)
+    result = run_job(spec_with({"MY_API_KEY": SECRET}, "out2"), RunOptions(grace=1), backend=fake,
+                     reporter=RecordingReporter())
     text, doc = job_json_text(result.job_dir)
     assert doc["FailureReason"].startswith(prefix + "xxx")
     assert SECRET[:MIN_SECRET_LENGTH] not in text

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from emulator import InstanceGroup, Job, TrainingInput
+from emulator.options import RunOptions
 from emulator.pytest_plugin import HeteroEmu
 
 EXAMPLE = Path(__file__).resolve().parent.parent
@@ -43,7 +44,7 @@ def test_a_bad_row_fails_the_job_naming_the_file_and_line(hetero_emu: HeteroEmu,
 
     # A mapping's relative paths resolve against base_dir. The trainer waits for sums that never come:
     # once algo-2 failed, the other hosts are stopped (SIGKILL after `grace` seconds).
-    run = hetero_emu.run(spec, base_dir=EXAMPLE, grace=1)
+    run = hetero_emu.run(spec, RunOptions(grace=1), base_dir=EXAMPLE)
 
     assert run.status == "Failed"
     assert run.hosts["algo-2"].exit_code == 1

@@ -1,0 +1,68 @@
+"""How a job is run: the choices every front end makes for a run, as one frozen value.
+
+The CLI builds a `RunOptions` from its flags, the Python `Job`, the pytest plugin and the SDK session's
+driver from their arguments, and all of them hand it to `emulator.api.run` (which hands it to
+`emulator.runner.run_job`) by value. What a run talks to rather than what it is asked to do (the
+engine, the reporter that prints, the clock, the image builders) is passed beside it, not in it: a
+`RunOptions` is plain data that can be compared, printed and reused for another run
+(`dataclasses.replace(options, keep=True)` makes a changed copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from emulator.debugger import DebugTarget
+from emulator.plan import MemoryLimit
+
+# docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
+# for on a laptop. Configurable with --grace.
+DEFAULT_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of one run; every field's default is what `hetero-emu run` does without the flag."""
+
+    host_order: str = "spec"
+    """"spec": the hosts are numbered algo-1..N in the spec's group order; "shuffled": in an order
+    drawn from `seed` (`--host-order`), to catch a script that assumes which group comes first."""
+
+    seed: int | None = None
+    """The seed of a shuffled order (`--seed`), to replay one; None draws a new seed, printed and
+    stored in job.json. A seed without host_order "shuffled" is a UsageError."""
+
+    keep: bool = False
+    """Leave every job's containers and network in place, stopped, for `hetero-emu exec` and
+    `docker cp`, until `hetero-emu clean` (`--keep`). Default: removed when the run ends."""
+
+    keep_on_failure: bool = False
+    """As `keep`, but only for a job that ends Failed because a host failed (`--keep-on-failure`);
+    a Stopped job, or one whose engine stopped answering, is still removed."""
+
+    grace: float = DEFAULT_GRACE
+    """Seconds a host is given between SIGTERM and SIGKILL when the job stops it (`--grace`):
+    another host failed, max_run ran out, Ctrl-C or `hetero-emu stop`."""
+
+    build_image: bool = True
+    """Build the default or a framework image when the engine lacks it; False (`--no-build`): a
+    missing image is ImageMissing (exit code 3) and nothing is built."""
+
+    memory: MemoryLimit = "instance"
+    """Each container's memory limit (`--memory`): "instance", the memory of its instance type;
+    "none", no limit; or a number of bytes for every host."""
+
+    debug: DebugTarget | None = None
+    """The host whose entry point runs under debugpy, published on 127.0.0.1 (`--debug-host`,
+    `--debug-port`, `--debug-wait`); None: no debugger."""
+
+    created: datetime | None = None
+    """The job's CreationTime when it was asked for before the run began (the SDK session's
+    CreateTrainingJob); None: the run's start."""
+
+    images: Mapping[str, str] | None = None
+    """ECR image names to the local images that stand in for them (`emulator.aws.ecr_images`):
+    an image the engine has under the name wins, then this table, then a framework image. None:
+    the built-in table, DEFAULT_IMAGE_MAP."""
