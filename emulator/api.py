@@ -20,20 +20,18 @@ from typing import Any
 
 from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, wheelhouse
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
-from emulator.backend import Backend, ExecIO, Resource, ulimits
+from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
-from emulator.container import Ulimit
 from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
-from emulator.launchers import required_launchers
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
-from emulator.runner import choose_seed, request_stop, run_job
+from emulator.runner import choose_seed, request_stop, run_job, ulimit_warnings, ulimits_matter
 from emulator.spec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -143,7 +141,7 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     warnings first."""
     spec = with_placement(spec, placement or {})
     backend = engine(engine_name)
-    builder: Callable[[Reporter], None] | None = getattr(backend, "build_default_image", None)
+    builder = backend.build_default_image if backend.capabilities.builds_images else None
     reporter = reporter or ConsoleReporter()
     for problem in spec_warnings(spec):
         reporter.warn(str(problem))
@@ -234,15 +232,14 @@ def _render_wheelhouse(plan: Plan, engine_name: str, progress: Callable[[str], N
 def _within_engine_limits(plan: Plan, engine_name: str, warn: Callable[[str], None]) -> Plan:
     """The plan without the ulimits the engine refuses; as planned when no engine answers."""
     backend = engine(engine_name)
-    ask: Callable[[Plan, Sequence[Ulimit]], set[Ulimit]] | None = getattr(backend, "refused_ulimits", None)
-    if ask is None:
+    if not backend.capabilities.probes_ulimits:
         return plan
     try:
         backend.ping()
-        refused = ask(plan, plan.hosts[0].container.ulimits if plan.hosts else ())
+        refused = backend.refused_ulimits(plan, plan.hosts[0].container.ulimits if plan.hosts else ())
     except EmulatorError:
         return plan  # no engine here: render needs none
-    for note in ulimits.refusal_notes(refused) if required_launchers(plan.spec) else ():
+    for note in ulimit_warnings(refused) if ulimits_matter(plan) else ():
         warn(note)
     return replace(plan, hosts=tuple(replace(h, container=h.container.without_ulimits(refused)) for h in plan.hosts))
 
@@ -513,7 +510,7 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
     `framework` ("pytorch:1.11") builds that framework's image instead, on the Python nearest to
     `python` ("py38"; default: the newest the SDK lists for that version), saying so when it differs
     (`emulator.frameworks`)."""
-    from emulator.backend.docker import connect
+    from emulator.backend.docker_parts import connect
 
     if framework is not None:
         from emulator.backend.framework_build import build_framework_image

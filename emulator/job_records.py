@@ -6,23 +6,24 @@ once a job has ended they are gone, but its folder stays, and a user (or the SDK
 status here, one small JSON file per job name, as DescribeTrainingJob/ListTrainingJobs answer by
 name on the service. The record only points at the folder: job.json there stays the description.
 
-Where: `$HETERO_EMU_STATE_DIR`, else `$XDG_STATE_HOME/hetero-emu`, else `~/.local/state/hetero-emu`
-(the XDG base directory spec's place for state that outlives a run). A record that cannot be written
+Where: `jobs/` of the state folder (`emulator.state_folder`: `$HETERO_EMU_STATE_DIR`, else
+`$XDG_STATE_HOME/hetero-emu`, else `~/.local/state/hetero-emu`). A record that cannot be written
 (a read-only home) costs only the lookup by name: the job itself is never failed for it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from emulator.result import Status
+
+# Where the records live and how each is written (re-exported: callers name them as job_records's).
+from emulator.state_folder import state_dir as state_dir
+from emulator.state_folder import write_atomically as write_atomically
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,6 @@ class JobRecord:
         """SecondaryStatusTransitions so far (DescribeTrainingJob's shape, times as ISO 8601 text)."""
         value = self.doc.get("SecondaryStatusTransitions")
         return list(value) if isinstance(value, list) else []
-
-
-def state_dir() -> Path:
-    if os.environ.get("HETERO_EMU_STATE_DIR"):
-        return Path(os.environ["HETERO_EMU_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "hetero-emu"
 
 
 def _path(job_name: str) -> Path:
@@ -72,20 +66,6 @@ def record(job_name: str, job_dir: Path, status: Status, **fields: Any) -> bool:
     except OSError:
         return False
     return True
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write the file whole and rename it into place: a reader (another run, too) never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 def find(job_name: str) -> JobRecord | None:

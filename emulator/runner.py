@@ -22,7 +22,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +33,7 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
 from emulator.console import ConsoleReporter, Reporter
+from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import (
     DockerUnavailable,
@@ -45,7 +46,7 @@ from emulator.errors import (
 )
 from emulator.frameworks import FrameworkImage, for_tag
 from emulator.image_recipes import variant_for_tag
-from emulator.launchers import launcher_hint, missing_launchers
+from emulator.launchers import launcher_hint, missing_launchers, required_launchers
 from emulator.logs import LogCollector
 from emulator.options import RunOptions
 from emulator.plan import HostPlan, Plan, job_name_from, make_plan, mpi_groups
@@ -103,6 +104,20 @@ def choose_seed(host_order: str, seed: int | None) -> int | None:
     return seed
 
 
+def ulimits_matter(plan: Plan) -> bool:
+    """Whether the ulimits an engine refuses deserve a warning: only a distributed job pins memory
+    (MPI, NCCL), so telling every other job would be noise. The one place this is decided, for `run`
+    on every engine and for `render` (emulator.api)."""
+    return bool(required_launchers(plan.spec))
+
+
+def ulimit_warnings(refused: Iterable[Ulimit]) -> list[str]:
+    """One warning per ulimit the engine refuses (it runs the hosts with its own default instead)."""
+    return [f"the Docker engine may not raise ulimit {u.name} to {'unlimited' if u.hard < 0 else u.hard} (its own "
+            f"limit is lower): hosts keep the engine's default, which MPI or NCCL pinning memory may find too small"
+            for u in sorted(refused, key=lambda u: u.name)]
+
+
 STOP_MARKER = ".stop-requested"
 
 
@@ -137,10 +152,10 @@ def run_job(
         from emulator.backend.registry import engine
 
         backend = engine()
-        if image_builder is None:
-            image_builder = getattr(backend, "build_default_image", None)
-    if framework_builder is None:
-        framework_builder = getattr(backend, "build_framework_image", None)
+        if image_builder is None and backend.capabilities.builds_images:
+            image_builder = backend.build_default_image
+    if framework_builder is None and backend.capabilities.builds_images:
+        framework_builder = backend.build_framework_image
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.image_present)
     seed = choose_seed(options.host_order, options.seed)
@@ -344,8 +359,7 @@ class Run:
 
             # Each host's stream is attached before any host starts: every byte is read.
             self.backend.create_containers(plan, plan.hosts, logs, created)
-        for note in getattr(self.backend, "notes", {}).pop(plan.job_name, []):
-            reporter.warn(note)
+        self.warn_refused_ulimits()
 
     def start_hosts(self, ran: HostsOutcome) -> None:
         """Start every host at once; `ran` gets the moment they run (TrainingStartTime)."""
@@ -503,9 +517,19 @@ class Run:
                 self.reporter.warn(f"the output stream of {self.host_label(name)} did not end {timeout:g} s after "
                                    f"the host exited: logs/{self.host_of[name].name}.log may miss its last output")
         # A log file that could not be written (a full disk): the stream was closed, the job went on.
-        for name, error in getattr(self.backend, "stream_errors", {}).items():
+        for name, error in self.backend.stream_errors.items():
             if name in self.host_of:
                 self.reporter.warn(f"logs/{self.host_of[name].name}.log is incomplete: writing it failed ({error})")
+
+    def warn_refused_ulimits(self) -> None:
+        """Once the hosts are created, one warning per ulimit the engine ran them without, when that
+        matters (`ulimits_matter`)."""
+        plan = self.plan
+        if not self.backend.capabilities.probes_ulimits or not ulimits_matter(plan):
+            return
+        planned = list(dict.fromkeys(u for h in plan.hosts for u in h.container.ulimits))
+        for note in ulimit_warnings(self.backend.refused_ulimits(plan, planned)):
+            self.reporter.warn(note)
 
     def running(self) -> list[str]:
         """The hosts not seen exiting yet."""

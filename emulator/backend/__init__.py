@@ -1,8 +1,26 @@
-"""The backend boundary: the few operations the runner needs from a container engine.
+"""The engine contract: what the runner and the front ends may ask of a container engine, and nothing else.
 
-Only modules of `emulator.backend` import docker-py (the engines, image builds and copies, the
-reaper); everything above this protocol is tested against a fake (tests/unit/fake_backend.py)
-instead of stacks of mock.patch.
+An engine is a class registered by name in `emulator.backend.registry` (today `docker`:
+backend/docker.py, and `swarm`: backend/swarm.py). It must
+
+- implement every member of the `Backend` protocol below (its docstrings say what each must do;
+  asked for what its capabilities lack, a member raises an EmulatorError saying so);
+- declare its `capabilities`, a `Capabilities` record of what it may lack (building images on this
+  machine, probing the ulimits it refuses, publishing a port, passing a device, running a command in
+  a stopped host): callers ask that record, never the class, before using such a member;
+- report facts, not policy: which ulimits it refused (`refused_ulimits`), which output streams broke
+  (`stream_errors`), a lost engine as DockerUnavailable; what deserves a warning, and when, is the
+  runner's call (`emulator.runner`), made once for every engine;
+- be handed what it needs from above (the folder it keeps what it learns in: an `EngineMemory`,
+  by default the emulator's state folder), and decide nothing that depends on the job's meaning
+  (which launchers it needs): nothing under `emulator.backend` imports the front ends' modules
+  (`emulator.runner`, `emulator.api`, `emulator.launchers`, `emulator.job_records`).
+
+The same job gives the same outcome on every engine: tests/swarm/test_engine_contract.py runs each
+test on both, and asserts that every registered engine satisfies this protocol. Everything above it
+is tested against an in-memory engine (tests/unit/fake_backend.py) instead of stacks of mock.patch.
+A second engine is one module and one `register` call. Only modules of `emulator.backend` import
+docker-py (the engines and the parts they share, image builds and copies, the watcher).
 """
 
 from __future__ import annotations
@@ -18,7 +36,29 @@ if TYPE_CHECKING:
     # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
     # starts faster without the plan and spec modules.
     from emulator.console import Reporter
+    from emulator.container import Ulimit
+    from emulator.frameworks import FrameworkImage
     from emulator.plan import HostPlan, Plan
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do that another may not (as kind's ProviderInfo says it of a provider).
+    Each is a fact of the engine, the same for every run; asked to do what it lacks, an engine raises
+    an EmulatorError saying so (a port or a device on the swarm: UsageError, before anything starts)."""
+
+    # `build_default_image` and `build_framework_image` build on this machine's engine, so `run` builds
+    # a missing image instead of failing with ImageMissing.
+    builds_images: bool = False
+    # `refused_ulimits` asks the engine which of the plan's ulimits it cannot give; without it, every
+    # ulimit is given as planned.
+    probes_ulimits: bool = False
+    # A host's port published on 127.0.0.1 (the debugger's, `run --debug-host`).
+    publishes_ports: bool = False
+    # A host device passed into a container (the spec's devices).
+    passes_devices: bool = False
+    # `exec_in` reaches a host that has exited (a kept job's), not only a running one.
+    execs_in_stopped_hosts: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,8 +102,31 @@ class LineSink(Protocol):
 
 
 class Backend(Protocol):
+    """Executes a Plan on one container engine. Every method must exist on every engine; errors are
+    EmulatorError subclasses (DockerUnavailable when the engine stops answering)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this engine can do that another may not (a class attribute: the same for every run)."""
+
+    @property
+    def stream_errors(self) -> Mapping[str, str]:
+        """Per container, why its output could not be delivered to the sink (a full disk): the stream
+        was closed and the job went on; the runner says so."""
+
     def ping(self) -> None:
         """Raise DockerUnavailable if no engine answers."""
+
+    def build_default_image(self, reporter: Reporter) -> None:
+        """Build the default training image offline, reporting to `reporter` (`capabilities.builds_images`)."""
+
+    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
+        """Build a framework image offline, reporting to `reporter` (`capabilities.builds_images`)."""
+
+    def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
+        """The ulimits of `wanted` this engine cannot give the job's containers, which it then runs
+        without them (`capabilities.probes_ulimits`; may start a throwaway container, whose verdict
+        the engine remembers)."""
 
     def image_present(self, image: str) -> bool: ...
 
@@ -159,3 +222,33 @@ class ExecIO:
     tty: bool = False
     size: tuple[int, int] | None = None  # the terminal's (rows, columns)
     notice: Callable[[str], None] = lambda message: None
+
+
+def contract_problems(engine: object) -> list[str]:
+    """What an engine (an instance, as `emulator.backend.registry.engine` makes it: no engine is
+    asked) lacks of the contract: a `Backend` member it does not have, or has with other parameters,
+    and `capabilities` that are not a `Capabilities` record. [] when it has it all (the
+    check tests/swarm/test_engine_contract.py makes of every registered engine, and a new engine's
+    author can make of theirs)."""
+    import inspect
+
+    problems = []
+    if not isinstance(getattr(engine, "capabilities", None), Capabilities):
+        problems.append("capabilities: not a Capabilities record")
+    for name, member in vars(Backend).items():
+        if name.startswith("_") or name == "capabilities":
+            continue
+        if isinstance(member, property):
+            if not hasattr(engine, name):
+                problems.append(f"{name}: missing")
+        elif callable(member):
+            found = getattr(engine, name, None)
+            if not callable(found):
+                problems.append(f"{name}(): missing")
+                continue
+            wanted = [(p.name, p.kind) for p in inspect.signature(member).parameters.values()][1:]  # without self
+            given = [(p.name, p.kind) for p in inspect.signature(found).parameters.values()]
+            if given != wanted:
+                problems.append(f"{name}(): takes ({', '.join(n for n, _ in given)}), the contract says "
+                                f"({', '.join(n for n, _ in wanted)})")
+    return problems

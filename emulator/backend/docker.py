@@ -1,13 +1,13 @@
-"""The Docker backend: the only module (with backend/image_build.py) that talks to the engine, via docker-py."""
+"""The Docker engine (`--engine docker`, the default): a job's hosts as containers of this machine's
+engine, on a bridge network of the job's own, through docker-py. What it shares with the swarm engine
+(images, the watcher, exec in a running container) is in backend/docker_parts.py; the few raw HTTP
+calls in backend/docker_http.py."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import math
-import os
-import select
 import socket
 import threading
 import time
@@ -16,30 +16,32 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 import docker.errors
 import requests
 
-from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
+from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
-from emulator.backend.liveness import current_driver, driver_alive
-from emulator.backend.reaper import Reaper
+from emulator.backend.docker_http import raw_socket
+from emulator.backend.docker_parts import (
+    START_WORKERS,
+    SharedMembers,
+    close_quietly,
+    demultiplex_socket,
+    exec_running,
+    probe_ulimits,
+    pump_exec,
+    together,
+)
+from emulator.backend.engine_memory import EngineMemory
+from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
-from emulator.frameworks import FrameworkImage
-from emulator.job_records import state_dir, write_atomically
-from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
-# Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
-# serialises part of the work anyway.
-START_WORKERS = 16
-# Read size of a host's output stream: large reads keep the cost per byte low (a chatty host writes
-# tens of MB/s); the engine delivers what is there, so a quiet host's line still arrives at once.
-READ_SIZE = 1 << 20
 # `hetero-emu exec` in a stopped host commits its container first (see exec_in).
 COMMIT_TIMEOUT = 300
 # The engine closes a host's output stream just before it records the exit (moby
@@ -53,71 +55,32 @@ EXIT_RECHECK_SECONDS = 0.2
 RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
 
 
-def connect(timeout: float = 10, base_url: str | None = None) -> docker.DockerClient:
-    """A client for the engine at `base_url` (tcp://, ssh://, unix://), else the one DOCKER_HOST (or the
-    default socket) names, or DockerUnavailable."""
-    try:
-        if base_url is None:
-            client = docker.from_env(timeout=int(timeout))
-        else:
-            client = docker.DockerClient(base_url=base_url, timeout=int(timeout), use_ssh_client=True)
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
-        raise DockerUnavailable(
-            f"no Docker engine answers: {first_line(err)}",
-            hint="start the Docker daemon (systemctl start docker) or set DOCKER_HOST",
-        ) from None
-    return client
-
-
-_Item = TypeVar("_Item")
-
-
-def together(action: Callable[[_Item], object], items: Sequence[_Item]) -> None:
-    """`action` on every item at once, from up to START_WORKERS threads; interrupted, the items not
-    begun are dropped (once those under way are done) and the interrupt goes on."""
-    pool = ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(items))))
-    try:
-        list(pool.map(action, items))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
 @dataclass(frozen=True)
 class SubnetMemory:
     """The subnet (and gateway) the engine last picked for a job network of this kind, kept in the
-    state folder (`emulator.job_records.state_dir`) per engine address, as the ulimit verdicts are. Best
-    effort both ways: an unreadable or unwritable file only costs the engine's pick."""
+    engine's memory (backend/engine_memory.py: the state folder) per engine address, as the ulimit
+    verdicts are. Best effort both ways: an unreadable or unwritable file only costs the engine's pick."""
 
     engine: str
     isolated: bool
+    memory: EngineMemory = EngineMemory()
+
+    TABLE = "engine-subnets.json"
 
     @property
     def key(self) -> str:
         return f"{self.engine} {'internal' if self.isolated else 'bridge'}"
 
-    @staticmethod
-    def path() -> Path:
-        return state_dir() / "engine-subnets.json"
-
-    def _all(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path().read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
     def recall(self) -> dict[str, str] | None:
-        config = self._all().get(self.key)
+        config = self.memory.read(self.TABLE).get(self.key)
         if not isinstance(config, dict) or not isinstance(config.get("Subnet"), str):
             return None
         gateway = config.get("Gateway")
         return {"Subnet": config["Subnet"], **({"Gateway": gateway} if isinstance(gateway, str) else {})}
 
     def remember(self, config: Mapping[str, Any]) -> None:
-        known = {**self._all(), self.key: {k: config[k] for k in ("Subnet", "Gateway") if config.get(k)}}
-        with contextlib.suppress(OSError):
-            write_atomically(self.path(), json.dumps(known, indent=1, sort_keys=True))
+        picked = {k: config[k] for k in ("Subnet", "Gateway") if config.get(k)}
+        self.memory.write(self.TABLE, {**self.memory.read(self.TABLE), self.key: picked})
 
 
 @dataclass(frozen=True)
@@ -174,140 +137,37 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
     return ContainerOptions(create, host_config, endpoint)
 
 
-class DockerBackend:
-    """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses."""
+class DockerBackend(SharedMembers):
+    """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses. `memory` is
+    where the engine keeps what it learns about itself (ulimit verdicts, the subnet last picked)."""
 
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
-        self._client = client
+    capabilities = Capabilities(builds_images=True, probes_ulimits=True, publishes_ports=True,
+                                passes_devices=True, execs_in_stopped_hosts=True)
+
+    def __init__(self, client: docker.DockerClient | None = None, memory: EngineMemory | None = None) -> None:
+        super().__init__(client, memory)
         # Per container: the thread reading its output stream, and that stream's socket.
         self._streams: dict[str, tuple[threading.Thread, socket.socket]] = {}
         # When each stream ended (monotonic), and a wake-up for the supervisor (wait_exits).
         self._stream_ends: dict[str, float] = {}
         self._stream_ended = threading.Event()
-        self.stream_errors: dict[str, str] = {}
         self._addresses: dict[str, dict[str, str]] = {}
-        # Per job: the watcher process, and what was created and not yet removed (id -> kind).
-        self._reapers: dict[str, Reaper] = {}
-        self._outstanding: dict[str, dict[str, str]] = {}
-        # Set once the engine stopped answering mid-job: removal is then left to the watcher
-        # instead of waiting for one timeout per container.
-        self._engine_lost = False
-        self._driver = current_driver()
-        # Per job: what the engine could not give as the plan says (read by the runner, which warns).
-        self.notes: dict[str, list[str]] = {}
-        self._labels_seen: dict[str, dict[str, str]] = {}
-        self._notes_lock = threading.Lock()
-
-    @property
-    def client(self) -> docker.DockerClient:
-        if self._client is None:
-            self._client = connect()
-        return self._client
 
     @property
     def api(self) -> docker.APIClient:
         return self.client.api
 
+    @property
+    def _outstanding(self) -> dict[str, dict[str, str]]:
+        """Per job, what was created and not yet removed (id -> kind)."""
+        return self._tracker.outstanding
+
     def ping(self) -> None:
         _ = self.client
 
-    def build_default_image(self, reporter: Reporter) -> None:
-        """Build the default training image offline, reporting progress (`run` does this when missing)."""
-        from emulator.backend.image_build import build_default_image
-
-        build_default_image(self.client, progress=reporter)
-
-    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
-        """Build a framework image offline, reporting progress (`run` does this when it is missing)."""
-        from emulator.backend.framework_build import build_framework_image
-
-        build_framework_image(self.client, framework, progress=reporter)
-
-    def image_id(self, image: str) -> str:
-        """The id of an image the engine has (a wheelhouse is resolved against exactly it)."""
-        try:
-            return str(self.client.images.get(image).id)
-        except docker.errors.DockerException as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
-
-    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
-                         shown: str) -> None:
-        """Resolve a job's requirements.txt in a container of its image that reaches the package index,
-        into `out` (emulator.backend.index_container.build_wheelhouse)."""
-        from emulator.backend.index_container import build_wheelhouse
-
-        build_wheelhouse(self.client, image, code, out, progress, shown)
-
-    def image_present(self, image: str) -> bool:
-        labels = self._inspect_labels(image)
-        if labels is not None:
-            # A run asks for the labels right after (runner.ensure_image): one inspect does for both.
-            self._labels_seen[image] = labels
-        return labels is not None
-
-    def image_labels(self, image: str) -> Mapping[str, str] | None:
-        seen = self._labels_seen.pop(image, None)  # once: a later run sees a rebuilt image's labels
-        return seen if seen is not None else self._inspect_labels(image)
-
-    def _inspect_labels(self, image: str) -> dict[str, str] | None:
-        try:
-            return dict(self.client.images.get(image).labels or {})
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
-
-    def reaper_environment(self) -> dict[str, str]:
-        """What the watcher's environment adds to this process's to reach the same engine."""
-        return {}
-
-    def _lost_engine(self, err: BaseException) -> DockerUnavailable:
-        """Mark the engine lost (teardown then leaves removal to the watcher) and say so."""
-        self._engine_lost = True
-        return DockerUnavailable(f"the Docker engine stopped answering: {first_line(err)}",
-                                 hint="check the daemon; `hetero-emu clean` removes what is left")
-
-    @contextlib.contextmanager
-    def guard(self, plan: Plan) -> Iterator[None]:
-        """While open, a detached watcher (backend/reaper.py) knows every container and network this
-        run creates; if the driver dies, or leaves the block with some of them not removed (the
-        engine stopped answering), the watcher removes them."""
-        try:
-            reaper: Reaper | None = Reaper(Path(plan.job_dir) / "logs" / "reaper.log", self.reaper_environment())
-        except OSError:
-            reaper = None  # cannot fork: the run still tears down in its `finally`
-        if reaper is not None:
-            self._reapers[plan.job_name] = reaper
-        self._outstanding[plan.job_name] = {}
-        try:
-            yield
-        finally:
-            self._reapers.pop(plan.job_name, None)
-            left = self._outstanding.pop(plan.job_name, {})
-            if reaper is not None:
-                if left:
-                    reaper.hand_over()
-                else:
-                    reaper.release()
-
-    def _track(self, plan: Plan, kind: str, ident: str) -> None:
-        """Record what the engine created (called under _interrupts_deferred with the create)."""
-        self._outstanding.setdefault(plan.job_name, {})[ident] = kind
-        reaper = self._reapers.get(plan.job_name)
-        if reaper is not None:
-            reaper.track(kind, ident)
-
     def keep(self, plan: Plan) -> None:
-        """Leave the job's containers and network in place: the watcher forgets them (see guard)."""
-        self._untrack(plan, list(self._outstanding.get(plan.job_name, {})))
+        super().keep(plan)
         self._addresses.pop(plan.job_name, None)
-
-    def _untrack(self, plan: Plan, idents: Iterable[str]) -> None:
-        outstanding = self._outstanding.get(plan.job_name, {})
-        reaper = self._reapers.get(plan.job_name)
-        for ident in idents:
-            if outstanding.pop(ident, None) is not None and reaper is not None:
-                reaper.forget(ident)
 
     def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
         """One machine: the image is here already (ensure_image), and so is every path."""
@@ -334,7 +194,7 @@ class DockerBackend:
         # other and nothing else.
         options = {"com.docker.network.bridge.inhibit_ipv4": "true"} if plan.network_isolation else None
         last_error: Exception | None = None
-        subnets = SubnetMemory(ulimits.engine_key(), plan.network_isolation)
+        subnets = SubnetMemory(ulimits.engine_key(), plan.network_isolation, self._memory)
         remembered = subnets.recall()
         for given in ([remembered] if remembered else []) + [None, None, None]:
             try:
@@ -439,46 +299,13 @@ class DockerBackend:
         """The ulimits of `wanted` this engine cannot give a container (backend/ulimits.py)."""
         if not wanted:
             return set()
-        return ulimits.refused(ulimits.engine_key(), wanted, lambda some: self._probe_ulimits(plan, some))
+        return ulimits.refused(ulimits.engine_key(), wanted,
+                               lambda some: probe_ulimits(self.api, plan, some, self._driver, self._tracker),
+                               self._memory)
 
     def _within_engine_limits(self, plan: Plan, container: ContainerSpec) -> ContainerSpec:
-        """The container without the ulimits this engine refuses, noting each for the runner to warn."""
-        refused = self.refused_ulimits(plan, container.ulimits)
-        with self._notes_lock:  # hosts are created concurrently (create_containers): each note once
-            notes = self.notes.setdefault(plan.job_name, [])
-            if required_launchers(plan.spec):
-                # Only a distributed job pins memory; telling every other job would be noise.
-                notes += [note for note in ulimits.refusal_notes(refused) if note not in notes]
-        return container.without_ulimits(refused)
-
-    def _probe_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> bool | None:
-        """Whether the engine starts a container of the job's image with these ulimits (a throwaway
-        `true`, no network; tracked like the job's containers, so a Ctrl-C leaves nothing behind).
-        An image without `true` fails after the limits are set: that counts as accepted. None when
-        no container could be made (no such image): no verdict."""
-        api = self.api
-        with interrupts_deferred():
-            try:
-                created = api.create_container(
-                    plan.image, entrypoint=["true"], command=[], labels={**plan.labels, LABEL_DRIVER: self._driver},
-                    host_config=api.create_host_config(
-                        network_mode="none", ulimits=[docker.types.Ulimit(name=u.name, soft=u.soft, hard=u.hard)
-                                                      for u in wanted],
-                        log_config=docker.types.LogConfig(type=docker.types.LogConfig.types.NONE)),
-                )
-            except docker.errors.APIError:
-                return None  # not a verdict on the limits: the job's own create will say what is wrong
-            self._track(plan, "container", created["Id"])
-        try:
-            api.start(created["Id"])
-            api.wait(created["Id"], timeout=60)
-            return True
-        except docker.errors.APIError as err:
-            return ulimits.REFUSED not in str(err)
-        finally:
-            with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
-                api.remove_container(created["Id"], force=True)
-                self._untrack(plan, [created["Id"]])
+        """The container without the ulimits this engine refuses (the runner warns about them)."""
+        return container.without_ulimits(self.refused_ulimits(plan, container.ulimits))
 
     @engine_call
     def start(self, names: Sequence[str]) -> None:
@@ -512,9 +339,8 @@ class DockerBackend:
             attached = self.api.attach_socket(name, params={"stdout": 1, "stderr": 1, "stream": 1})
         except docker.errors.APIError as err:
             raise EnvironmentProblem(f"cannot attach to container {name}: {first_line(err)}") from None
-        # docker-py hands back the socket's file object (or the socket itself over TLS); the
-        # client's timeout must not end the stream of a host that is quiet for a while.
-        raw: socket.socket = getattr(attached, "_sock", attached)
+        # The client's timeout must not end the stream of a host that is quiet for a while.
+        raw = raw_socket(attached)
         raw.settimeout(None)
 
         def deliver(chunk: bytes, stream: int) -> None:
@@ -525,13 +351,13 @@ class DockerBackend:
 
         def pump() -> None:
             try:
-                _demultiplex(raw, deliver)
+                demultiplex_socket(raw, deliver)
             except _SinkFailed as failed:  # the log file could not be written (a full disk): say so
                 self.stream_errors[name] = f"{type(failed.error).__name__}: {failed.error}"
             except OSError:
                 pass  # the stream was closed under us (wait_logs gave up on it, or the engine went away)
             finally:
-                _close_quietly(raw)
+                close_quietly(raw)
                 # The file object docker-py returned must live as long as the reader (it owns the socket).
                 with contextlib.suppress(Exception):
                     attached.close()
@@ -556,11 +382,11 @@ class DockerBackend:
                     # question would wait out the client's timeout).
                     checked.add(name)
                     if self._never_started(name):
-                        _close_quietly(raw)  # its stream ends only when it runs, which it never will
+                        close_quietly(raw)  # its stream ends only when it runs, which it never will
         unfinished = [name for name, (thread, _) in self._streams.items() if thread.is_alive()]
         for name in unfinished:
             # Closing (not abandoning) the stream: the engine stops writing to it.
-            _close_quietly(self._streams[name][1])
+            close_quietly(self._streams[name][1])
         self._streams.clear()
         return unfinished
 
@@ -676,19 +502,7 @@ class DockerBackend:
             self.api.kill(name)
 
     def remove(self, plan: Plan) -> None:
-        if self._engine_lost:
-            raise DockerUnavailable(
-                f"could not remove the containers and network of job {plan.job_name}: the engine is not answering",
-                hint="a watcher process removes them as soon as the engine answers again; "
-                "`hetero-emu clean` does it by hand",
-            )
-        # By the ids this backend recorded, not by name: that covers a container whose create a
-        # Ctrl-C interrupted (the runner never learnt its name), and never touches a container of
-        # the same name that another run created after this one's was removed by hand.
-        tracked = self._outstanding.get(plan.job_name, {})
-        resources = [Resource(kind, ident, plan.job_name, {}) for ident, kind in tracked.items()]
-        self.remove_resources(resources)
-        self._untrack(plan, [r.name for r in resources])
+        self._tracker.remove(plan, self.remove_resources, self._engine_lost)
         self._addresses.pop(plan.job_name, None)
 
     @engine_call
@@ -794,37 +608,11 @@ class DockerBackend:
             raise EnvironmentProblem(f"the container {container.name} is gone (removed just now?)",
                                      hint="`hetero-emu ps` lists the containers of jobs") from None
         if state.get("Running") and not state.get("Paused"):
-            return self._exec_running(container.name, command, io)
+            return exec_running(self.api, container.name, command, io)
         # `docker exec` cannot enter a stopped container ("is not running"); the nearest thing a
         # Docker user does by hand is `docker commit` + `docker run --volumes-from`: the same files,
         # the same mounts, in a container of its own.
         return self._exec_in_copy(container, command, io)
-
-    def _exec_running(self, name: str, command: Sequence[str], io: ExecIO) -> int:
-        api = self.api
-        try:
-            ident = api.exec_create(name, list(command), stdin=io.tty, tty=io.tty)["Id"]
-            attached = api.exec_start(ident, tty=io.tty, socket=True)
-        except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot run {command[0]!r} in {name}: {first_line(err)}") from None
-        raw: socket.socket = getattr(attached, "_sock", attached)
-        raw.settimeout(None)  # a command may be quiet for longer than the client's timeout
-        if io.tty and io.size:
-            with contextlib.suppress(docker.errors.APIError):
-                api.exec_resize(ident, height=io.size[0], width=io.size[1])
-        try:
-            _pump_exec(raw, io)
-        finally:
-            _close_quietly(raw)
-            with contextlib.suppress(Exception):
-                attached.close()
-        # The stream ends a moment before the engine records the exit code.
-        deadline = time.monotonic() + 10
-        while True:
-            found = api.exec_inspect(ident)
-            if not found.get("Running") or time.monotonic() > deadline:
-                return int(found.get("ExitCode") or 0)
-            time.sleep(0.05)
 
     def _exec_in_copy(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
         api = self.api
@@ -854,7 +642,7 @@ class DockerBackend:
                                              f"{first_line(err)}") from None
             attached = api.attach_socket(ident, params={"stdin": int(io.tty), "stdout": 1, "stderr": 1,
                                                         "stream": 1})
-            raw: socket.socket = getattr(attached, "_sock", attached)
+            raw = raw_socket(attached)
             raw.settimeout(None)
             try:
                 try:
@@ -867,9 +655,9 @@ class DockerBackend:
                 if io.tty and io.size:
                     with contextlib.suppress(docker.errors.APIError):
                         api.resize(ident, height=io.size[0], width=io.size[1])
-                _pump_exec(raw, io)
+                pump_exec(raw, io)
             finally:
-                _close_quietly(raw)
+                close_quietly(raw)
                 with contextlib.suppress(Exception):
                     attached.close()
             return int(api.wait(ident, timeout=30).get("StatusCode", 0))
@@ -894,88 +682,9 @@ def _patient(api: docker.APIClient, timeout: float) -> Iterator[None]:
         api.timeout = saved
 
 
-def _pump_exec(sock: socket.socket, io: ExecIO) -> None:
-    """Copy a command's output to `io` until it ends; with a TTY, `io.stdin` goes to it meanwhile (one
-    raw stream each way); without, the stream carries stdout and stderr in frames (_demultiplex)."""
-    if not io.tty:
-        def deliver(chunk: bytes, stream: int) -> None:
-            out = io.stderr if stream == 2 else io.stdout
-            out.write(chunk)
-            out.flush()
-
-        with contextlib.suppress(OSError):
-            _demultiplex(sock, deliver)
-        return
-    done = threading.Event()
-    forwarder = None
-    if io.stdin is not None:
-        fd = io.stdin.fileno()
-
-        def forward() -> None:
-            # The file descriptor, unbuffered, polled: a thread blocked in a read of the terminal
-            # would keep the stdin object's lock at exit (a fatal error at interpreter shutdown).
-            with contextlib.suppress(OSError, ValueError):
-                while not done.is_set():
-                    if select.select([fd], [], [], 0.1)[0]:
-                        data = os.read(fd, 4096)
-                        if not data:
-                            return
-                        sock.sendall(data)
-
-        forwarder = threading.Thread(target=forward, name="exec-stdin", daemon=True)
-        forwarder.start()
-    try:
-        with contextlib.suppress(OSError):
-            while data := sock.recv(READ_SIZE):
-                io.stdout.write(data)
-                io.stdout.flush()
-    finally:
-        done.set()
-        if forwarder is not None:
-            forwarder.join(1)
-
-
 class _SinkFailed(Exception):
     """The sink of an attached stream raised: the reader stops (and closes the stream) and reports it."""
 
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _demultiplex(sock: socket.socket, deliver: Callable[[bytes, int], None]) -> None:
-    """Read an attached stream to its end (see `demultiplex`)."""
-    demultiplex(iter(lambda: sock.recv(READ_SIZE), b""), deliver)
-
-
-def demultiplex(chunks: Iterable[bytes], deliver: Callable[[bytes, int], None]) -> None:
-    """Split a multiplexed output stream, read as `chunks` of any size: frames of an 8-byte header
-    (stream: 1 stdout, 2 stderr; 3 zero bytes; big-endian payload length) and the payload
-    (https://docs.docker.com/engine/api/v1.41/#operation/ContainerAttach; a service's logs come the
-    same way). Consecutive frames of one stream are delivered as one chunk, in order."""
-    buf = bytearray()
-    for data in chunks:
-        buf += data
-        pos, current = 0, 0
-        parts: list[bytes] = []
-        while len(buf) - pos >= 8:
-            size = int.from_bytes(buf[pos + 4:pos + 8], "big")
-            if len(buf) - pos - 8 < size:
-                break  # the rest of this frame is in the next read
-            stream = 2 if buf[pos] == 2 else 1
-            if stream != current and parts:
-                deliver(b"".join(parts), current)
-                parts = []
-            current = stream
-            parts.append(bytes(buf[pos + 8:pos + 8 + size]))
-            pos += 8 + size
-        if parts:
-            deliver(b"".join(parts), current)
-        del buf[:pos]
-
-
-def _close_quietly(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv on this socket
-    with contextlib.suppress(OSError):
-        sock.close()

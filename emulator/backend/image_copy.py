@@ -14,6 +14,7 @@ import docker
 import docker.errors
 import requests
 
+from emulator.backend.docker_http import EngineHttp
 from emulator.console import Reporter
 from emulator.defaults import default_cache_dir
 from emulator.errors import EnvironmentProblem
@@ -37,10 +38,8 @@ def copy_image(source: docker.DockerClient, name: str, image_id: str,
     with tempfile.NamedTemporaryFile(dir=folder, prefix="image-", suffix=".tar") as saved:
         with reporter.task(f"saving {name} for {len(targets)} node(s) that lack it"):
             try:
-                # docker-py's get_image takes no timeout: the same GET, with one. By name: the tag arrives too.
-                response = source.api._get(source.api._url("/images/{0}/get", name), stream=True,
-                                           timeout=LOAD_TIMEOUT)
-                source.api._raise_for_status(response)
+                # By name: the tag arrives too.
+                response = EngineHttp(source.api).save_image(name, timeout=LOAD_TIMEOUT)
                 for chunk in response.iter_content(chunk_size=CHUNK):
                     saved.write(chunk)
             except (docker.errors.APIError, requests.exceptions.RequestException) as err:
@@ -56,8 +55,7 @@ def copy_image(source: docker.DockerClient, name: str, image_id: str,
                 try:
                     with open(saved.name, "rb") as data:
                         # docker-py reads the body from the file object as it sends it.
-                        client.api._post(client.api._url("/images/load"), data=data,
-                                         params={"quiet": True}, timeout=LOAD_TIMEOUT).raise_for_status()
+                        EngineHttp(client.api).load_image(data, timeout=LOAD_TIMEOUT)
                     client.images.get(image_id)
                 except (docker.errors.APIError, requests.exceptions.RequestException, OSError) as err:
                     raise EnvironmentProblem(f"cannot load {name} into node {node}: {str(err)[:300]}",

@@ -1,7 +1,8 @@
 """Engines by name. Every front end (the CLI, the Python API, the SDK session and the pytest plugin)
 asks `engine(name)` through `emulator.api`; none constructs a backend itself, so a second
 engine is one `register` call, with no front end touched (the shape of kind's
-`cluster.NewProvider(...)` and torchx's scheduler registry).
+`cluster.NewProvider(...)` and torchx's scheduler registry). What an engine must and may have:
+`emulator.backend`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ What differs from one machine, and why:
   been read to the end: `service logs` disappears with the service.
 - A host has no fixed address: names resolve through the overlay's DNS while the host's task exists.
 
-Only this module (with backend/docker.py and backend/image_build.py) talks to an engine.
+What it shares with the Docker engine (the images on this machine, the watcher, exec in a running
+container, the ulimit probe) it holds as parts (backend/docker_parts.py), not as a kind of Docker engine.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import contextlib
 import hashlib
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,14 +39,23 @@ import docker
 import docker.errors
 import requests
 
-from emulator.backend import ContainerState, ExecIO, LineSink, Resource, ulimits
+from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
-from emulator.backend.docker import READ_SIZE, DockerBackend, connect, demultiplex, together
+from emulator.backend.docker_http import EngineHttp, hang_up
+from emulator.backend.docker_parts import (
+    READ_SIZE,
+    SharedMembers,
+    connect,
+    demultiplex,
+    exec_running,
+    probe_ulimits,
+    together,
+)
+from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
-from emulator.launchers import required_launchers
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
 #: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
@@ -232,13 +241,16 @@ class _Task:
     container: str = ""
 
 
-class SwarmBackend(DockerBackend):
+class SwarmBackend(SharedMembers):
     """Executes a Plan on a Docker swarm, through its manager (`manager`, `api`). The image checks and
-    the default image's build are the Docker backend's, on this machine's engine (`client`), where the
-    image is copied from; the watcher is the Docker backend's, aimed at the manager."""
+    builds are on this machine's engine (`client`), where the image is copied from; the watcher is
+    aimed at the manager. `memory` is where the ulimit verdicts are kept."""
 
-    def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None) -> None:
-        super().__init__(client)
+    capabilities = Capabilities(builds_images=True, probes_ulimits=True)
+
+    def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None,
+                 memory: EngineMemory | None = None) -> None:
+        super().__init__(client, memory)
         self.settings = settings if settings is not None else SwarmSettings.from_env()
         self._grace = 10.0
         self._image_ref: dict[str, str] = {}
@@ -320,9 +332,18 @@ class SwarmBackend(DockerBackend):
             refused = self._refused_ulimits(plan, ref)
             self._check_paths(plan, ref)
         self._refused[plan.job_name] = refused
-        if refused and required_launchers(plan.spec):
-            # Only a distributed job pins memory; telling every other job would be noise.
-            self.notes.setdefault(plan.job_name, []).extend(ulimits.refusal_notes(refused))
+
+    @engine_call
+    def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
+        """The ulimits of `wanted` some node refuses: for a prepared job, what the nodes said
+        (`prepare`); otherwise (`render --engine swarm`) what the manager's own engine says."""
+        if plan.job_name in self._refused:
+            return self._refused[plan.job_name] & set(wanted)
+        if not wanted:
+            return set()
+        return ulimits.refused(ulimits.engine_key(), wanted,
+                               lambda some: probe_ulimits(self.api, plan, some, self._driver, self._tracker),
+                               self._memory)
 
     def _copy_image(self, name: str, image_id: str, nodes: list[dict[str, Any]], reporter: Reporter) -> None:
         """Load the image into every node engine the user named that lacks it: `docker save` once,
@@ -393,7 +414,7 @@ class SwarmBackend(DockerBackend):
                 return False
             return True if all(t is not None and t.state == "complete" for t in tasks.values()) else None
 
-        return ulimits.refused(f"swarm {self.manager_url() or ulimits.engine_key()}", wanted, probe)
+        return ulimits.refused(f"swarm {self.manager_url() or ulimits.engine_key()}", wanted, probe, self._memory)
 
     def _check_paths(self, plan: Plan, image: str) -> None:
         """Every node sees every path a host mounts: a job on every node mounts them all and looks for
@@ -522,11 +543,7 @@ class SwarmBackend(DockerBackend):
         stream.thread.start()
 
     def _service_logs(self, service: str, follow: bool) -> Any:
-        params = {"follow": follow, "stdout": True, "stderr": True, "timestamps": False, "tail": "all"}
-        response = self.api._get(self.api._url("/services/{0}/logs", service), params=params, stream=True,
-                                 timeout=None if follow else 60)
-        self.api._raise_for_status(response)
-        return response
+        return EngineHttp(self.api).service_logs(service, follow=follow, timeout=None if follow else 60)
 
     def _deliver(self, name: str, stream: _Stream, kind: int, data: bytes) -> None:
         kind = 2 if kind == 2 else 1
@@ -562,7 +579,7 @@ class SwarmBackend(DockerBackend):
                 if rest:
                     self._deliver(name, stream, kind, rest)
         if stream.response is not None:
-            _hang_up(stream.response)
+            hang_up(stream.response)
         return ok
 
     def wait_logs(self, timeout: float) -> list[str]:
@@ -784,7 +801,7 @@ class SwarmBackend(DockerBackend):
     def remove(self, plan: Plan) -> None:
         for name in [h.container.name for h in plan.hosts]:
             self._finish_logs(name)
-        super().remove(plan)
+        self._tracker.remove(plan, self.remove_resources, self._engine_lost)
         self._wait_nodes_clear(plan.job_name)
         for host in plan.hosts:
             self._services.pop(host.container.name, None)
@@ -939,7 +956,7 @@ class SwarmBackend(DockerBackend):
         if url is None:
             raise UsageError(f"{container.name} runs on node {node}, whose engine this machine cannot reach",
                              hint=f"name it in {ENV_NODES} (e.g. {node}=ssh://USER@{node})")
-        return DockerBackend(_node_client(node, url))._exec_running(task.container, command, io)
+        return exec_running(_node_client(node, url).api, task.container, command, io)
 
 
 def _parse_task(raw: Mapping[str, Any]) -> _Task:
@@ -953,15 +970,6 @@ def _parse_task(raw: Mapping[str, Any]) -> _Task:
                  exit_code=int(code) if exited and code is not None else None,
                  error=str(status.get("Err") or ""), timestamp=epoch(status.get("Timestamp")),
                  container=str(container.get("ContainerID") or ""))
-
-
-def _hang_up(response: requests.Response) -> None:
-    """End a streamed answer another thread is reading: shut its socket down, which wakes that
-    reader (who then closes the answer). Closing it from here instead waits for the reader: for ever
-    on a `--follow` stream, which the engine never ends while the service exists."""
-    raw: Any = response.raw
-    with contextlib.suppress(Exception):
-        raw._fp.fp.raw._sock.shutdown(socket.SHUT_RDWR)
 
 
 def _context_host() -> str | None:

@@ -5,24 +5,25 @@ that may raise a hard limit (root with CAP_SYS_RESOURCE, as dockerd usually is) 
 confined below them (dockerd in a sandbox whose own hard memlock is 8 MiB) refuses to start such a
 container at all: runc's "error setting rlimits ... operation not permitted". A job must not fail for
 a limit it may never need, so each ulimit is tried once in a throwaway container; one the engine
-refuses is left to the engine's default, with a warning, and the verdict is kept per engine address
-in the state folder (`emulator.job_records.state_dir`), so the 1-2 s probe is paid once per engine, not per
-job, and a known verdict costs no call to the engine (a busy engine can take seconds to answer any).
+refuses is left to the engine's default, and the verdict is kept per engine address in the engine's
+memory (backend/engine_memory.py: the state folder), so the 1-2 s probe is paid once per engine, not
+per job, and a known verdict costs no call to the engine (a busy engine can take seconds to answer
+any). The engine only reports what it refuses; whether that deserves a warning is the runner's call
+(`emulator.runner.ulimit_warnings`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from emulator.backend.engine_memory import EngineMemory
 from emulator.container import Ulimit
-from emulator.job_records import state_dir, write_atomically
 
 # What runc says when the engine may not raise a limit (moby/runc libcontainer/init_linux.go).
 REFUSED = "setting rlimit"
+TABLE = "engine-ulimits.json"
 
 
 def engine_key() -> str:
@@ -30,36 +31,22 @@ def engine_key() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def cache_path() -> Path:
-    return state_dir() / "engine-ulimits.json"
+def cache_path(memory: EngineMemory | None = None) -> Path:
+    return (memory or EngineMemory()).path(TABLE)
 
 
 def _key(engine: str, ulimit: Ulimit) -> str:
     return f"{engine} {ulimit.name}={ulimit.soft}:{ulimit.hard}"
 
 
-def _read() -> dict[str, bool]:
-    try:
-        data = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, bool)} if isinstance(data, dict) \
-        else {}
-
-
-def _write(verdicts: dict[str, bool]) -> None:
-    """Best effort (a read-only home only costs probing again), atomic (two runs may write at once)."""
-    with contextlib.suppress(OSError):
-        write_atomically(cache_path(), json.dumps(verdicts, indent=1, sort_keys=True))
-
-
-def refused(engine: str, wanted: Sequence[Ulimit],
-            probe: Callable[[Sequence[Ulimit]], bool | None]) -> set[Ulimit]:
+def refused(engine: str, wanted: Sequence[Ulimit], probe: Callable[[Sequence[Ulimit]], bool | None],
+            memory: EngineMemory | None = None) -> set[Ulimit]:
     """The ulimits of `wanted` the engine at `engine` (`engine_key`) refuses. `probe(ulimits)` starts a
     container with them and says whether the engine accepted them (None: it could not tell, e.g. no
-    image to try with: nothing is refused and nothing remembered). Known verdicts come from the cache;
-    when none is known, all are tried at once and, only if refused, one by one."""
-    verdicts = _read()
+    image to try with: nothing is refused and nothing remembered). Known verdicts come from `memory`
+    (None: the state folder's); when none is known, all are tried at once and, only if refused, one by one."""
+    memory = memory or EngineMemory()
+    verdicts = {k: v for k, v in memory.read(TABLE).items() if isinstance(v, bool)}
     unknown = [u for u in wanted if _key(engine, u) not in verdicts]
     if unknown and (together := probe(unknown)) is not None:
         if together or len(unknown) == 1:
@@ -67,12 +54,5 @@ def refused(engine: str, wanted: Sequence[Ulimit],
         else:
             found = {u: probe([u]) for u in unknown}
         verdicts.update({_key(engine, u): ok for u, ok in found.items() if ok is not None})
-        _write(verdicts)
+        memory.write(TABLE, dict(verdicts))
     return {u for u in wanted if verdicts.get(_key(engine, u)) is False}
-
-
-def refusal_notes(refused: Iterable[Ulimit]) -> list[str]:
-    """One warning per ulimit the engine refuses."""
-    return [f"the Docker engine may not raise ulimit {u.name} to {'unlimited' if u.hard < 0 else u.hard} (its own "
-            f"limit is lower): hosts keep the engine's default, which MPI or NCCL pinning memory may find too small"
-            for u in sorted(refused, key=lambda u: u.name)]

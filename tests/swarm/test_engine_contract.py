@@ -22,6 +22,7 @@ import pytest
 from engines import Engine
 
 from emulator import api
+from emulator.backend import Capabilities, contract_problems, registry
 from emulator.console import RecordingReporter
 from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB
@@ -133,6 +134,17 @@ def sleeping_job_driver(engine: Engine, prefix: str) -> tuple[str, Driver]:
         driver.kill()
         raise
     return job, driver
+
+
+# --------------------------------------------------------------------------------------------------
+# The contract's shape: every engine has every member (emulator.backend), and says what it may lack
+
+
+def test_every_registered_engine_has_the_whole_contract_and_declares_its_capabilities() -> None:
+    for name in registry.names():
+        engine = registry.engine(name)  # made, not asked: no engine answers this test
+        assert contract_problems(engine) == [], name
+        assert isinstance(vars(type(engine)).get("capabilities"), Capabilities), f"{name}: declared by its class"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ which deliver a host's chunks in order and end.
 A runner that keeps polling for `give_up_after` seconds (default 20) gets an AssertionError from
 `states()` instead of hanging the session.
 
+It implements the whole engine contract (emulator.backend: the `Backend` protocol and its
+`Capabilities`); what it may lack is chosen per test: building images (`builds_images`: a build only
+adds the image's name) and ulimits it refuses (`refused_ulimits`: it then probes them).
+
 The fake is strict where Docker is: a bind mount whose source is missing, a network or container
 name that already exists, starting an unknown container all raise. Misuse of the protocol by the
 runner (starting twice, creating a container before the network) raises AssertionError.
@@ -26,9 +30,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.backend import ContainerState, ExecIO, LineSink, Resource
+from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource
+from emulator.console import Reporter
+from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import DockerUnavailable, EnvironmentProblem
+from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
+from emulator.frameworks import FrameworkImage
 from emulator.logs import STDERR, STDOUT
 from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
@@ -106,7 +113,18 @@ class FakeBackend:
         lose_engine_on_states_call: int | None = None,
         interrupt_on_stop: bool = False,
         labels_of: Mapping[str, Mapping[str, str]] | None = None,
+        builds_images: bool = False,
+        refused_ulimits: Iterable[Ulimit] | None = None,
     ) -> None:
+        # Of the engine contract's capabilities: building images and probing ulimits as chosen; it
+        # publishes ports, passes devices and runs commands in stopped hosts (as the Docker engine).
+        self.capabilities = Capabilities(builds_images=builds_images, probes_ulimits=refused_ulimits is not None,
+                                         publishes_ports=True, passes_devices=True, execs_in_stopped_hosts=True)
+        self.refused = set(refused_ulimits or ())
+        # A log file that could not be written, by container (a test sets it; the Docker engine's
+        # stream reader does).
+        self.stream_errors: dict[str, str] = {}
+        self.built: list[str] = []  # the images build_default_image / build_framework_image built
         self.scripts = dict(scripts or {})
         self.images = set(images)
         # image -> its labels (the images this project builds say which launchers they carry)
@@ -209,6 +227,25 @@ class FakeBackend:
                 name, version = line.strip().split("==")
                 progress(f"  Collecting {line.strip()}")
                 (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
+
+    def build_default_image(self, reporter: Reporter) -> None:
+        self._build(DEFAULT_IMAGE)
+
+    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
+        self._build(framework.tag)
+
+    def _build(self, image: str) -> None:
+        self._record("build_image", image)
+        if not self.capabilities.builds_images:
+            raise UsageError("this fake engine builds no images (FakeBackend(builds_images=True) does)")
+        self.built.append(image)
+        self.images.add(image)
+
+    def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
+        self._record("refused_ulimits", plan.job_name, tuple(u.name for u in wanted))
+        if not self.capabilities.probes_ulimits:
+            raise UsageError("this fake engine probes no ulimits (FakeBackend(refused_ulimits=...) does)")
+        return self.refused & set(wanted)
 
     def image_labels(self, image: str) -> dict[str, str] | None:
         self._record("image_labels", image)

@@ -10,7 +10,8 @@ import threading
 from typing import Any
 from unittest import mock
 
-from emulator.backend.docker import DockerBackend, _demultiplex
+from emulator.backend.docker import DockerBackend
+from emulator.backend.docker_parts import demultiplex_socket as _demultiplex
 
 
 def frame(stream: int, payload: bytes) -> bytes:

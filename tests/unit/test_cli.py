@@ -446,9 +446,9 @@ def test_a_ctrl_c_that_typer_would_swallow_still_gets_one_line_and_exit_130(tmp_
 def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
     proj: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    fake = FakeBackend(images=())
+    fake = FakeBackend(images=(), builds_images=True)  # an engine that could build it
     built: list[object] = []
-    fake.build_default_image = built.append  # type: ignore[attr-defined]  # what `run` would build with
+    fake.build_default_image = built.append  # type: ignore[method-assign]  # what `run` would build with
     monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
     monkeypatch.setattr(cli_module.signal, "signal", lambda *args: None)  # leave pytest's handlers alone
     monkeypatch.chdir(proj)

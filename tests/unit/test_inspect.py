@@ -19,7 +19,7 @@ from test_readme_promises import run_cli
 
 from emulator import api, cli, job_records, runner
 from emulator.backend import ExecIO, registry
-from emulator.backend.docker import _pump_exec
+from emulator.backend.docker_parts import pump_exec as _pump_exec
 from emulator.backend.liveness import current_driver
 from emulator.console import RecordingReporter
 from emulator.errors import NotRunning, UsageError
