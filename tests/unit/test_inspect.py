@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 from test_readme_promises import run_cli
+from testkit import wait_for
 
 from emulator import api, cli, job_records, runner
 from emulator.backend import ExecIO, registry
@@ -203,12 +204,12 @@ def test_follow_prints_what_is_there_then_lines_as_written_and_ends_when_the_job
     seen: list[tuple[str, str, str]] = []
     thread = threading.Thread(target=lambda: seen.extend(follower.lines()), daemon=True)
     thread.start()
-    time.sleep(0.2)
+    wait_for(lambda: seen, "the line that was there")
     with (folder / "logs" / "algo-2.log").open("a") as f:
         f.write("from two\nno newline yet")
     with (folder / "logs" / "algo-1.log").open("a") as f:
         f.write("second\n")
-    time.sleep(0.2)
+    wait_for(lambda: len(seen) >= 3, "the lines written since")
     try:
         assert thread.is_alive()  # the job runs on: the follow goes on
         assert ("algo-1", "g", "second") in seen and ("algo-2", "g", "from two") in seen

@@ -11,7 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,13 @@ def write_train_project(root: Path, **specs: str) -> Path:
     for name, text in specs.items():
         (root / f"{name}.yaml").write_text(text)
     return root
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+    """Return as soon as `condition()` is true; fail naming `what` after `timeout` seconds. A test that
+    waits for what it needs instead of sleeping a fixed time is as fast as the code and does not flake
+    when the machine is slow."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.005)
