@@ -1,5 +1,5 @@
 """Fixtures shared by the suites that drive the real Docker engine (tests/integration, tests/faults),
-and the markers (`docker`, `swarm`) each test of those folders gets from where it lies.
+and the markers (`docker`, `swarm`, `serial`) each test of those folders gets from where it lies.
 
 Without an engine they skip, unless EMULATOR_REQUIRE_DOCKER=1 (set by .ci/run): then they fail, so
 CI can never go green by silently skipping every container test.
@@ -21,8 +21,9 @@ from emulator.plan import LABEL_DRIVER, LABEL_MANAGED
 #: with `-m`, and no test file has to remember to say it needs an engine.
 FOLDER_MARKS: dict[str, tuple[str, ...]] = {
     "integration": ("docker",),
-    "faults": ("docker",),
-    "swarm": ("swarm", "docker"),
+    # Fault tests kill drivers and clean every job: another test's job would be a leftover to them.
+    "faults": ("docker", "serial"),
+    "swarm": ("swarm", "docker", "serial"),
 }
 #: Files of those folders that need no engine: the wheel test only builds and unpacks a wheel.
 NO_ENGINE = {"integration/test_package_data.py"}

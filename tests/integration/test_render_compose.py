@@ -20,6 +20,7 @@ from testkit import hetero_emu as cli
 
 pytestmark = [
     pytest.mark.docker,
+    pytest.mark.serial,  # the memlock probe asks the engine what every container may get
     pytest.mark.usefixtures("training_image", "no_leftovers"),
     pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose (v1) is not installed"),
 ]
