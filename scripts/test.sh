@@ -5,6 +5,7 @@
 #
 #   scripts/test.sh          everything (images built first; about 10 minutes with the images there)
 #   scripts/test.sh --fast   ruff, mypy and the unit tests: no Docker engine, no image build (2 minutes)
+#   scripts/test.sh --fast -m "not slow"   the same without the few unit tests that take seconds each
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

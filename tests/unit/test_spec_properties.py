@@ -303,6 +303,7 @@ def validated(raw: Any, base: Path) -> JobSpec | None:
         return None
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=mutated_specs(), host_order=st.sampled_from(["spec", "shuffled"]), seed=st.integers(-(2**40), 2**40))
 def test_mutated_spec_gives_a_jobspec_or_our_error(
@@ -313,6 +314,7 @@ def test_mutated_spec_gives_a_jobspec_or_our_error(
         check_everything_downstream(spec, host_order, seed)
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=plausible_specs(), host_order=st.sampled_from(["spec", "shuffled"]), seed=st.integers(0, 2**32))
 def test_plausible_spec_reaches_the_plan_or_gives_our_error(
@@ -323,6 +325,7 @@ def test_plausible_spec_reaches_the_plan_or_gives_our_error(
         check_everything_downstream(spec, host_order, seed)
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=st.dictionaries(keys, junk, max_size=8))
 def test_junk_mapping_gives_a_jobspec_or_our_error(project: Path, raw: dict[str, Any]) -> None:
