@@ -189,6 +189,9 @@ def test_quiet_shuffled_run_prints_only_the_summary_with_the_seed(tmp_path: Path
         assert f"HOST_SAYS {host}" in (doc_path.parent / "logs" / f"{host}.log").read_text()
 
 
+# serial: the kept job outlives its driver (the CLI process), so to the no_leftovers check of a test
+# running beside it on another worker it is a leftover until this test cleans it.
+@pytest.mark.serial
 def test_ps_json_and_clean_of_a_kept_job(tmp_path: Path, docker_client: Any) -> None:
     listed = cli("ps", "--json")
     assert listed.returncode == 0, listed.stderr
