@@ -3,8 +3,8 @@
 # installs what is missing, lints, type-checks, builds the training images offline, and
 # runs the unit and the Docker integration tests. Extra arguments go to pytest.
 #
-#   scripts/test.sh          everything (images built first; about 10 minutes with the images there)
-#   scripts/test.sh --fast   ruff, mypy and the unit tests: no Docker engine, no image build (2 minutes)
+#   scripts/test.sh          everything (the images built first when they are not up to date)
+#   scripts/test.sh --fast   ruff, mypy and the unit tests: no Docker engine, no image build (2-3 minutes)
 #   scripts/test.sh --fast -m "not slow"   the same without the few unit tests that take seconds each
 set -euo pipefail
 cd "$(dirname "$0")/.."
