@@ -23,21 +23,32 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   "$PYTHON" -m venv .venv
 fi
-echo "== installing hetero-emu and its dev tools into .venv"
-.venv/bin/python -m pip install -q --upgrade pip
-# setuptools tells every editable install of a package-dir layout (images/ ships as emulator.images)
-# that folders named like the package may shadow it: an InformationOnly note (a UserWarning), not a
-# problem of this project, so it is not shown.
-PYTHONWARNINGS=ignore::UserWarning .venv/bin/python -m pip install -q -e '.[dev]'
+# hetero-emu is installed editable, so code changes need no reinstall: only a changed pyproject.toml
+# does (the stamp), which keeps a second run of the fast test lane from spending its time in pip.
+venv_stamp="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat .venv/.hetero-emu-stamp 2>/dev/null)" = "$venv_stamp" ] && .venv/bin/python -c 'import emulator' 2>/dev/null; then
+  echo "== .venv is up to date"
+else
+  echo "== installing hetero-emu and its dev tools into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  # setuptools tells every editable install of a package-dir layout (images/ ships as emulator.images)
+  # that folders named like the package may shadow it: an InformationOnly note (a UserWarning), not a
+  # problem of this project, so it is not shown.
+  PYTHONWARNINGS=ignore::UserWarning .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$venv_stamp" > .venv/.hetero-emu-stamp
+fi
 
 
 # SDK v3 (ModelTrainer) cannot share a venv with v2: tests/integration/test_sdk_v3.py runs its scripts
 # with .venv-sdk3/bin/python. Its install (about a gigabyte of packages) is redone only when
 # pyproject.toml or the pin changed; hetero-emu itself is installed editable, so code changes need none.
+# The unit tests never use it: the fast lane (test.sh --fast) sets SETUP_SDK3=0 and skips it.
 SDK3_PIN='sagemaker==3.27.0'
 sdk3_stamp="$(cat pyproject.toml; echo "$SDK3_PIN")"
 sdk3_stamp="$(printf '%s' "$sdk3_stamp" | sha256sum | cut -d' ' -f1)"
-if [ -x .venv-sdk3/bin/python ] && [ "$(cat .venv-sdk3/.hetero-emu-stamp 2>/dev/null)" = "$sdk3_stamp" ]; then
+if [ "${SETUP_SDK3:-1}" = 0 ]; then
+  echo "== .venv-sdk3 not needed (SETUP_SDK3=0)"
+elif [ -x .venv-sdk3/bin/python ] && [ "$(cat .venv-sdk3/.hetero-emu-stamp 2>/dev/null)" = "$sdk3_stamp" ]; then
   echo "== .venv-sdk3 is up to date"
 else
   echo "== installing hetero-emu and SageMaker SDK v3 ($SDK3_PIN) into .venv-sdk3"

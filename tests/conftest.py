@@ -1,4 +1,5 @@
-"""Fixtures shared by the suites that drive the real Docker engine (tests/integration, tests/faults).
+"""Fixtures shared by the suites that drive the real Docker engine (tests/integration, tests/faults),
+and the markers (`docker`, `swarm`, `serial`) each test of those folders gets from where it lies.
 
 Without an engine they skip, unless EMULATOR_REQUIRE_DOCKER=1 (set by .ci/run): then they fail, so
 CI can never go green by silently skipping every container test.
@@ -8,12 +9,38 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from emulator.backend.liveness import current_driver, driver_alive
 from emulator.plan import LABEL_DRIVER, LABEL_MANAGED
+
+#: The markers every test of a folder carries (pyproject.toml registers them): a lane selects them
+#: with `-m`, and no test file has to remember to say it needs an engine.
+FOLDER_MARKS: dict[str, tuple[str, ...]] = {
+    "integration": ("docker",),
+    # Fault tests kill drivers and clean every job: another test's job would be a leftover to them.
+    "faults": ("docker", "serial"),
+    "swarm": ("swarm", "docker", "serial"),
+}
+#: Files of those folders that need no engine: the wheel test only builds and unpacks a wheel.
+NO_ENGINE = {"integration/test_package_data.py"}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            where = item.path.resolve().relative_to(TESTS)
+        except ValueError:  # a test outside tests/ (pytester's own folders)
+            continue
+        if where.as_posix() in NO_ENGINE:
+            continue
+        for mark in FOLDER_MARKS.get(where.parts[0], ()):
+            if mark not in {m.name for m in item.iter_markers()}:
+                item.add_marker(mark)
 
 
 def _engine() -> object | None:

@@ -19,33 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+# The fault tests import these from here: the command line as a process, the two-group spec.
+from testkit import REPO, groups
+from testkit import hetero_emu as cli
+from testkit import write_script_spec as write_spec
 
 from emulator.plan import LABEL_JOB, LABEL_MANAGED
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ, "NO_COLOR": "1", **(env or {})},
-                          check=False)
-
-
-def groups(*spec: tuple[str, int]) -> list[dict[str, Any]]:
-    return [{"instance_group_name": n, "instance_type": "ml.c5.xlarge", "instance_count": c} for n, c in spec]
-
-
-def write_spec(folder: Path, script: str, **fields: Any) -> Path:
-    """A spec running `python3 /opt/ml/code/x.py` on two groups of one host (unless `fields` say otherwise)."""
-    code = folder / "code"
-    code.mkdir(parents=True, exist_ok=True)
-    (code / "x.py").write_text(script)
-    raw = {"source_dir": "code", "container_entry_point": ["python3", "/opt/ml/code/x.py"],
-           "instance_groups": groups(("ga", 1), ("gb", 1)), **fields}
-    path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+__all__ = ["PRELUDE", "REPO", "ROWS", "Driver", "EngineProxy", "Row", "cli", "groups", "job_resources", "record",
+           "seconds_until_gone", "write_spec"]
 
 
 # A host script prelude: who am I, and a READY line once the script runs.

@@ -27,7 +27,9 @@ from emulator.runner import run_job
 from emulator.sagemaker import EmulatorSession
 from emulator.spec import validate
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
+# serial: a test tags the default image with PyTorch 1.11's ECR name for a while, which would turn
+# any other PyTorch 1.11 job running then from the stand-in to that image.
+pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.usefixtures("no_leftovers")]
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 

@@ -14,7 +14,8 @@ from emulator.console import RecordingReporter
 from emulator.runner import run_job
 from emulator.spec import load_spec_file
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+# serial: the memlock probe asks the engine what every container may get.
+pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
 MIB = 1024**2
 GIB = 1024**3

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from testkit import hetero_emu as cli
+from testkit import write_script_spec
 
 from emulator.plan import LABEL_JOB, LABEL_MANAGED
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
 REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "NO_COLOR": "1"}
 
 # Each host prints, then waits until a file appears in its /opt/ml (the test, or an exec, makes it).
 WAITS_FOR_GO = """\
@@ -50,28 +50,15 @@ time.sleep(600)
 """
 
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=ENV, check=False, stdin=subprocess.DEVNULL)
-
-
 def start(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "emulator.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=ENV, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+                            stdin=subprocess.DEVNULL)
 
 
 def write_spec(tmp_path: Path, script: str) -> tuple[Path, str]:
     job = f"inspect-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "x.py").write_text(script)
-    raw = {"job_name": job, "source_dir": "code", "container_entry_point": ["python3", "/opt/ml/code/x.py"],
-           "output_path": str(tmp_path / "out"), "max_run": 300,
-           "instance_groups": [
-               {"instance_group_name": "ga", "instance_type": "ml.c5.xlarge", "instance_count": 1},
-               {"instance_group_name": "gb", "instance_type": "ml.c5.xlarge", "instance_count": 1}]}
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path, job
+    return write_script_spec(tmp_path, script, job_name=job, output_path=str(tmp_path / "out"), max_run=300), job
 
 
 def job_resources(docker_client: Any, job: str) -> dict[str, str]:
@@ -168,6 +155,9 @@ def test_exec_runs_a_command_in_a_running_host_and_its_exit_code_is_execs(
     assert unknown.returncode == 2 and "hetero-emu ps" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+# serial: the kept job outlives its driver (the CLI process), so to the no_leftovers check of a test
+# running beside it on another worker it is a leftover until this test cleans it.
+@pytest.mark.serial
 def test_keep_on_failure_keeps_stopped_hosts_for_exec_and_docker_cp_until_clean(
         tmp_path: Path, docker_client: Any) -> None:
     spec, job = write_spec(tmp_path, FAILS)

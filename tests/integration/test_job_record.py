@@ -4,23 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from testkit import hetero_emu as cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=180, cwd=REPO, env={**os.environ, "NO_COLOR": "1"}, check=False)
-
 
 def test_logs_and_describe_by_name_after_the_job_ended(tmp_path: Path, docker_client: object) -> None:
     (tmp_path / "code").mkdir()

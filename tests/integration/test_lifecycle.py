@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testkit import hetero_emu as cli
 
 from emulator.console import RecordingReporter
 from emulator.options import RunOptions
@@ -99,12 +100,6 @@ def job_doc(result: Any) -> dict[str, Any]:
 
 def host(result: Any, name: str) -> Any:
     return next(h for h in result.hosts if h.host == name)
-
-
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env, check=False)
 
 
 def engine_names(docker_client: Any, job: str) -> tuple[list[str], list[str]]:

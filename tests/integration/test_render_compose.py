@@ -7,20 +7,20 @@ under its own hostname, and `docker-compose down -v --remove-orphans` must leave
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from testkit import hetero_emu as cli
 
 pytestmark = [
     pytest.mark.docker,
+    pytest.mark.serial,  # the memlock probe asks the engine what every container may get
     pytest.mark.usefixtures("training_image", "no_leftovers"),
     pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose (v1) is not installed"),
 ]
@@ -53,11 +53,6 @@ print("SEEN " + json.dumps({
     "ssh": sorted(os.listdir("/root/.ssh")) if os.path.isdir("/root/.ssh") else None,
 }, sort_keys=True), flush=True)
 '''
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, env={**os.environ, "NO_COLOR": "1"}, check=False)
 
 
 def compose(out: Path, project: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -10,17 +10,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from testkit import hetero_emu as cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-value-123"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
 
@@ -67,11 +66,6 @@ def write_job(tmp_path: Path, script: str) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          timeout=180, cwd=REPO, env={**os.environ, "NO_COLOR": "1", **(env or {})}, check=False)
 
 
 def no_secret_in(folder: Path) -> list[str]:

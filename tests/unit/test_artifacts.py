@@ -201,6 +201,7 @@ def test_a_large_tree_reports_progress_while_it_is_packed(tmp_path: Path, monkey
     assert reporter.infos[-1].startswith("  model.tar.gz: 120.0 MB in 1 file, ")
 
 
+@pytest.mark.slow  # ten thousand files written and packed
 def test_many_small_files_report_progress(tmp_path: Path) -> None:
     host = tmp_path / "job" / "hosts" / "algo-1"
     (host / "model").mkdir(parents=True)

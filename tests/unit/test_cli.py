@@ -1,7 +1,8 @@
 """The `hetero-emu` command line, without a Docker engine.
 
-Exit codes are tested through `python -m emulator.cli` in a subprocess: `main()` maps errors to exit
-codes, and typer's CliRunner calls the app directly, bypassing it. CliRunner is used only for `--help`.
+Exit codes are tested through the entry point's `main()` (testkit.invoke, in this process), which
+maps errors to exit codes; `CliRunner().invoke(app)` alone bypasses it and is used only for `--help`.
+What only a real process shows (the console script, a traceback, a signal) runs in a subprocess.
 The 'no engine' case points DOCKER_HOST at a socket that does not exist.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_backend import FakeBackend
+from testkit import CliResult, hetero_emu, invoke, write_train_project
 from typer.testing import CliRunner
 
 from emulator import cli as cli_module
@@ -73,27 +75,13 @@ BAD_PATHS = [
 
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "code").mkdir(parents=True)
-    (root / "code" / "train.py").write_text("print('hi')\n")
+    root = write_train_project(tmp_path / "proj", good=GOOD, bad=BAD)
     (root / "data").mkdir()
     (root / "data" / "a.csv").write_text("1,2\n")
-    (root / "good.yaml").write_text(GOOD)
-    (root / "bad.yaml").write_text(BAD)
     return root
 
 
-def cli(
-    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "emulator.cli", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=60,
-    )
-
-
-def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int) -> None:
+def assert_clean_error(proc: CliResult | subprocess.CompletedProcess[str], code: int) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "internal error" not in proc.stderr
@@ -112,7 +100,7 @@ def test_help_of_every_command(command: list[str]) -> None:
 
 
 def test_top_level_help_lists_the_commands() -> None:
-    proc = cli("--help")
+    proc = invoke("--help")
     assert proc.returncode == 0
     for command in ("run", "validate", "render", "demo", "image", "ps", "logs", "stop", "clean", "instance-types"):
         assert command in proc.stdout
@@ -133,14 +121,14 @@ def test_entry_point_is_installed() -> None:
 
 
 def test_validate_good_spec(proj: Path) -> None:
-    proc = cli("validate", proj / "good.yaml")
+    proc = invoke("validate", proj / "good.yaml")
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout
     assert "2 group(s), 3 host(s), 1 channel(s)" in proc.stdout
 
 
 def test_validate_bad_spec_lists_every_problem(proj: Path) -> None:
-    proc = cli("validate", proj / "bad.yaml")
+    proc = invoke("validate", proj / "bad.yaml")
     assert_clean_error(proc, 2)
     for path in BAD_PATHS:
         assert f"{path}:" in proc.stderr, path
@@ -149,7 +137,7 @@ def test_validate_bad_spec_lists_every_problem(proj: Path) -> None:
 
 
 def test_validate_json_bad_spec(proj: Path) -> None:
-    proc = cli("validate", "--json", proj / "bad.yaml")
+    proc = invoke("validate", "--json", proj / "bad.yaml")
     assert_clean_error(proc, 2)
     doc = json.loads(proc.stdout)
     assert doc["valid"] is False
@@ -158,7 +146,7 @@ def test_validate_json_bad_spec(proj: Path) -> None:
 
 
 def test_validate_json_good_spec(proj: Path) -> None:
-    proc = cli("validate", "--json", proj / "good.yaml")
+    proc = invoke("validate", "--json", proj / "good.yaml")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["valid"] is True
@@ -179,7 +167,7 @@ def test_validate_json_good_spec(proj: Path) -> None:
 def test_unreadable_spec_gives_one_clear_message(proj: Path, text: str, fragment: str) -> None:
     spec = proj / "broken.yaml"
     spec.write_text(text)
-    proc = cli("validate", spec)
+    proc = invoke("validate", spec)
     assert_clean_error(proc, 2)
     assert fragment in proc.stderr
     assert "1 problem" in proc.stderr
@@ -189,7 +177,7 @@ def test_unreadable_spec_gives_one_clear_message(proj: Path, text: str, fragment
 def test_validate_json_on_malformed_yaml(proj: Path) -> None:
     spec = proj / "broken.yaml"
     spec.write_text("a: [1, 2\n")
-    proc = cli("validate", "--json", spec)
+    proc = invoke("validate", "--json", spec)
     assert_clean_error(proc, 2)
     problems = json.loads(proc.stdout)["problems"]
     assert len(problems) == 1
@@ -197,7 +185,7 @@ def test_validate_json_on_malformed_yaml(proj: Path) -> None:
 
 
 def test_validate_missing_file(proj: Path) -> None:
-    proc = cli("validate", proj / "nope.yaml")
+    proc = invoke("validate", proj / "nope.yaml")
     assert_clean_error(proc, 2)
     assert "not found" in proc.stderr
 
@@ -208,7 +196,7 @@ def test_validate_missing_file(proj: Path) -> None:
 
 def test_render_writes_plan_compose_and_host_files(proj: Path, tmp_path: Path) -> None:
     out = tmp_path / "rendered" / "job"
-    proc = cli("render", proj / "good.yaml", "-o", out)
+    proc = invoke("render", proj / "good.yaml", "-o", out)
     assert proc.returncode == 0, proc.stderr
 
     plan = json.loads((out / "plan.json").read_text())
@@ -233,7 +221,7 @@ def test_render_writes_plan_compose_and_host_files(proj: Path, tmp_path: Path) -
 def test_render_into_an_existing_empty_folder(proj: Path, tmp_path: Path) -> None:
     out = tmp_path / "empty"
     out.mkdir()
-    proc = cli("render", proj / "good.yaml", "-o", out)
+    proc = invoke("render", proj / "good.yaml", "-o", out)
     assert proc.returncode == 0, proc.stderr
     assert (out / "plan.json").is_file()
 
@@ -242,7 +230,7 @@ def test_render_refuses_a_non_empty_folder(proj: Path, tmp_path: Path) -> None:
     out = tmp_path / "busy"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    proc = cli("render", proj / "good.yaml", "-o", out)
+    proc = invoke("render", proj / "good.yaml", "-o", out)
     assert_clean_error(proc, 2)
     assert "not an empty folder" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
@@ -251,7 +239,7 @@ def test_render_refuses_a_non_empty_folder(proj: Path, tmp_path: Path) -> None:
 
 def test_render_a_bad_spec_writes_nothing(proj: Path, tmp_path: Path) -> None:
     out = tmp_path / "never"
-    proc = cli("render", proj / "bad.yaml", "-o", out)
+    proc = invoke("render", proj / "bad.yaml", "-o", out)
     assert_clean_error(proc, 2)
     assert not out.exists()
 
@@ -261,14 +249,14 @@ def test_render_a_bad_spec_writes_nothing(proj: Path, tmp_path: Path) -> None:
 
 
 def test_instance_types_lists_p3dn() -> None:
-    proc = cli("instance-types")
+    proc = invoke("instance-types")
     assert proc.returncode == 0, proc.stderr
     line = next(line for line in proc.stdout.splitlines() if line.startswith("ml.p3dn.24xlarge"))
     assert "96" in line.split() and "8" in line.split()
 
 
 def test_instance_types_json() -> None:
-    proc = cli("instance-types", "--json")
+    proc = invoke("instance-types", "--json")
     assert proc.returncode == 0, proc.stderr
     types = {t["name"]: t for t in json.loads(proc.stdout)}
     assert types["ml.p3dn.24xlarge"]["gpus"] == 8
@@ -276,20 +264,20 @@ def test_instance_types_json() -> None:
 
 
 def test_instance_types_family_filter() -> None:
-    proc = cli("instance-types", "--family", "ml.p3dn", "--json")
+    proc = invoke("instance-types", "--family", "ml.p3dn", "--json")
     assert proc.returncode == 0, proc.stderr
     assert [t["name"] for t in json.loads(proc.stdout)] == ["ml.p3dn.24xlarge"]
 
 
 @pytest.mark.parametrize("family", ["p3", "ml.p3", "ML.P3", "p3."])
 def test_instance_types_family_with_or_without_ml(family: str) -> None:
-    proc = cli("instance-types", "--family", family, "--json")
+    proc = invoke("instance-types", "--family", family, "--json")
     assert proc.returncode == 0, proc.stderr
     assert [t["name"] for t in json.loads(proc.stdout)] == ["ml.p3.2xlarge", "ml.p3.8xlarge", "ml.p3.16xlarge"]
 
 
 def test_instance_types_unknown_family_lists_the_known_ones() -> None:
-    proc = cli("instance-types", "--family", "p9")
+    proc = invoke("instance-types", "--family", "p9")
     assert_clean_error(proc, 2)
     assert "--family 'p9': no such instance family" in proc.stderr
     assert "hint: known families: " in proc.stderr and "ml.p3, " in proc.stderr and "ml.c5, " in proc.stderr
@@ -304,7 +292,7 @@ def test_instance_types_unknown_family_lists_the_known_ones() -> None:
 def test_version(flag: str) -> None:
     from importlib import metadata
 
-    proc = cli(flag)
+    proc = invoke(flag)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"hetero-emu {metadata.version('hetero-emu')}\n"
 
@@ -313,7 +301,8 @@ def test_version(flag: str) -> None:
 def test_debug_anywhere_on_the_command_line_shows_the_traceback(proj: Path, where: str) -> None:
     args = ["--debug", "validate", proj / "nope.yaml"] if where == "before" else ["validate", proj / "nope.yaml",
                                                                                   "--debug"]
-    proc = cli(*args)
+    # A process of its own: with --debug main() re-raises, and the traceback is the interpreter's.
+    proc = hetero_emu(*args)
     assert proc.returncode == 2, proc.stderr
     assert "spec file not found" in proc.stderr
     assert "Traceback" in proc.stderr  # what --debug is for
@@ -321,7 +310,7 @@ def test_debug_anywhere_on_the_command_line_shows_the_traceback(proj: Path, wher
 
 
 def test_without_debug_no_traceback(proj: Path) -> None:
-    proc = cli("validate", proj / "nope.yaml")
+    proc = invoke("validate", proj / "nope.yaml")
     assert_clean_error(proc, 2)
 
 
@@ -339,7 +328,7 @@ def test_debug_after_a_double_dash_is_an_argument() -> None:
 
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_json_on_an_invalid_spec_prints_the_problems(proj: Path, command: str) -> None:
-    proc = cli(command, "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = invoke(command, "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_clean_error(proc, 2)
     doc = json.loads(proc.stdout)
     assert doc["valid"] is False
@@ -347,8 +336,8 @@ def test_json_on_an_invalid_spec_prints_the_problems(proj: Path, command: str) -
 
 
 def test_run_json_and_validate_json_print_the_same_document(proj: Path) -> None:
-    ran = cli("run", "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
-    validated = cli("validate", "--json", proj / "bad.yaml")
+    ran = invoke("run", "--json", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    validated = invoke("validate", "--json", proj / "bad.yaml")
     assert ran.stdout == validated.stdout
 
 
@@ -358,7 +347,7 @@ WARNED = GOOD.replace("training: {s3_data: data, content_type: text/csv, instanc
 
 def test_validate_prints_warnings_and_still_passes(proj: Path) -> None:
     (proj / "warned.yaml").write_text(WARNED)
-    proc = cli("validate", proj / "warned.yaml")
+    proc = invoke("validate", proj / "warned.yaml")
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout
     assert "warning: inputs.training: ShardedByS3Key over 2 hosts but only 1 file: 1 host gets no file" \
@@ -367,16 +356,17 @@ def test_validate_prints_warnings_and_still_passes(proj: Path) -> None:
 
 def test_validate_json_has_the_warnings(proj: Path) -> None:
     (proj / "warned.yaml").write_text(WARNED)
-    doc = json.loads(cli("validate", "--json", proj / "warned.yaml").stdout)
+    doc = json.loads(invoke("validate", "--json", proj / "warned.yaml").stdout)
     assert doc["valid"] is True
     assert [(w["path"], w["message"]) for w in doc["warnings"]] == [
         ("inputs.training", "ShardedByS3Key over 2 hosts but only 1 file: 1 host gets no file")]
-    assert json.loads(cli("validate", "--json", proj / "good.yaml").stdout)["warnings"] == []
+    assert json.loads(invoke("validate", "--json", proj / "good.yaml").stdout)["warnings"] == []
 
 
 def test_render_prints_warnings(proj: Path, tmp_path: Path) -> None:
     (proj / "warned.yaml").write_text(WARNED)
-    proc = cli("render", proj / "warned.yaml", "-o", tmp_path / "r", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = invoke("render", proj / "warned.yaml", "-o", tmp_path / "r",
+                  env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert proc.returncode == 0, proc.stderr
     assert "warning: inputs.training: ShardedByS3Key over 2 hosts" in proc.stderr
 
@@ -386,7 +376,7 @@ def test_render_prints_warnings(proj: Path, tmp_path: Path) -> None:
 
 
 def test_run_without_an_engine_exits_3_with_a_hint(proj: Path) -> None:
-    proc = cli("run", proj / "good.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = invoke("run", proj / "good.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_clean_error(proc, 3)
     assert "Docker" in proc.stderr
     assert "hint:" in proc.stderr
@@ -394,14 +384,14 @@ def test_run_without_an_engine_exits_3_with_a_hint(proj: Path) -> None:
 
 
 def test_run_a_bad_spec_exits_2_before_looking_for_an_engine(proj: Path) -> None:
-    proc = cli("run", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = invoke("run", proj / "bad.yaml", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_clean_error(proc, 2)
     assert "invalid job spec" in proc.stderr
 
 
 @pytest.mark.parametrize("command", [["ps"], ["clean"]], ids=" ".join)
 def test_engine_commands_without_an_engine_exit_3(command: list[str]) -> None:
-    proc = cli(*command, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    proc = invoke(*command, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert_clean_error(proc, 3)
     assert "Docker" in proc.stderr
 
@@ -416,7 +406,7 @@ def test_engine_commands_without_an_engine_exit_3(command: list[str]) -> None:
     ids=["unknown-option", "missing-spec", "unknown-command", "bad-choice"],
 )
 def test_usage_errors_exit_2(proj: Path, args: list[str]) -> None:
-    proc = cli(*args, cwd=proj)
+    proc = invoke(*args, cwd=proj)
     assert_clean_error(proc, 2)
 
 
@@ -484,7 +474,7 @@ def test_run_and_image_build_offer_verbose_and_run_no_build() -> None:
 def test_image_build_refuses_a_framework_it_cannot_build_before_the_engine_is_asked(
         args: list[str], said: str, tmp_path: Path) -> None:
     # No engine answers at this socket: asking it would be exit 3, not the usage error's 2.
-    proc = cli("image", "build", *args, env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
+    proc = invoke("image", "build", *args, env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
     assert_clean_error(proc, 2)
     assert said in proc.stderr
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from testkit import invoke
 
 from emulator.compose import compose_project, compose_yaml, job_subnet, secret_variables
 from emulator.plan import make_plan
@@ -193,12 +191,10 @@ def test_render_writes_and_prints_no_secret(
     raw["environment"] = SECRET_ENV
     spec_path = write_spec(raw)
     out = tmp_path / "rendered"
-    env = {**os.environ, "NO_COLOR": "1"}
     outputs = []
     for args in (["render", str(spec_path), "-o", str(out)], ["validate", str(spec_path)],
                  ["validate", "--json", str(spec_path)]):
-        proc = subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                              env=env, timeout=60, check=False)
+        proc = invoke(*args)
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout + proc.stderr)
     assert all(SECRET not in text for text in outputs)

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from fake_backend import FakeBackend, exits
+from testkit import CliResult, invoke
 
 from emulator import compose, debugger
 from emulator.console import RecordingReporter
@@ -145,11 +143,9 @@ def test_a_port_out_of_range_is_refused(load: Load, valid_raw: dict[str, Any]) -
         debugger.check_target(load(valid_raw), DebugTarget("algo-1", 70000))
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def cli(*args: str | Path) -> CliResult:
     # An engine that cannot answer: a check made after the engine is asked would exit 3 with "Docker".
-    env = {**os.environ, "NO_COLOR": "1", "DOCKER_HOST": "unix:///nonexistent.sock"}
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=60)
+    return invoke(*args, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
 
 
 def test_cli_unknown_host_one_line_a_hint_exit_2(write_spec: Callable[[dict[str, Any]], Path],

@@ -151,7 +151,16 @@ def close_streams(engine: StubEngine) -> None:
 def test_hosts_are_created_concurrently_each_recorded_and_attached(
     plan_of: Callable[[str], Plan], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = StubEngine(on_create=lambda name: time.sleep(0.1))
+    overlapping = threading.Event()
+
+    def create(name: str) -> None:
+        # Each create waits until a second one is under way: creates made one after the other wait
+        # the 5 s out, and the in-flight assertion below fails.
+        if engine.in_flight > 1:
+            overlapping.set()
+        overlapping.wait(5)
+
+    engine = StubEngine(on_create=create)
     backend, plan = backend_on(engine, monkeypatch), plan_of("job-a")
     recorded: list[str] = []
     names = [h.container.name for h in plan.hosts]

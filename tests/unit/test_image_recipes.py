@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 import tomllib
+from testkit import invoke
 from typer.testing import CliRunner
 
 from emulator import image_recipes as recipes
@@ -240,9 +239,8 @@ def test_cli_help_lists_the_variants() -> None:
 
 
 def test_cli_unknown_variant_exits_2_before_any_engine_call(tmp_path: Path) -> None:
-    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/none.sock", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "emulator.cli", "image", "build", "--variant", "nope"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    done = invoke("image", "build", "--variant", "nope", env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"},
+                  cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "unknown image variant 'nope'" in done.stderr and "training" in done.stderr
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 from test_readme_promises import run_cli
+from testkit import wait_for
 
 from emulator import api, cli, job_records, runner
 from emulator.backend import ExecIO, registry
@@ -102,14 +103,14 @@ def test_keep_on_failure_removes_everything_of_a_job_that_did_not_fail(
 
 
 def test_the_run_summary_of_a_kept_job_says_how_to_exec_copy_and_clean(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine_of(monkeypatch, FakeBackend({"algo-2": exits(3, 0.02)}))
     spec = tmp_path / "job.yaml"
     two_groups(tmp_path)
     spec.write_text(json.dumps({"job_name": JOB, "entry_point": "t.py", "source_dir": "code", "output_path": "out",
                                 "instance_groups": [{"instance_group_name": "ga", "instance_type": "ml.c5.xlarge",
                                                      "instance_count": 2}]}))
-    code, text = run_cli(["run", str(spec), "--engine", "fake", "--keep-on-failure", "--quiet"], capsys)
+    code, text = run_cli(["run", str(spec), "--engine", "fake", "--keep-on-failure", "--quiet"])
     assert code == 1
     assert f"hetero-emu exec {JOB} algo-1 -- bash" in text
     assert f"docker cp {JOB}-algo-1:/opt/ml/model ./" in text
@@ -147,24 +148,24 @@ def test_exec_runs_in_a_running_host_itself_and_in_a_copy_of_a_stopped_one(
 
 
 def test_exec_on_an_unknown_job_or_host_is_a_usage_error_naming_what_exists(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = engine_of(monkeypatch, FakeBackend({"algo-1": exits(1, 0.02)}))
     run(two_groups(tmp_path), keep_on_failure=True)
 
-    code, text = run_cli(["exec", "no-such-job", "algo-1", "--engine", "fake", "--", "ls"], capsys)
+    code, text = run_cli(["exec", "no-such-job", "algo-1", "--engine", "fake", "--", "ls"])
     assert code == 2 and "no job 'no-such-job'" in text and "hetero-emu ps" in text and "Traceback" not in text
-    code, text = run_cli(["exec", JOB, "algo-7", "--engine", "fake", "--", "ls"], capsys)
+    code, text = run_cli(["exec", JOB, "algo-7", "--engine", "fake", "--", "ls"])
     assert code == 2 and "no host 'algo-7'" in text and "algo-1, algo-2" in text
     assert fake.exec_calls == []
 
 
 def test_exec_on_a_finished_job_says_it_is_not_running_with_exit_3(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine_of(monkeypatch, FakeBackend())
     result, _ = run(two_groups(tmp_path))
     with pytest.raises(NotRunning):
         api.exec_in_host(JOB, "algo-1", ["ls"], exec_io()[0], engine_name="fake")
-    code, text = run_cli(["exec", JOB, "algo-1", "--engine", "fake", "--", "ls"], capsys)
+    code, text = run_cli(["exec", JOB, "algo-1", "--engine", "fake", "--", "ls"])
     lines = text.strip().splitlines()
     assert code == 3 and len(lines) == 2, text
     assert lines[0] == (f"error: job {JOB} is not running (it is Completed): its containers were removed, "
@@ -204,12 +205,12 @@ def test_follow_prints_what_is_there_then_lines_as_written_and_ends_when_the_job
     seen: list[tuple[str, str, str]] = []
     thread = threading.Thread(target=lambda: seen.extend(follower.lines()), daemon=True)
     thread.start()
-    time.sleep(0.2)
+    wait_for(lambda: seen, "the line that was there")
     with (folder / "logs" / "algo-2.log").open("a") as f:
         f.write("from two\nno newline yet")
     with (folder / "logs" / "algo-1.log").open("a") as f:
         f.write("second\n")
-    time.sleep(0.2)
+    wait_for(lambda: len(seen) >= 3, "the lines written since")
     try:
         assert thread.is_alive()  # the job runs on: the follow goes on
         assert ("algo-1", "g", "second") in seen and ("algo-2", "g", "from two") in seen
@@ -222,40 +223,38 @@ def test_follow_prints_what_is_there_then_lines_as_written_and_ends_when_the_job
 
 
 def test_follow_of_a_job_whose_driver_died_ends_instead_of_waiting(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path) -> None:
     gone = current_driver().rsplit("/", 1)[0] + "/1"  # this pid, another start time: a dead driver
     folder = fake_job_folder(tmp_path, gone)
     (folder / "logs" / "algo-1.log").write_text("last words\n")
     started = time.monotonic()
-    code, text = run_cli(["logs", JOB, "--follow", "--engine", "fake"], capsys)
+    code, text = run_cli(["logs", JOB, "--follow", "--engine", "fake"])
     assert code == 0 and time.monotonic() - started < 5
     assert "algo-1 (g) | last words" in text
     assert f"the driver of {JOB} is gone" in text
 
 
-def test_follow_filters_by_host_and_refuses_an_unknown_host(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_follow_filters_by_host_and_refuses_an_unknown_host(tmp_path: Path) -> None:
     folder = fake_job_folder(tmp_path, current_driver())
     (folder / "logs" / "algo-1.log").write_text("one\n")
     (folder / "logs" / "algo-2.log").write_text("two\n")
     job_records.record(JOB, folder, "Failed")
-    code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-2", "--engine", "fake"], capsys)
+    code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-2", "--engine", "fake"])
     assert code == 0 and "algo-2 (g) | two" in text and "one" not in text
-    code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-9", "--engine", "fake"], capsys)
+    code, text = run_cli(["logs", JOB, "--follow", "--host", "algo-9", "--engine", "fake"])
     assert code == 2 and "no host 'algo-9'" in text and "algo-1, algo-2" in text
 
 
 def test_follow_of_a_job_that_never_ran_is_one_line_a_hint_and_exit_2(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     engine_of(monkeypatch, FakeBackend())
-    code, text = run_cli(["logs", "never-ran", "--follow", "--engine", "fake"], capsys)
+    code, text = run_cli(["logs", "never-ran", "--follow", "--engine", "fake"])
     lines = text.strip().splitlines()
     assert code == 2 and len(lines) == 2 and "Traceback" not in text
     assert lines[0].startswith("error: no job 'never-ran'") and "hetero-emu ps" in lines[1]
 
 
-def test_ctrl_c_ends_a_follow_quietly_with_exit_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_ends_a_follow_quietly_with_exit_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = fake_job_folder(tmp_path, current_driver())
     (folder / "logs" / "algo-1.log").write_text("hello\n")
 
@@ -263,7 +262,7 @@ def test_ctrl_c_ends_a_follow_quietly_with_exit_130(tmp_path: Path, monkeypatch:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(api.time, "sleep", interrupted)
-    code, text = run_cli(["logs", JOB, "--follow", "--engine", "fake"], capsys)
+    code, text = run_cli(["logs", JOB, "--follow", "--engine", "fake"])
     assert code == 130
     assert text.strip().splitlines() == ["algo-1 (g) | hello"]  # nothing said about the stop
 
@@ -292,10 +291,10 @@ def test_describe_json_prints_job_json_exactly_as_written(
 
 
 def test_describe_reads_as_a_summary_of_status_times_hosts_channels_and_artifacts(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine_of(monkeypatch, FakeBackend({"algo-1": exits(0), "algo-2": exits(4, 0.02, logs=["oops\n"])}))
     result, _ = run(two_groups(tmp_path))
-    code, text = run_cli(["describe", JOB, "--engine", "fake"], capsys)
+    code, text = run_cli(["describe", JOB, "--engine", "fake"])
     assert code == 0
     lines = text.splitlines()
     assert lines[0] == f"{JOB}: Failed"
@@ -313,9 +312,9 @@ def test_describe_reads_as_a_summary_of_status_times_hosts_channels_and_artifact
 
 
 def test_describe_of_an_unknown_job_is_one_line_a_hint_and_exit_2(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     engine_of(monkeypatch, FakeBackend())
-    code, text = run_cli(["describe", "nope", "--engine", "fake"], capsys)
+    code, text = run_cli(["describe", "nope", "--engine", "fake"])
     lines = text.strip().splitlines()
     assert code == 2 and len(lines) == 2 and lines[0].startswith("error: no job 'nope'")
     assert lines[1].startswith("hint:")

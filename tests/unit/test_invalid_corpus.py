@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,8 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
+from testkit import invoke
 
-from emulator import cli
 from emulator.errors import SpecError
 from emulator.spec import MAX_SPEC_BYTES, JobSpec, load_spec_file, validate
 
@@ -73,20 +71,10 @@ class Outcome:
     output: str
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
+def run_cli(argv: list[str]) -> Outcome:
     """`hetero-emu ARGV` in this process: main() maps every error to its exit code and message."""
-    saved_argv, saved_term = sys.argv, signal.getsignal(signal.SIGTERM)
-    sys.argv = ["hetero-emu", *argv]
-    try:
-        cli.main()
-        code = 0  # main() always exits; reaching here would be a bug
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    finally:
-        sys.argv = saved_argv
-        signal.signal(signal.SIGTERM, saved_term)
-    captured = capsys.readouterr()
-    return Outcome(code, captured.out + captured.err)
+    result = invoke(*argv)
+    return Outcome(result.returncode, result.stdout + result.stderr)
 
 
 def expand(args: list[str], case: Case, out: Path) -> list[str]:
@@ -111,10 +99,10 @@ def test_every_case_says_what_it_expects(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_invalid_case_fails_cleanly_with_its_message(
-    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    path: Path, tmp_path: Path
 ) -> None:
     case = parse_case(path)
-    outcome = run_cli([case.command, str(path), *expand(case.args, case, tmp_path / "out")], capsys)
+    outcome = run_cli([case.command, str(path), *expand(case.args, case, tmp_path / "out")])
     assert "Traceback" not in outcome.output, outcome.output
     assert "internal error" not in outcome.output, outcome.output
     assert outcome.code == case.exit, f"exit {outcome.code}, expected {case.exit}:\n{outcome.output}"
@@ -123,10 +111,10 @@ def test_invalid_case_fails_cleanly_with_its_message(
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), "render wrote output"
 
 
-def test_the_fixtures_alone_make_a_valid_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_fixtures_alone_make_a_valid_spec(tmp_path: Path) -> None:
     """The baseline every case breaks: without the breakage, the same paths and groups validate."""
     spec = CORPUS / "_fixtures" / "valid.yaml"
-    outcome = run_cli(["validate", str(spec)], capsys)
+    outcome = run_cli(["validate", str(spec)])
     assert outcome.code == 0, outcome.output
     assert "2 group(s), 3 host(s), 2 channel(s)" in outcome.output
 

@@ -131,6 +131,7 @@ def test_a_crlf_split_between_chunks_is_one_line_and_no_update(tmp_path: Path) -
     assert [line for _, _, line in reporter.lines] == ["windows line", "next"]
 
 
+@pytest.mark.slow  # a 20,000-line flood through a console held back on purpose
 def test_a_slow_console_is_summarised_and_the_file_still_gets_every_byte(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logs_module, "CONSOLE_BACKLOG", 64 * 1024)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from fake_backend import FakeBackend, exits
+from testkit import invoke, write_train_project
 from typer.testing import CliRunner
 
 from emulator import api
@@ -248,7 +248,7 @@ def test_render_writes_the_given_constraints_into_plan_json(
 
 
 # ---------------------------------------------------------------------------------------------------
-# the command line (exit codes through `main()`, in a subprocess as tests/unit/test_cli.py does)
+# the command line (exit codes through `main()`, in this process as tests/unit/test_cli.py does)
 
 
 SPEC = """\
@@ -264,21 +264,14 @@ output_path: out
 
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "code").mkdir(parents=True)
-    (root / "code" / "train.py").write_text("print('hi')\n")
-    (root / "job.yaml").write_text(SPEC)
-    return root
+    return write_train_project(tmp_path / "proj", job=SPEC)
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=60)
 
 
 def test_render_placement_options_add_to_and_override_the_spec(proj: Path, tmp_path: Path) -> None:
     out = tmp_path / "rendered"
-    proc = cli("render", proj / "job.yaml", "-o", out, "--placement", "data_group:role=cpu",
+    proc = invoke("render", proj / "job.yaml", "-o", out, "--placement", "data_group:role=cpu",
                "--placement", "data_group:zone=a", "--placement", "dnn_group:role=gpu")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "plan.json").read_text())
@@ -299,7 +292,7 @@ def test_render_placement_options_add_to_and_override_the_spec(proj: Path, tmp_p
 def test_render_refuses_a_bad_placement_before_writing_anything(
         proj: Path, tmp_path: Path, option: str, fragments: list[str]) -> None:
     out = tmp_path / "rendered"
-    proc = cli("render", proj / "job.yaml", "-o", out, "--placement", option)
+    proc = invoke("render", proj / "job.yaml", "-o", out, "--placement", option)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     for fragment in fragments:
@@ -332,7 +325,7 @@ def test_the_help_says_placement_matters_on_the_swarm_engine_only(command: str) 
 
 
 def test_validate_json_lists_each_groups_placement(proj: Path) -> None:
-    proc = cli("validate", "--json", proj / "job.yaml")
+    proc = invoke("validate", "--json", proj / "job.yaml")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [g["placement"] for g in doc["instance_groups"]] == [{"role": "old"}, {}]

@@ -6,16 +6,14 @@ keeps true."""
 from __future__ import annotations
 
 import re
-import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from markdown_links import Link, broken
+from testkit import invoke
 
-from emulator import cli
 from emulator.backend.docker import DockerBackend
 from emulator.backend.liveness import driver_alive
 from emulator.compose import COMPOSE_DRIVER
@@ -25,22 +23,10 @@ from emulator.spec import JobSpec
 Raw = dict[str, Any]
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def run_cli(argv: list[str]) -> tuple[int, str]:
     """`hetero-emu ARGV` through the entry point's main(), in this process: (exit code, stdout + stderr)."""
-    saved_argv, saved_term = sys.argv, signal.getsignal(signal.SIGTERM)
-    saved_int = signal.getsignal(signal.SIGINT)
-    sys.argv = ["hetero-emu", *argv]
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        signal.signal(signal.SIGTERM, saved_term)
-        signal.signal(signal.SIGINT, saved_int)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    result = invoke(*argv)
+    return result.returncode, result.stdout + result.stderr
 
 
 # --------------------------------------------------------------------------------------------------
@@ -48,14 +34,14 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 def test_debug_shows_the_traceback_that_is_hidden_otherwise(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path
 ) -> None:
     missing = str(tmp_path / "no-such-spec.yaml")
-    code, plain = run_cli(["validate", missing], capsys)
+    code, plain = run_cli(["validate", missing])
     assert code == 2 and "Traceback" not in plain
     assert "no-such-spec.yaml" in plain
     for args in (["--debug", "validate", missing], ["validate", missing, "--debug"]):
-        code, debug = run_cli(args, capsys)
+        code, debug = run_cli(args)
         assert code == 2  # the same outcome, with the traceback added
         assert "Traceback (most recent call last)" in debug and "no-such-spec.yaml" in debug
 

@@ -168,17 +168,17 @@ def test_request_names_map_every_internal_path() -> None:
 
 @pytest.mark.parametrize("text", ['{"TrainingJobName": "x",}', '{"TrainingJobName": "x"', "",
                                   '{"TrainingJobName": "x", "TrainingJobName": "y"}'])
-def test_malformed_json_is_one_clear_line(project: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_json_is_one_clear_line(project: Path, text: str) -> None:
     path = project / "bad.json"
     path.write_text(text)
-    outcome = run_cli(["validate", str(path)], capsys)
+    outcome = run_cli(["validate", str(path)])
     assert outcome.code == 2, outcome.output
     assert "Traceback" not in outcome.output and "internal error" not in outcome.output
     assert "not valid JSON" in outcome.output or "key given twice" in outcome.output, outcome.output
 
 
-def test_the_baseline_request_validates(capsys: pytest.CaptureFixture[str]) -> None:
-    outcome = run_cli(["validate", str(CORPUS / "_fixtures" / "request.json")], capsys)
+def test_the_baseline_request_validates() -> None:
+    outcome = run_cli(["validate", str(CORPUS / "_fixtures" / "request.json")])
     assert outcome.code == 0, outcome.output
     assert "2 group(s), 3 host(s), 1 channel(s)" in outcome.output
 
@@ -236,11 +236,10 @@ SPECS = {
 
 
 @pytest.mark.parametrize("name", list(SPECS))
-def test_yaml_to_request_to_plan_is_the_same_plan(project: Path, tmp_path: Path, name: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_yaml_to_request_to_plan_is_the_same_plan(project: Path, tmp_path: Path, name: str) -> None:
     (project / "job.yaml").write_text(yaml.safe_dump(SPECS[name]))
     from_yaml = api.load(project / "job.yaml")
-    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "--job-name", "fixed-name"], capsys)
+    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "--job-name", "fixed-name"])
     assert outcome.code == 0, outcome.output
     document = json.loads(outcome.output)
     assert document["TrainingJobName"] == "fixed-name"
@@ -261,10 +260,10 @@ def test_yaml_to_request_to_plan_is_the_same_plan(project: Path, tmp_path: Path,
     assert request_from_spec(from_request, "fixed-name") == document, "and the way back is stable"
 
 
-def test_render_as_request_to_a_file(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_as_request_to_a_file(project: Path) -> None:
     (project / "job.yaml").write_text(yaml.safe_dump(SPECS["container-entry-point"]))
     target = project / "request.json"
-    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "-o", str(target)], capsys)
+    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "-o", str(target)])
     assert outcome.code == 0 and json.loads(target.read_text())["TrainingJobName"] == "entry"
-    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "-o", str(target)], capsys)
+    outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "-o", str(target)])
     assert outcome.code == 2 and "exists" in outcome.output

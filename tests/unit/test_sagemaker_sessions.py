@@ -15,6 +15,7 @@ from emulator.aws.logs import GROUP
 
 
 def test_the_package_imports_no_session_module_until_one_is_asked_for() -> None:
+    # A fresh interpreter: this one has imported the SDK and both session modules already.
     code = """
 import sys
 import emulator.sagemaker as package

@@ -30,6 +30,11 @@ from emulator.errors import EmulatorError, SpecError
 from emulator.plan import job_name_from, make_plan, summary
 from emulator.spec import JobSpec, load_spec_file, parse_yaml, validate
 
+# The round trips below check that a document is safe YAML; libyaml's safe loader and dumper check
+# the same thing many times faster than PyYAML's pure-Python ones, which took most of each example.
+SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 NOW = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
 SETTINGS = settings(
     max_examples=300,
@@ -285,8 +290,8 @@ def check_everything_downstream(spec: JobSpec, host_order: str, seed: int) -> No
     json.dumps(contract.describe_input_data_config(spec))
     project = compose.compose_project(plan)
     json.dumps(project)
-    yaml.safe_load(yaml.safe_dump(project))
-    yaml.safe_load(compose.compose_yaml(plan))
+    yaml.load(yaml.dump(project, Dumper=SafeDumper), Loader=SafeLoader)
+    yaml.load(compose.compose_yaml(plan), Loader=SafeLoader)
     assert summary(plan)
 
 
@@ -298,6 +303,7 @@ def validated(raw: Any, base: Path) -> JobSpec | None:
         return None
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=mutated_specs(), host_order=st.sampled_from(["spec", "shuffled"]), seed=st.integers(-(2**40), 2**40))
 def test_mutated_spec_gives_a_jobspec_or_our_error(
@@ -308,6 +314,7 @@ def test_mutated_spec_gives_a_jobspec_or_our_error(
         check_everything_downstream(spec, host_order, seed)
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=plausible_specs(), host_order=st.sampled_from(["spec", "shuffled"]), seed=st.integers(0, 2**32))
 def test_plausible_spec_reaches_the_plan_or_gives_our_error(
@@ -318,6 +325,7 @@ def test_plausible_spec_reaches_the_plan_or_gives_our_error(
         check_everything_downstream(spec, host_order, seed)
 
 
+@pytest.mark.slow  # 300 examples, each planned and rendered
 @SETTINGS
 @given(raw=st.dictionaries(keys, junk, max_size=8))
 def test_junk_mapping_gives_a_jobspec_or_our_error(project: Path, raw: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from testkit import CliResult, invoke
 
 from emulator import Job
 from emulator.errors import Problem, SpecError
@@ -33,13 +34,15 @@ instance_type: ml.c5.xlarge
 """
 
 
-def cli(*args: str, cwd: Path | None = None, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def in_mount_namespace(script: str) -> subprocess.CompletedProcess[str]:
+    """`sh -c SCRIPT` as root of a private user and mount namespace (unshare): the script mounts, then
+    execs the CLI, which must be a process of its own to live in that namespace."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([*prefix, sys.executable, "-m", "emulator.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=60)
+    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+                          capture_output=True, text=True, env=env, timeout=60)
 
 
-def assert_refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+def assert_refused(result: CliResult | subprocess.CompletedProcess[str], *fragments: str) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
     assert "Traceback" not in output and "internal error" not in output, output
@@ -70,9 +73,9 @@ def test_job_name_on_the_command_line_is_checked_the_same(project: Path,
                                                           write_spec: Callable[[str], Path]) -> None:
     spec = write_spec(HEAD + "job_name: short\n")
     rendered = str(project / "rendered")
-    assert_refused(cli("render", str(spec), "-o", rendered, "--job-name", HYPHENS_231), "job_name:",
+    assert_refused(invoke("render", str(spec), "-o", rendered, "--job-name", HYPHENS_231), "job_name:",
                    "231 characters long")
-    assert_refused(cli("run", str(spec), "--job-name", HYPHENS_231), "job_name:", "231 characters long")
+    assert_refused(invoke("run", str(spec), "--job-name", HYPHENS_231), "job_name:", "231 characters long")
     assert not (project / "rendered").exists()
     assert not (project / "output").exists(), "nothing may be staged"
 
@@ -179,7 +182,7 @@ def test_refused_entry_point_exits_2_before_anything_is_staged(project: Path,
                                                                write_spec: Callable[[str], Path]) -> None:
     (project / "code" / "run.sh").write_text("echo hi\n")
     spec = write_spec(HEAD.replace("train.py", "./run.sh"))
-    assert_refused(cli("run", str(spec)), "entry_point: './run.sh' cannot be run by the training toolkit")
+    assert_refused(invoke("run", str(spec)), "entry_point: './run.sh' cannot be run by the training toolkit")
     assert not (project / "output").exists()
 
 
@@ -281,8 +284,7 @@ def test_project_folder_on_a_read_only_mount_is_refused_even_for_root(shared_pro
         pytest.skip("unprivileged user and mount namespaces are not available")
     script = (f"mount --bind -o ro {shared_project} {shared_project} && "
               f"exec {sys.executable} -m emulator.cli validate {shared_project}/job.yaml")
-    result = cli(prefix=("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "--"))
-    # cli() appends `python -m emulator.cli` after the prefix; sh -c ignores them past `--`.
+    result = in_mount_namespace(script)
     assert_refused(result, f"output_path: {shared_project}/output cannot be created: {shared_project} is on a "
                    "read-only filesystem")
 
@@ -295,7 +297,7 @@ def test_checkpoint_folder_on_a_read_only_mount_is_refused(shared_project: Path)
         spec.write(f"checkpoint_s3_uri: ckpt\noutput_path: {tempfile.gettempdir()}\n")
     script = (f"mount --bind -o ro {shared_project}/ckpt {shared_project}/ckpt && "
               f"exec {sys.executable} -m emulator.cli validate {shared_project}/job.yaml")
-    result = cli(prefix=("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "--"))
+    result = in_mount_namespace(script)
     assert_refused(result, f"checkpoint_s3_uri: {shared_project}/ckpt is on a read-only filesystem")
     assert "--output-path" not in result.stderr
 
@@ -320,7 +322,7 @@ def test_render_into_what_the_job_reads_is_refused_naming_o(
     (project / "ckpt").mkdir()
     spec = write_spec(HEAD + "job_name: r\ninputs: {training: data/train}\ncheckpoint_s3_uri: ckpt\n")
     before = _tree(project)
-    result = cli("render", str(spec), "-o", str(project / target))
+    result = invoke("render", str(spec), "-o", str(project / target))
     assert_refused(result, f"-o {project / target} is inside {field}", "choose a folder outside")
     assert _tree(project) == before, "nothing may be written"
 
@@ -328,5 +330,5 @@ def test_render_into_what_the_job_reads_is_refused_naming_o(
 def test_render_into_a_folder_that_cannot_be_made_is_refused(project: Path,
                                                              write_spec: Callable[[str], Path]) -> None:
     (project / "blocker").write_text("")
-    result = cli("render", str(write_spec(HEAD + "job_name: r\n")), "-o", str(project / "blocker" / "out"))
+    result = invoke("render", str(write_spec(HEAD + "job_name: r\n")), "-o", str(project / "blocker" / "out"))
     assert_refused(result, "-o:", "blocker is a file, not a folder")
