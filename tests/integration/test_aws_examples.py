@@ -23,6 +23,7 @@ import re
 import shutil
 import struct
 import tarfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +92,16 @@ def test_the_pytorch_grpc_data_offload_example(tmp_path: Path) -> None:
         hyperparameters={"batch-size": 32, "num-data-workers": 1, "grpc-workers": 1, "num-dnn-workers": 1,
                          "pin-memory": True, "iterations": 5, "region": session.boto_region_name},
     )
-    estimator.fit(inputs={"training": location, "testing": location}, job_name="pt-hetero-grpc", logs=False)
+    # A name of this run's own: another checkout's tests may run the same example on a shared engine.
+    job_name = f"pt-hetero-grpc-{uuid.uuid4().hex[:8]}"
+    estimator.fit(inputs={"training": location, "testing": location}, job_name=job_name, logs=False)
 
-    described = session.describe_training_job("pt-hetero-grpc")
+    described = session.describe_training_job(job_name)
     assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
     assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
         ("algo-1", "data_group", 0), ("algo-2", "dnn_group", 0)]
     assert "pytorch 1.11.0 py38: running on Python 3.9" in described["Emulator"]["StandIn"]["Notes"]
-    data_log, dnn_log = log(session, "pt-hetero-grpc", "algo-1"), log(session, "pt-hetero-grpc", "algo-2")
+    data_log, dnn_log = log(session, job_name, "algo-1"), log(session, job_name, "algo-2")
     # The toolkit installed the example's requirements from the wheelhouse resolved in the image.
     assert "Successfully installed" in dnn_log and "protobuf-3.20.2" in dnn_log, dnn_log[-3000:]
     assert "Finished filling queue" in data_log and "shutdown received" in data_log, data_log[-3000:]
@@ -123,19 +126,20 @@ def test_the_tensorflow_tf_data_service_example(tmp_path: Path) -> None:
         distribution={"mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "--NCCL_DEBUG WARN"},
                       "instance_groups": [dnn_group]},
     )
-    estimator.fit(job_name="tf-hetero-data-service", logs=False)
+    job_name = f"tf-hetero-data-service-{uuid.uuid4().hex[:8]}"  # of this run's own, as above
+    estimator.fit(job_name=job_name, logs=False)
 
-    described = session.describe_training_job("tf-hetero-data-service")
+    described = session.describe_training_job(job_name)
     assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
     assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
         ("algo-1", "data_group", 0), ("algo-2", "data_group", 0), ("algo-3", "dnn_group", 0)]
-    dnn_log = log(session, "tf-hetero-data-service", "algo-3")
+    dnn_log = log(session, job_name, "algo-3")
     trained = sorted(tagged(dnn_log, "TRAINED"), key=lambda t: t["rank"])
     assert [(t["rank"], t["size"], t["epochs"]) for t in trained] == [(0, 2, 1), (1, 2, 1)], dnn_log[-3000:]
     assert "Successfully installed" in dnn_log and "tensorflow-addons-0.17.0" in dnn_log, dnn_log[-3000:]
     for host in ("algo-1", "algo-2", "algo-3"):  # the dnn host's own extra worker too
-        assert "shutdown received" in log(session, "tf-hetero-data-service", host), host
+        assert "shutdown received" in log(session, job_name, host), host
         assert f"sent the shutdown to {host}:16000" in dnn_log
-    assert "dispatcher on port 6000" in log(session, "tf-hetero-data-service", "algo-1")
+    assert "dispatcher on port 6000" in log(session, job_name, "algo-1")
     members = model_members(tmp_path / "s3", estimator.model_data)
     assert any(name.endswith("000000001/saved_model.pb") for name in members), members
