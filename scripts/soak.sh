@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the Docker tests RUNS times in a row (default 5) while LOAD busy processes (default one per
-# core) keep the CPUs saturated, and prints, for every run, its time and the tests that failed: a
-# test that fails in one run and passes in another is a flake. The images must be built first
-# (`scripts/test.sh` does it). Extra arguments go to pytest (e.g. `-k mpi` or `tests/faults`).
+# Runs the tests RUNS times in a row (default 5), exactly as scripts/test.sh runs them (its two
+# pytest passes, `--tests-only`), while LOAD busy processes (default one per core) keep the CPUs
+# saturated, and prints, for every run, its time and the tests that failed: a test that fails in one
+# run and passes in another is a flake. The images must be built first (`scripts/test.sh` does it).
+# Extra arguments go to pytest (e.g. `-k mpi`).
 #
 #   RUNS=5 LOAD=2 bash scripts/soak.sh
 set -euo pipefail
@@ -10,8 +11,6 @@ cd "$(dirname "$0")/.."
 runs="${RUNS:-5}"
 load="${LOAD:-$(nproc)}"
 out="$(mktemp -d)"
-targets=(tests/integration tests/faults tests/swarm)
-[ $# -gt 0 ] && targets=("$@")
 
 busy=()
 stop_load() { [ ${#busy[@]} -eq 0 ] || kill "${busy[@]}" 2>/dev/null || true; }
@@ -20,13 +19,16 @@ for _ in $(seq "$load"); do
   .venv/bin/python -c "while True: pass" &
   busy+=($!)
 done
-echo "== $runs runs of ${targets[*]} under $load busy processes; reports in $out"
+echo "== $runs runs of the tests under $load busy processes; reports in $out"
 
 for run in $(seq "$runs"); do
   started=$(date +%s)
-  EMULATOR_REQUIRE_DOCKER=1 .venv/bin/python -m pytest "${targets[@]}" -q -p no:cacheprovider \
-    --junitxml="$out/run-$run.xml" >"$out/run-$run.log" 2>&1 || true
-  echo "run $run: $(( $(date +%s) - started )) s, $(tail -n 1 "$out/run-$run.log")"
+  mkdir -p "$out/run-$run"
+  EMULATOR_REQUIRE_DOCKER=1 JUNIT_DIR="$out/run-$run" bash scripts/test.sh --tests-only "$@" \
+    >"$out/run-$run.log" 2>&1 || true
+  # The last line of each pass: its counts and seconds.
+  summary=$(grep -E "(passed|failed|error).* in [0-9.]+s" "$out/run-$run.log" | tr -d '=' | paste -sd ';' -)
+  echo "run $run: $(( $(date +%s) - started )) s;$summary"
 done
 
 # One line per test that failed in any run: the runs it failed in.
@@ -38,7 +40,8 @@ from pathlib import Path
 out, runs = Path(sys.argv[1]), int(sys.argv[2])
 failed: dict[str, list[int]] = {}
 for run in range(1, runs + 1):
-    for case in ET.parse(out / f"run-{run}.xml").iter("testcase"):
+    cases = [c for report in sorted((out / f"run-{run}").glob("*.xml")) for c in ET.parse(report).iter("testcase")]
+    for case in cases:
         if case.find("failure") is not None or case.find("error") is not None:
             failed.setdefault(f"{case.get('classname')}::{case.get('name')}", []).append(run)
 for name, where in sorted(failed.items()):

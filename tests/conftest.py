@@ -8,6 +8,7 @@ CI can never go green by silently skipping every container test.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,21 @@ FOLDER_MARKS: dict[str, tuple[str, ...]] = {
     "integration": ("docker",),
     # Fault tests kill drivers and clean every job: another test's job would be a leftover to them.
     "faults": ("docker", "serial"),
-    "swarm": ("swarm", "docker", "serial"),
+    # The swarm's nodes carry labels of their own and its jobs run inside them: it shares nothing
+    # with the other tests but the one cluster of the session (SWARM_GROUP).
+    "swarm": ("swarm", "docker"),
 }
+#: pytest-xdist's `--dist loadgroup` runs the tests of one group on one worker, one after another:
+#: the serial tests so that no two of them overlap (scripts/test.sh keeps every other Docker test
+#: out of their pass), the swarm tests so that one worker makes the session's cluster, not each.
+SERIAL_GROUP, SWARM_GROUP = "serial", "swarm"
 #: Files of those folders that need no engine: the wheel test only builds and unpacks a wheel.
 NO_ENGINE = {"integration/test_package_data.py"}
 TESTS = Path(__file__).resolve().parent
 
 
+# tryfirst: pytest-xdist reads the xdist_group marks in a hook of its own, which must see them.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         try:
@@ -41,6 +50,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for mark in FOLDER_MARKS.get(where.parts[0], ()):
             if mark not in {m.name for m in item.iter_markers()}:
                 item.add_marker(mark)
+        marks = {m.name for m in item.iter_markers()}
+        for mark, group in (("serial", SERIAL_GROUP), ("swarm", SWARM_GROUP)):
+            if mark in marks:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def python_ctrl_c() -> Iterator[None]:
+    """Python's own Ctrl-C handler, which the tests that deliver SIGINT to themselves expect, even when
+    the suite was started in the background: a non-interactive shell starts background jobs with
+    SIGINT ignored, and Python keeps an ignored SIGINT it inherits instead of installing its handler
+    (https://docs.python.org/3/library/signal.html#signal.default_int_handler)."""
+    inherited = signal.getsignal(signal.SIGINT)
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fails a grouped test that pytest-xdist's `--dist loadgroup` did not group, before it runs: the
+    group is a suffix of the node id, which some pytest releases silently drop
+    (https://github.com/pytest-dev/pytest-xdist/issues/1386), and the serial tests would overlap."""
+    if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") \
+            and "@" not in item.nodeid:
+        pytest.fail("pytest-xdist did not group this test (--dist loadgroup): this pytest breaks it; "
+                    "install the pytest that pyproject.toml pins", pytrace=False)
 
 
 def _engine() -> object | None:

@@ -27,9 +27,7 @@ from emulator.runner import run_job
 from emulator.sagemaker import EmulatorSession
 from emulator.spec import validate
 
-# serial: a test tags the default image with PyTorch 1.11's ECR name for a while, which would turn
-# any other PyTorch 1.11 job running then from the stand-in to that image.
-pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.usefixtures("no_leftovers")]
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 
@@ -119,6 +117,9 @@ def test_a_framework_image_runs_its_version_and_python_and_a_distributed_step(
     assert [s["host"] for s in seen if s["group"] == "data"] == ["algo-1"], seen
 
 
+# serial: it tags the default image with PyTorch 1.11's ECR name for a while, which would turn any
+# other PyTorch 1.11 job running then from the stand-in to that image.
+@pytest.mark.serial
 def test_an_image_tagged_with_the_ecr_name_wins_over_the_stand_in(
         tmp_path: Path, docker_client: docker.DockerClient, training_image: str) -> None:
     """AWS's image, when the engine has it (here: the default image tagged with the ECR name the SDK
