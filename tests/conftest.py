@@ -51,9 +51,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if mark not in {m.name for m in item.iter_markers()}:
                 item.add_marker(mark)
         marks = {m.name for m in item.iter_markers()}
-        for mark, group in (("serial", SERIAL_GROUP), ("swarm", SWARM_GROUP)):
-            if mark in marks:
-                item.add_marker(pytest.mark.xdist_group(group))
+        # One group each: a serial test of the swarm folder (on this machine's engine) is serial.
+        if "serial" in marks:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+        elif "swarm" in marks:
+            item.add_marker(pytest.mark.xdist_group(SWARM_GROUP))
 
 
 @pytest.fixture(scope="session", autouse=True)
