@@ -27,8 +27,9 @@ source scripts/setup.sh
 unset PYTHONDONTWRITEBYTECODE
 
 # Two workers (pytest-xdist) for CPU-bound tests on this project's two-core machines, four for the
-# Docker tests, which mostly wait; PYTEST_WORKERS and DOCKER_WORKERS change them. JUNIT_DIR, when set,
-# gets a JUnit report of each pass (scripts/soak.sh reads them).
+# Docker tests, which on two workers leave the CPUs half idle (containers starting, the MPI toolkit's
+# fixed sleeps); PYTEST_WORKERS and DOCKER_WORKERS change them. JUNIT_DIR, when set, gets a JUnit
+# report of each pass (scripts/soak.sh reads them).
 workers="${PYTEST_WORKERS:-2}"
 docker_workers="${DOCKER_WORKERS:-4}"
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
@@ -70,9 +71,8 @@ fi
 # 1. what must not share the engine with other Docker tests (marker serial: the fault suite, the
 #    memlock probes, the ECR tag, the kept jobs), in order on one worker, while the other workers
 #    run the unit tests, which never touch the engine;
-# 2. every other Docker test, the swarm suite (one cluster, on one worker) among them. Most of
-#    their time is waiting (containers starting, the MPI toolkit's fixed sleeps), not CPU: more
-#    workers than cores finish sooner (docs/benchmarks.md, the test suite).
+# 2. every other Docker test, the swarm suite (one cluster, on one worker) among them, on more
+#    workers than cores (docs/benchmarks.md, the test suite).
 # The second pass runs even when the first failed, so one run shows every failure. A pass selecting
 # nothing (pytest's exit 5, e.g. with -k) is no failure.
 failed=0

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ import requests
 
 from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource, ulimits
 from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
-from emulator.backend.docker_http import raw_socket
+from emulator.backend.docker_http import raw_socket, read_timeout
 from emulator.backend.docker_parts import (
     START_WORKERS,
     SharedMembers,
@@ -628,7 +628,7 @@ class DockerBackend(SharedMembers):
                 try:
                     # A commit diffs the container's whole writable layer: seconds on fuse-overlayfs
                     # under load, well past the client's usual timeout.
-                    with _patient(api, COMMIT_TIMEOUT):
+                    with read_timeout(api, COMMIT_TIMEOUT):
                         image = str(api.commit(container.name, message=f"hetero-emu exec in {host}")["Id"])
                     ident = str(api.create_container(
                         image, entrypoint=[command[0]], command=list(command[1:]), hostname=host, labels=labels,
@@ -667,19 +667,8 @@ class DockerBackend(SharedMembers):
                     api.remove_container(ident, force=True, v=True)
             with contextlib.suppress(docker.errors.APIError, requests.exceptions.RequestException):
                 if image is not None:
-                    with _patient(api, COMMIT_TIMEOUT):
+                    with read_timeout(api, COMMIT_TIMEOUT):
                         api.remove_image(image)
-
-
-@contextlib.contextmanager
-def _patient(api: docker.APIClient, timeout: float) -> Iterator[None]:
-    """The client's timeout raised for one slow call (docker-py reads it per request)."""
-    saved = api.timeout
-    api.timeout = max(saved, timeout) if isinstance(saved, (int, float)) else timeout
-    try:
-        yield
-    finally:
-        api.timeout = saved
 
 
 class _SinkFailed(Exception):

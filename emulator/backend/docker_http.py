@@ -1,13 +1,16 @@
 """The engine calls docker-py has no public method for, as typed methods over its low-level client
 (`docker.APIClient`). docker-py offers `_get`, `_post`, `_url` and `_raise_for_status` to itself only;
 every use of them, and of the socket under a streamed answer, is here, so that a docker-py release
-that changes them breaks one small module, and the engines read as calls of the Engine API.
+that changes them breaks one small module, and the engines read as calls of the Engine API. The
+client's read timeout, which docker-py keeps in an attribute, is raised for a slow call here too
+(`read_timeout`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import docker
@@ -28,6 +31,20 @@ def hang_up(response: requests.Response) -> None:
     raw: Any = response.raw
     with contextlib.suppress(Exception):
         raw._fp.fp.raw._sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def read_timeout(api: docker.APIClient, seconds: float | None) -> Iterator[None]:
+    """The client's read timeout raised to at least `seconds` (None: no limit) for the calls made
+    inside, and given back after: docker-py reads `APIClient.timeout` at each request, and a commit
+    of gigabytes, or pip silent over a large wheel, answers only when it is done. Never lowered: a
+    client without a limit keeps none."""
+    saved = api.timeout
+    api.timeout = None if seconds is None or saved is None else max(saved, seconds)
+    try:
+        yield
+    finally:
+        api.timeout = saved
 
 
 class EngineHttp:

@@ -40,7 +40,7 @@ import docker
 import docker.errors
 import requests
 
-from emulator.backend.index_container import unbounded_reads
+from emulator.backend.docker_http import read_timeout
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.image_recipes import (
@@ -667,7 +667,7 @@ def _prune_leftovers(client: docker.DockerClient) -> None:
     # after "Successfully tagged" under load 6.7), so it waits for the engine, and a lost
     # connection is ignored.
     for label in (f"{STAGE_LABEL}=venv", RECIPE_LABEL, ROOTFS_LABEL):
-        with unbounded_reads(client), contextlib.suppress(docker.errors.DockerException,
+        with read_timeout(client.api, None), contextlib.suppress(docker.errors.DockerException,
                                                      requests.exceptions.RequestException):
             client.images.prune(filters={"dangling": True, "label": label})
 
@@ -771,7 +771,7 @@ def _remove_quietly(client: docker.DockerClient, image_id: str | None, keep: str
     # A rebuild moves the tag; the old image would linger untagged. It stays if a container or a
     # child image still uses it (removal fails), which is the engine's call to make.
     if image_id and image_id != keep:
-        with unbounded_reads(client), contextlib.suppress(docker.errors.DockerException,
+        with read_timeout(client.api, None), contextlib.suppress(docker.errors.DockerException,
                                                      requests.exceptions.RequestException):
             client.images.remove(image_id, noprune=False)
 

@@ -19,7 +19,7 @@ import os
 import ssl
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ import docker
 import docker.errors
 
 from emulator.backend.calls import first_line
+from emulator.backend.docker_http import read_timeout
 from emulator.errors import EnvironmentProblem
 
 #: Where the host's CA bundle is mounted in an index container.
@@ -83,22 +84,9 @@ def run(client: docker.DockerClient, image: str, command: Sequence[str], *, envi
 
     The container's own configuration stays the image's: a commit merges it into the new image, so
     the variables are given on `env`'s command line, the folders as mounts (not volumes), and no label."""
-    with unbounded_reads(client):
+    with read_timeout(client.api, None):
         return _run(client, image, command, environment=environment, binds=binds, on_line=on_line,
                     tail_lines=tail_lines, commit=commit, working_dir=working_dir)
-
-
-@contextlib.contextmanager
-def unbounded_reads(client: docker.DockerClient) -> Iterator[None]:
-    """No read timeout while an index container runs: pip may be silent for minutes (a large wheel,
-    a compile) and a commit of gigabytes answers only when done; the client's own timeout comes back
-    after."""
-    before = client.api.timeout
-    client.api.timeout = None
-    try:
-        yield
-    finally:
-        client.api.timeout = before
 
 
 def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, environment: Mapping[str, str],

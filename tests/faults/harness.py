@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 # The fault tests import these from here: the command line as a process, the two-group spec.
-from testkit import REPO, groups
+from testkit import REPO, groups, unique
 from testkit import hetero_emu as cli
 from testkit import write_script_spec as write_spec
 
 from emulator.plan import LABEL_JOB, LABEL_MANAGED
 
 __all__ = ["PRELUDE", "REPO", "ROWS", "Driver", "EngineProxy", "Row", "cli", "groups", "job_resources", "record",
-           "seconds_until_gone", "write_spec"]
+           "seconds_until_gone", "unique", "write_spec"]
 
 
 # A host script prelude: who am I, and a READY line once the script runs.

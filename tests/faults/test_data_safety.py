@@ -14,20 +14,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import PRELUDE, cli, groups, job_resources, record, write_spec
+from harness import PRELUDE, cli, groups, job_resources, record, unique, write_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int, int, int]]:

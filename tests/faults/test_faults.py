@@ -22,16 +22,13 @@ from harness import (
     job_resources,
     record,
     seconds_until_gone,
+    unique,
     write_spec,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
 SLEEPER = PRELUDE + 'print("READY", HOST, flush=True)\ntime.sleep(600)\n'
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def job_json(out: Path, job: str) -> dict[str, Any]:

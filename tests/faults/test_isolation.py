@@ -9,21 +9,16 @@ import json
 import socket
 import struct
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import PRELUDE, Driver, cli, write_spec
+from harness import PRELUDE, Driver, cli, unique, write_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
 GIB = 1024**3
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def tagged(output: str, tag: str) -> dict[str, Any]:

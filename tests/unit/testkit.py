@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,12 @@ def hetero_emu(*args: str | Path, env: Mapping[str, str] | None = None, timeout:
     return subprocess.run([sys.executable, "-m", "emulator.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env={**os.environ, "NO_COLOR": "1", **(env or {})},
                           stdin=subprocess.DEVNULL, check=False)
+
+
+def unique(prefix: str) -> str:
+    """A job name no other test, worker or earlier run uses: tests share one engine, and a job of the
+    same name there is refused (or, once its driver is gone, removed by a bare `clean`)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def groups(*spec: tuple[str, int]) -> list[dict[str, Any]]:
