@@ -69,8 +69,8 @@ fi
 # The tests, in two passes of pytest-xdist; `--dist loadgroup` runs the tests of one group
 # (tests/conftest.py) on one worker, one after another:
 # 1. what must not share the engine with other Docker tests (marker serial: the fault suite, the
-#    memlock probes, the ECR tag, the kept jobs), in order on one worker, while the other workers
-#    run the unit tests, which never touch the engine;
+#    memlock probes, the ECR tag, kept jobs and killed drivers), in order on one worker, while the
+#    other workers run the unit tests, which never touch the engine;
 # 2. every other Docker test, the swarm suite (one cluster, on one worker) among them, on more
 #    workers than cores (docs/benchmarks.md, the test suite).
 # The second pass runs even when the first failed, so one run shows every failure. A pass selecting
