@@ -15,13 +15,17 @@ import pytest
 from sagemaker.inputs import TrainingInput
 from sagemaker.pytorch import PyTorch
 from test_seed_clusters import log_tagged
+from testkit import unique
 
 from emulator.console import RecordingReporter
 from emulator.runner import run_job
 from emulator.sagemaker import EmulatorSession
 from emulator.spec import load_spec_file
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+# One group (scripts/test.sh runs pytest-xdist with --dist loadgroup): the module's job runs once, on
+# one worker, for all its tests, instead of once on each worker that gets one of them.
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers"),
+              pytest.mark.xdist_group("pipes")]
 
 # Reads as PipeModeDataset does: waits for each epoch's FIFO to appear, then reads it to EOF (or
 # closes it early). Prints what it saw, and what the toolkit's Environment() says.
@@ -103,7 +107,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             path = root / "data" / channel / key
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-    (root / "job.yaml").write_text(SPEC)
+    (root / "job.yaml").write_text(SPEC.replace("job_name: pipes-in-containers", f"job_name: {unique('pipes')}"))
     reporter = RecordingReporter()
     result = run_job(load_spec_file(root / "job.yaml"), reporter=reporter)
     assert result.status == "Completed", result.failure_reason

@@ -20,7 +20,9 @@ from testkit import hetero_emu as cli
 
 pytestmark = [
     pytest.mark.docker,
-    pytest.mark.serial,  # the memlock probe asks the engine what every container may get
+    # serial: the memlock probe asks the engine what every container may get, and docker-compose, not
+    # a driver of ours, runs the hosts: a leftover to the no_leftovers check of any test beside them.
+    pytest.mark.serial,
     pytest.mark.usefixtures("training_image", "no_leftovers"),
     pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose (v1) is not installed"),
 ]

@@ -21,7 +21,10 @@ from emulator.result import JobResult
 from emulator.runner import run_job
 from emulator.spec import validate
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+# One group (scripts/test.sh runs pytest-xdist with --dist loadgroup): the module's job runs once, on
+# one worker, for all its tests, instead of once on each worker that gets one of them.
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers"),
+              pytest.mark.xdist_group("symlinks")]
 
 Snapshot = dict[str, tuple[str, object]]
 # The job's result, each host's report, the project, and the project's snapshots before and after.
