@@ -75,6 +75,10 @@ SERVICE_NAME_LIMIT = 63
 # How long the probe of the nodes (`prepare`) and the removal of a service may take.
 PROBE_TIMEOUT = 120.0
 REMOVE_TIMEOUT = 120.0
+# A task its node is preparing or starting (placed, no container yet).
+STARTING_STATES = frozenset({"assigned", "accepted", "preparing", "ready", "starting"})
+# How long a stop waits for such a task to have its container (START_WAIT): seconds on a busy node.
+START_WAIT = 60.0
 # The swarm is asked at most this often while the hosts run (a `docker ps` is local; a task list goes
 # through the manager's raft store).
 SWARM_POLL_SECONDS = 0.5
@@ -704,7 +708,7 @@ class SwarmBackend(SharedMembers):
     def _signal(self, names: Sequence[str], act: Callable[[docker.APIClient, str], object]) -> None:
         """`act` on each running host's container through its node's engine, else stop it through the manager."""
         names = [n for n in names if n in self._services and n not in self._final]
-        tasks = self._task_of(names)
+        tasks = self._started(names)
 
         def one(name: str) -> None:
             task = tasks.get(name)
@@ -719,6 +723,26 @@ class SwarmBackend(SharedMembers):
             self._stop_by_update(name)
 
         together(one, names)
+
+    def _started(self, names: Sequence[str]) -> dict[str, _Task | None | Literal["removed"]]:
+        """Each host's task, once none is still being prepared or started on its node (at most
+        START_WAIT). The swarm places and starts a task after `start` returns, seconds later on a busy
+        node, and a stop can come first (max_run, a failing host, Ctrl-C). Stopped once it runs, the
+        host ends as on the Docker engine, where every host runs once `start` returns: with the
+        SIGTERM's exit code. Stopped through the manager before its container existed, its task was
+        shut down with no exit code and the task replacing it waited, never placed, so the stop
+        waited REMOVE_TIMEOUT for an end that never came. A task no node took yet is not waited for."""
+        deadline = time.monotonic() + START_WAIT
+        while True:
+            tasks = self._task_of(names)
+            starting = [t for t in tasks.values()
+                        if isinstance(t, _Task) and not t.container and t.node and t.state in STARTING_STATES]
+            if starting:
+                gone = self._gone_nodes()
+                starting = [t for t in starting if t.node not in gone]
+            if not starting or time.monotonic() > deadline:
+                return tasks
+            time.sleep(0.2)
 
     def _stop_by_update(self, name: str) -> None:
         """Stop a host through the manager alone: update its service to a placement no node meets.

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from emulator.backend import registry
+from emulator.backend import registry, swarm
 from emulator.backend.swarm import (
     ENV_MTU,
     ENV_NODES,
@@ -247,3 +247,55 @@ def test_a_host_stopped_through_the_manager_alone_ends_with_its_exit_code(
     assert template["ContainerSpec"] == {"Image": "sha256:1"}  # the rest of the task as it was
     (state,) = backend.states(["job-algo-2"])
     assert (state.running, state.exit_code) == (False, 143)
+
+
+class _StartingManager(_StoppingManager):
+    """A manager whose task is still being prepared on its node (placed, no container) for the first
+    two lists of tasks: stopped through the manager then, the task would have been shut down with
+    no exit code, and its never-placed replacement would have waited for ever."""
+
+    def __init__(self, node: str = "n1") -> None:
+        super().__init__()
+        self.node, self.lists, self.updated_after = node, 0, -1
+
+    def update_service(self, service: str, version: int, task_template: dict[str, Any],
+                       fetch_current_spec: bool) -> None:
+        self.updated_after = self.lists
+        super().update_service(service, version, task_template, fetch_current_spec)
+
+    def tasks(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        self.lists += 1
+        if self.templates and self.updated_after <= 2:  # shut down before its container existed
+            replacement = {**_task("pending", container=""), "ID": "t2", "Version": {"Index": 9}}
+            return [replacement, _task("shutdown", container="", node=self.node)]
+        if not self.templates and self.lists <= 2:
+            return [_task("preparing", container="", node=self.node)]
+        return super().tasks(filters)
+
+
+def _stopped_on(manager: _StartingManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "t.py").write_text("")
+    plan = make_plan(validate({"job_name": "job", "entry_point": "t.py", "source_dir": "code",
+                               "instance_type": "ml.c5.xlarge", "instance_count": 2}, base_dir=tmp_path), "job")
+    monkeypatch.setattr(SwarmBackend, "api", property(lambda self: manager))
+    monkeypatch.setattr(swarm, "REMOVE_TIMEOUT", 1.0)  # what a stop waits for an end, beyond the grace
+    backend = _backend_with("job-algo-2")
+    backend._hosts["job-algo-2"] = (plan, plan.hosts[1])
+    backend._grace = 0.0  # the services' grace period (prepare sets it)
+    backend.stop(["job-algo-2"], grace=0)
+    return backend.states(["job-algo-2"])
+
+
+def test_a_host_its_node_is_still_starting_is_stopped_once_it_runs_and_ends_with_its_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = _StartingManager()
+    (state,) = _stopped_on(manager, tmp_path, monkeypatch)
+    assert manager.updated_after == 3  # stopped at the first list that showed its container
+    assert (state.running, state.exit_code) == (False, 143)
+
+
+def test_a_task_no_node_has_taken_is_stopped_without_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = _StartingManager(node="")
+    _stopped_on(manager, tmp_path, monkeypatch)
+    assert manager.updated_after == 1
