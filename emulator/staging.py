@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from emulator import hostfiles, sshkeys
+from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import SSH_FOLDER, Plan, share_dir
 from emulator.spec import s3
@@ -83,8 +84,32 @@ def stage(plan: Plan, progress: Progress | None = None) -> None:
     """Create the job folder (never reusing an earlier job's) and every host's /opt/ml tree; a long
     staging reports a count of files to `progress` every few seconds."""
     job_dir = Path(plan.job_dir)
-    s3_output = plan.spec.output_s3_uri is not None
-    made_folder = True
+    claimed: bool | None = None  # True: this run made the folder; False: it joined the SDK's upload
+    try:
+        # A Ctrl-C that lands while the folder is claimed is held until the claim is known, and so
+        # comes down here, where the half-made folder is removed. Raised just after the mkdir, it
+        # once left the folder while the run said it was removed (the soak of scripts/soak.sh).
+        with interrupts_deferred():
+            claimed = _claim(job_dir, plan.spec.output_s3_uri is not None)
+        _lay_out(plan, job_dir, progress)
+    except BaseException as err:
+        # What this run made (never reused): a half-made folder would only make the next run with
+        # this job name fail with "already exists". The SDK's upload beside it stays.
+        if claimed:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        elif claimed is False:
+            for entry in RUN_ENTRIES:
+                shutil.rmtree(job_dir / entry, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise UsageError(f"cannot stage the job under {job_dir}: {err}",
+                             hint="every file of source_dir, the channels and the checkpoints must be readable, "
+                             "and output_path writable") from None
+        raise
+
+
+def _claim(job_dir: Path, s3_output: bool) -> bool:
+    """Make the job folder, never reusing an earlier job's: True when this run made it, False when
+    it joins the SDK's upload there (claimed with its logs/ folder, made once)."""
     try:
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -92,9 +117,8 @@ def stage(plan: Plan, progress: Progress | None = None) -> None:
         except FileExistsError:
             if folder_taken(job_dir, s3_output):
                 raise
-            # The SDK's upload is there: the run claims the folder with its logs/ folder, made once.
-            made_folder = False
             (job_dir / "logs").mkdir()
+            return False
     except FileExistsError:
         raise JobFolderTaken(
             f"the job's output folder already exists: {job_dir}",
@@ -103,21 +127,7 @@ def stage(plan: Plan, progress: Progress | None = None) -> None:
     except OSError as err:
         raise UsageError(f"cannot create the output folder {job_dir}: {err.strerror}",
                          hint="check output_path and its permissions") from None
-    try:
-        _lay_out(plan, job_dir, progress)
-    except BaseException as err:
-        # What this run made (never reused): a half-made folder would only make the next run with
-        # this job name fail with "already exists". The SDK's upload beside it stays.
-        if made_folder:
-            shutil.rmtree(job_dir, ignore_errors=True)
-        else:
-            for entry in RUN_ENTRIES:
-                shutil.rmtree(job_dir / entry, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise UsageError(f"cannot stage the job under {job_dir}: {err}",
-                             hint="every file of source_dir, the channels and the checkpoints must be readable, "
-                             "and output_path writable") from None
-        raise
+    return True
 
 
 def _lay_out(plan: Plan, job_dir: Path, progress: Progress | None) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,6 +146,26 @@ def test_an_interrupt_while_staging_removes_the_job_folder_and_goes_on(
     with pytest.raises(KeyboardInterrupt):
         staging.stage(plan)
     assert not Path(plan.job_dir).exists()
+
+
+def test_a_ctrl_c_just_after_the_job_folder_is_made_removes_it_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ctrl-C lands the moment the folder exists, before anything is laid out in it (seen once
+    under load: the run said the folder was removed, and it was still there)."""
+    plan = _plan_with_code(tmp_path)
+    job_dir, real_mkdir = Path(plan.job_dir), Path.mkdir
+
+    def mkdir_then_ctrl_c(self: Path, *args: Any, **kwargs: Any) -> None:
+        real_mkdir(self, *args, **kwargs)
+        if self == job_dir:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python's handler raises here, unless the signal is held
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        staging.stage(plan)
+    assert not job_dir.exists()
 
 
 def test_an_existing_job_folder_is_never_removed_by_a_failed_stage(tmp_path: Path) -> None:
