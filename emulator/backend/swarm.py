@@ -77,8 +77,10 @@ PROBE_TIMEOUT = 120.0
 REMOVE_TIMEOUT = 120.0
 # A task its node is preparing or starting (placed, no container yet).
 STARTING_STATES = frozenset({"assigned", "accepted", "preparing", "ready", "starting"})
-# How long a stop waits for such a task to have its container (START_WAIT): seconds on a busy node.
+# How long a stop waits for such a task to have its container (START_WAIT): seconds on a busy node;
+# the manager is asked again every START_POLL_SECONDS meanwhile.
 START_WAIT = 60.0
+START_POLL_SECONDS = 0.2
 # The swarm is asked at most this often while the hosts run (a `docker ps` is local; a task list goes
 # through the manager's raft store).
 SWARM_POLL_SECONDS = 0.5
@@ -742,7 +744,7 @@ class SwarmBackend(SharedMembers):
                 starting = [t for t in starting if t.node not in gone]
             if not starting or time.monotonic() > deadline:
                 return tasks
-            time.sleep(0.2)
+            time.sleep(START_POLL_SECONDS)
 
     def _stop_by_update(self, name: str) -> None:
         """Stop a host through the manager alone: update its service to a placement no node meets.

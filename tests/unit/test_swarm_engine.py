@@ -279,7 +279,9 @@ def _stopped_on(manager: _StartingManager, tmp_path: Path, monkeypatch: pytest.M
     plan = make_plan(validate({"job_name": "job", "entry_point": "t.py", "source_dir": "code",
                                "instance_type": "ml.c5.xlarge", "instance_count": 2}, base_dir=tmp_path), "job")
     monkeypatch.setattr(SwarmBackend, "api", property(lambda self: manager))
-    monkeypatch.setattr(swarm, "REMOVE_TIMEOUT", 1.0)  # what a stop waits for an end, beyond the grace
+    # No real waiting: the manager is asked again at once, and a stop waits for no end beyond the grace.
+    monkeypatch.setattr(swarm, "START_POLL_SECONDS", 0.0)
+    monkeypatch.setattr(swarm, "REMOVE_TIMEOUT", 0.0)
     backend = _backend_with("job-algo-2")
     backend._hosts["job-algo-2"] = (plan, plan.hosts[1])
     backend._grace = 0.0  # the services' grace period (prepare sets it)
