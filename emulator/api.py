@@ -11,6 +11,7 @@ its job name (found by the engine's labels while its containers exist, else in t
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -26,12 +27,13 @@ from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
+from emulator.hardware import CpuMode, GpuMode, Machine
 from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
-from emulator.runner import choose_seed, request_stop, run_job, ulimit_warnings, ulimits_matter
+from emulator.runner import choose_hardware, choose_seed, request_stop, run_job, ulimit_warnings, ulimits_matter
 from emulator.spec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -152,7 +154,8 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
            memory: MemoryLimit = "instance", progress: Callable[[str], None] | None = None,
            engine_name: str | None = None, warn: Callable[[str], None] = lambda message: None,
            debug: DebugTarget | None = None, placement: GroupPlacement | None = None,
-           compose_template: Path | str | None = None) -> Plan:
+           compose_template: Path | str | None = None, gpus: GpuMode | None = None,
+           cpus: CpuMode = "instance") -> Plan:
     """Write `out/plan.json`, `out/compose.yaml`, `out/hosts/algo-N/` (each host's /opt/ml) and the
     cluster's diagram `out/cluster.dot` (and `out/cluster.svg` when Graphviz is installed, else a
     `warn` line saying how to get it) without an engine; returns the plan. A requirements.txt's
@@ -164,7 +167,9 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs).
     `placement` adds node labels to groups' `placement` as `run`'s does (plan.json shows the constraints).
     `compose_template` is the compose template compose.yaml is filled from (default: the package's
-    compose-templates/compose.yaml); one that cannot be used is a UsageError before anything is written."""
+    compose-templates/compose.yaml); one that cannot be used is a UsageError before anything is written.
+    `gpus` and `cpus` are `run`'s `--gpus` and `--cpus`: the engine, when one answers, says which GPUs
+    it has, so compose.yaml asks for the device ids a run would get."""
     spec = with_placement(spec, placement or {})
     out = out.resolve()
     check_render_target(spec, out)
@@ -179,8 +184,12 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     spec = with_image(spec, DEFAULT_IMAGE_MAP, lambda name: _engine_has(engine_name or DEFAULT_ENGINE, name))
     for line in spec.image_notes:
         warn(line)
-    plan = make_plan(spec, job_name_from(spec, datetime.now(timezone.utc)), host_order, seed, job_dir=out,
-                     memory=memory, debug=debug)
+    job_name = job_name_from(spec, datetime.now(timezone.utc))
+    chosen = choose_hardware(spec, RunOptions(host_order=host_order, seed=seed, memory=memory, gpus=gpus, cpus=cpus),
+                             job_name, seed, _machine(engine_name or DEFAULT_ENGINE))
+    for line in chosen.warnings:  # what a script may trip on (no CUDA, shared GPUs); plan.json has the rest
+        warn(line)
+    plan = make_plan(spec, job_name, host_order, seed, job_dir=out, memory=memory, debug=debug, hardware=chosen)
     progress = progress or ConsoleReporter().info
     if spec.requirements is not None and plan.wheelhouse is not None:
         _render_wheelhouse(plan, engine_name or DEFAULT_ENGINE, progress, warn)
@@ -198,6 +207,14 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     if note is not None:
         warn(note)
     return plan
+
+
+def _machine(engine_name: str) -> Machine:
+    """The engine's machine, or this one without a GPU runtime when no engine answers (render needs none)."""
+    try:
+        return engine(engine_name).machine()
+    except EmulatorError:
+        return Machine(os.cpu_count() or 1, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _engine_has(engine_name: str, image: str) -> bool:

@@ -408,6 +408,10 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             # Which local image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
             **({"StandIn": {"For": spec.requested_image, "Image": plan.image, "Notes": list(spec.image_notes)}}
                if spec.requested_image else {}),
+            # How the hosts got their types' GPUs and vCPUs, and what this machine could not give them.
+            "Hardware": {"Gpus": plan.hardware.gpus, "Cpus": plan.hardware.cpus,
+                         "GpuDevices": {h: list(ids) for h, ids in plan.hardware.devices.items()},
+                         "Notes": [*plan.hardware.notes, *plan.hardware.warnings]},
             # What the summary prints: the hosts' run, packing the artifacts, and the whole run.
             "Seconds": {"Training": round(result.seconds, 3), "Artifacts": round(result.artifact_seconds, 3),
                         "Total": round(result.total_seconds, 3)},

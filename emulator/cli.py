@@ -28,6 +28,7 @@ from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
 from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
+from emulator.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
 from emulator.image_recipes import DEFAULT_VARIANT, variant_names
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import (
@@ -99,6 +100,21 @@ ShmOpt = Annotated[
     typer.Option("--shm-size", help="Each host's /dev/shm size, e.g. 2g (overrides the spec's shm_size); default: "
                  "half the host's memory limit, as Linux sizes an instance's /dev/shm, or 1g without a limit.",
                  show_default=False),
+]
+GpusOpt = Annotated[
+    str | None,
+    typer.Option("--gpus", metavar="MODE", help="How hosts of GPU instance types get GPUs: 'real' = this machine's "
+                 "(NVIDIA's container runtime), each host its type's count by device id, none shared; 'share' = "
+                 "the same, round robin when there are too few; 'emulate' = the type's count and model through an "
+                 "emulated nvidia-smi, without CUDA (checks the launch shape: SM_NUM_GPUS, ranks per host); "
+                 "'none'; 'auto' (default, or the spec's gpus) = real where the engine has GPUs, else none.",
+                 show_default=False),
+]
+CpusOpt = Annotated[
+    str,
+    typer.Option("--cpus", metavar="MODE", help="What the training toolkit counts as a host's CPUs (SM_NUM_CPUS): "
+                 "'instance' = its type's vCPUs, as on the service (the script itself still sees this machine's "
+                 "cores); 'machine' = this machine's cores."),
 ]
 S3RootOpt = Annotated[
     Path | None, typer.Option("--s3-root", help="The folder s3://bucket/key maps to (<s3-root>/bucket/key); "
@@ -193,6 +209,20 @@ def _memory(text: str) -> MemoryLimit:
             from None
 
 
+def _gpus(text: str | None) -> GpuMode | None:
+    try:
+        return None if text is None else parse_gpu_mode(text)
+    except ValueError as err:
+        raise UsageError(f"--gpus: {err}", hint="emulate shows each GPU host its type's GPUs without CUDA") from None
+
+
+def _cpus(text: str) -> CpuMode:
+    try:
+        return parse_cpu_mode(text)
+    except ValueError as err:
+        raise UsageError(f"--cpus: {err}", hint="instance (the default) or machine") from None
+
+
 def _placement(options: list[str] | None) -> dict[str, dict[str, str]]:
     """The --placement options as node labels per group name (the last value of a label wins)."""
     out: dict[str, dict[str, str]] = {}
@@ -282,6 +312,8 @@ def run(
     = False,
     memory: MemoryOpt = "instance",
     shm_size: ShmOpt = None,
+    gpus: GpusOpt = None,
+    cpus: CpusOpt = "instance",
     as_json: JsonOpt = False,
     engine_name: EngineOpt = DEFAULT_ENGINE,
     s3_root: S3RootOpt = None,
@@ -298,11 +330,13 @@ def run(
     Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
     """
     limit = _memory(memory)
+    gpu_mode, cpu_mode = _gpus(gpus), _cpus(cpus)
     debug = _debug_target(debug_host, debug_port, debug_wait)
     labels = _placement(placement)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     options = RunOptions(host_order=host_order.value, seed=seed, keep=keep, keep_on_failure=keep_on_failure,
-                         grace=grace, memory=limit, build_image=not no_build, debug=debug)
+                         grace=grace, memory=limit, build_image=not no_build, debug=debug, gpus=gpu_mode,
+                         cpus=cpu_mode)
     result = _run(spec, options, as_json=as_json, quiet=quiet, engine_name=engine_name, verbose=verbose,
                   placement=labels)
     raise typer.Exit(result.exit_code)
@@ -348,6 +382,8 @@ def render_cmd(
     job_name: JobNameOpt = None,
     memory: MemoryOpt = "instance",
     shm_size: ShmOpt = None,
+    gpus: GpusOpt = None,
+    cpus: CpusOpt = "instance",
     engine_name: EngineOpt = DEFAULT_ENGINE,
     as_request: Annotated[bool, typer.Option("--as-request", help="Write the CreateTrainingJob request (JSON) the "
                                              "spec corresponds to instead: to stdout, or to -o FILE.")] = False,
@@ -370,6 +406,7 @@ def render_cmd(
     filled from a template: --compose-template FILE gives your own.
     """
     limit = _memory(memory)
+    gpu_mode, cpu_mode = _gpus(gpus), _cpus(cpus)
     debug = _debug_target(debug_host, debug_port, debug_wait)
     labels = _placement(placement)
     spec = _load(spec_path, job_name, s3_root=s3_root, shm_size=shm_size)
@@ -390,7 +427,7 @@ def render_cmd(
     out = out.resolve()
     plan = api.render(spec, out, host_order=host_order.value, seed=seed, memory=limit, engine_name=engine_name,
                       warn=lambda message: typer.echo(f"warning: {message}", err=True), debug=debug,
-                      placement=labels, compose_template=compose_template)
+                      placement=labels, compose_template=compose_template, gpus=gpu_mode, cpus=cpu_mode)
     typer.echo(summary(plan))
     pictures = ", ".join(f"{out}/{name}" for name in ("cluster.dot", "cluster.svg") if (out / name).exists())
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from emulator.container import ContainerSpec, Mount
+from emulator.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Mount
 from emulator.errors import UsageError
 from emulator.plan import LABEL_DRIVER, Plan, host_addresses
 from emulator.secrets import masked_names
@@ -69,7 +69,7 @@ HOST_BLOCK = "x-host"
 REQUIRED_HOST = ("image", "command", "volumes")
 HOST_NAMES = ("image", "container_name", "hostname", "init", "labels", "environment", "volumes", "aliases",
               "ipv4_address", "extra_hosts", "command", "shm_size", "ulimits", "entrypoint", "memory", "devices",
-              "ports")
+              "ports", "gpus")
 PLAN_NAMES = ("job_name", "network", "internal", "driver_opts", "labels", "subnet", "gateway")
 SCOPES = {"host": HOST_NAMES, "plan": PLAN_NAMES}
 TEMPLATE_FILE = "compose.yaml"
@@ -202,7 +202,9 @@ def _fill(node: Any, values: Mapping[str, Mapping[str, Any]]) -> Any:
         return _ABSENT if value is None else _escape(value)
     if isinstance(node, dict):
         filled = ((key, _fill(value, values)) for key, value in node.items())
-        return {key: value for key, value in filled if value is not _ABSENT}
+        kept = {key: value for key, value in filled if value is not _ABSENT}
+        # A mapping whose every key was left out goes too (`deploy:` of a host with no GPU).
+        return _ABSENT if node and not kept else kept
     if isinstance(node, list):
         return [value for value in (_fill(item, values) for item in node) if value is not _ABSENT]
     return node
@@ -283,6 +285,9 @@ def host_values(container: ContainerSpec, addresses: Mapping[str, str], project_
         "memory": container.memory_bytes,
         "devices": [d.spec() for d in container.devices] or None,
         "ports": [p.spec() for p in container.ports] or None,
+        # The same device ids `run` asks Docker for (compose's GPU form: docker-compose 1.28+, Compose v2).
+        "gpus": [{"driver": GPU_DRIVER, "device_ids": list(container.gpus), "capabilities": list(GPU_CAPABILITIES)}]
+        if container.gpus else None,
     }
 
 

@@ -24,6 +24,12 @@ MIN_SHM = 1 * MIB
 # -1 in a `Ulimit`: no limit.
 UNLIMITED = -1
 
+# How an engine is asked for GPUs by id: NVIDIA's device driver and the `gpu` capability (what
+# `docker run --gpus '"device=0,1"'` sends), with `compute` (CUDA) and `utility` (nvidia-smi, which
+# the training toolkit counts GPUs with), the driver capabilities NVIDIA's CUDA images ask for.
+GPU_DRIVER = "nvidia"
+GPU_CAPABILITIES = ("gpu", "compute", "utility")
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -58,7 +64,7 @@ class PortBinding:
 
 @dataclass(frozen=True)
 class Device:
-    """A host device node given to the container (GPUs, later)."""
+    """A host device node given to the container (`/dev/fuse`, say; GPUs are `ContainerSpec.gpus`)."""
 
     source: str
     target: str
@@ -102,6 +108,10 @@ class ContainerSpec:
     shm_bytes: int = FALLBACK_SHM
     ulimits: tuple[Ulimit, ...] = MPI_ULIMITS
     devices: tuple[Device, ...] = ()
+    # The GPUs the engine's GPU runtime gives the host, by device id (an index or a UUID of this
+    # machine's GPUs: Docker's DeviceRequests, compose's `deploy.resources.reservations.devices`);
+    # empty: none (emulator/hardware.py decides which host gets which).
+    gpus: tuple[str, ...] = ()
     # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.debugger).
     ports: tuple[PortBinding, ...] = ()
     # Where the host may run, as swarm placement constraints (`node.labels.role==gpu`): its instance

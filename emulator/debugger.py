@@ -1,7 +1,8 @@
 """Debugging one host's script with debugpy (`run --debug-host algo-N`; docs/cli.md, Debugging a host).
 
 The choice (host, port, wait) is part of the plan: the chosen host's container, and only it, gets
-the start-up hook of `emulator/data/debugpy/` mounted read-only and first on PYTHONPATH, the
+the start-up hook (`emulator/data/startup/sitecustomize.py`, staged and mounted by emulator/hooks.py)
+read-only and first on PYTHONPATH, the
 variables that tell the hook which script to debug, and debugpy's port published on 127.0.0.1 only
 (nobody else on the network can attach: a debugger runs any code it likes in the script). The hook
 starts debugpy in the process that runs the job's entry point (see its docstring for how the
@@ -15,9 +16,9 @@ import errno
 import json
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from emulator import hooks
 from emulator.container import PortBinding
 from emulator.contract import CODE_DIR
 from emulator.errors import EnvironmentProblem, UsageError
@@ -27,9 +28,7 @@ from emulator.spec import JobSpec
 DEBUGPY_PORT = 5678
 LOCALHOST = "127.0.0.1"
 # The hook's folder in the package, and where the debugged host sees it.
-HOOK_SOURCE = Path(__file__).resolve().parent / "data" / "debugpy"
-HOOK_TARGET = "/opt/hetero-emu/debugpy"
-# Read by the hook (emulator/data/debugpy/sitecustomize.py, which names them too).
+# Read by the hook (emulator/data/startup/sitecustomize.py, which names them too).
 PORT_VARIABLE = "HETERO_EMU_DEBUGPY_PORT"
 WAIT_VARIABLE = "HETERO_EMU_DEBUGPY_WAIT"
 ENTRY_VARIABLE = "HETERO_EMU_DEBUGPY_ENTRY_POINT"
@@ -85,10 +84,8 @@ def check_port_free(target: DebugTarget) -> None:
 def host_environment(spec: JobSpec, target: DebugTarget, environment: dict[str, str]) -> dict[str, str]:
     """The debugged host's environment: the job's, with the hook first on PYTHONPATH (before the
     spec's own PYTHONPATH, which stays) and the hook's variables."""
-    given = environment.get("PYTHONPATH")
     return {
-        **environment,
-        "PYTHONPATH": f"{HOOK_TARGET}:{given}" if given else HOOK_TARGET,
+        **hooks.on_pythonpath(environment),
         PORT_VARIABLE: str(DEBUGPY_PORT),
         WAIT_VARIABLE: "1" if target.wait else "0",
         ENTRY_VARIABLE: spec.entry_point or "",

@@ -125,6 +125,11 @@ class LogCollector:
             self._cut_recent.add(host)
         self._recent[host] = recent
 
+    def recent(self, host: str) -> bytes:
+        """The end of a host's output as written to its log file (its last RECENT_BYTES, masked)."""
+        with self._lock:
+            return self._recent[host]
+
     def tail(self, host: str) -> list[str]:
         """The host's last lines as a terminal would show them (secrets masked), for a FailureReason."""
         with self._lock:

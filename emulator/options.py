@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from emulator.debugger import DebugTarget
+from emulator.hardware import CpuMode, GpuMode
 from emulator.plan import MemoryLimit
 
 # docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
@@ -53,6 +54,17 @@ class RunOptions:
     memory: MemoryLimit = "instance"
     """Each container's memory limit (`--memory`): "instance", the memory of its instance type;
     "none", no limit; or a number of bytes for every host."""
+
+    gpus: GpuMode | None = None
+    """How hosts of GPU instance types get GPUs (`--gpus`; docs/gpus.md): "real" this machine's,
+    each host its own; "share" the same, round robin when there are too few; "emulate" the type's
+    count and model through an emulated nvidia-smi, without CUDA; "none"; "auto" real where the
+    engine has GPUs, else none. None: the spec's `gpus`, else "auto"."""
+
+    cpus: CpuMode = "instance"
+    """What the training toolkit counts as the host's CPUs (`--cpus`): "instance", its type's vCPUs
+    (SM_NUM_CPUS as on the service; the script still sees this machine's cores); "machine", this
+    machine's cores."""
 
     debug: DebugTarget | None = None
     """The host whose entry point runs under debugpy, published on 127.0.0.1 (`--debug-host`,

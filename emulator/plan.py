@@ -15,9 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator import catalog, contract, debugger, wheelhouse
+from emulator import catalog, contract, debugger, hooks, wheelhouse
+from emulator import hardware as hardware_hooks
 from emulator.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
 from emulator.debugger import DebugTarget
+from emulator.hardware import NO_HARDWARE, Hardware
 from emulator.secrets import mask_environment
 from emulator.sizes import parse_size
 from emulator.spec import JobSpec, TrainingInput
@@ -100,6 +102,11 @@ class Plan:
     ssh_dir: str | None = None
     # The host whose script runs under debugpy (`run --debug-host`), None without.
     debug: DebugTarget | None = None
+    # How the hosts get their instance types' GPUs and vCPUs on this machine (emulator/hardware.py).
+    hardware: Hardware = NO_HARDWARE
+    # The folder staging fills with the start-up hook and the emulated nvidia-smi (emulator/hooks.py),
+    # which hosts mount; None when no host needs them.
+    hook_dir: str | None = None
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -233,6 +240,7 @@ def make_plan(
     memory: MemoryLimit = "instance",
     wheel_cache: Path | None = None,
     debug: DebugTarget | None = None,
+    hardware: Hardware = NO_HARDWARE,
 ) -> Plan:
     """Spec -> plan. Pure: the same arguments always give an equal plan.
 
@@ -241,6 +249,8 @@ def make_plan(
     `wheel_cache` is where the wheelhouse of a requirements.txt goes (default: the cache folder), one
     per (requirements, image). `debug` names the host
     whose script runs under debugpy: only its container gets the hook, its variables and the port.
+    `hardware` is how each host gets its type's GPUs and vCPUs (`emulator.hardware.resolve`, which
+    knows the machine; default: no GPU, this machine's cores).
 
     The hosts are laid out first (names, groups, order, channels, shares); then each host's container
     is built (`_host_container`, its mounts `_host_mounts`) from what the job shares (`_JobParts`), and
@@ -259,7 +269,7 @@ def make_plan(
     ssh_dir = job_dir / SSH_FOLDER if ssh_groups else None
     job = _JobParts(spec, job_name, job_dir, {LABEL_MANAGED: "true", LABEL_JOB: job_name, LABEL_JOB_DIR: str(job_dir)},
                     job_environment(spec, job_name), entrypoint, command, wheels,
-                    ssh_dir, ssh_groups, memory, debug)
+                    ssh_dir, ssh_groups, memory, debug, hardware)
     hosts = tuple(
         HostPlan(
             name=slot.name,
@@ -292,6 +302,8 @@ def make_plan(
         spec=spec,
         ssh_dir=str(ssh_dir) if ssh_dir is not None else None,
         debug=debug,
+        hardware=hardware,
+        hook_dir=str(job_dir / hooks.FOLDER) if any(_hook_mounts(job, slot) for slot in layout) else None,
     )
 
 
@@ -334,6 +346,7 @@ class _JobParts:
     ssh_groups: tuple[str, ...]
     memory: MemoryLimit
     debug: DebugTarget | None
+    hardware: Hardware
 
 
 def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
@@ -368,12 +381,11 @@ def _host_container(job: _JobParts, slot: HostLayout, layout: Sequence[HostLayou
     """One host's container: the job's image and command, the host's names, mounts and limits, and
     the debugger's hook, variables and port on the debugged host."""
     spec, host, group = job.spec, slot.name, slot.group
-    mounts = _host_mounts(job, slot)
-    host_environment: Mapping[str, str] = job.environment
+    mounts = [*_host_mounts(job, slot), *_hook_mounts(job, slot)]
+    host_environment: Mapping[str, str] = _hardware_environment(job, slot)
     ports: tuple[PortBinding, ...] = ()
     if job.debug is not None and job.debug.host == host:
-        mounts.append(Mount(str(debugger.HOOK_SOURCE), debugger.HOOK_TARGET, read_only=True))
-        host_environment = debugger.host_environment(spec, job.debug, job.environment)
+        host_environment = debugger.host_environment(spec, job.debug, dict(host_environment))
         ports = (debugger.published_port(job.debug),)
     memory_bytes = memory_limit(job.memory, group.instance_type)
     return ContainerSpec(
@@ -392,7 +404,38 @@ def _host_container(job: _JobParts, slot: HostLayout, layout: Sequence[HostLayou
         shm_bytes=spec.shm_size if spec.shm_size is not None else default_shm_bytes(memory_bytes),
         ports=ports,
         placement=constraints(spec.group(group.name).placement),
+        gpus=job.hardware.host_gpus(host) if job.hardware.gpus in ("real", "share") else (),
     )
+
+
+def _hook_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
+    """The staged hook files a host mounts (emulator/hooks.py): the start-up hook's folder on the
+    debugged host and where the toolkit's vCPU count is the type's, and the emulated nvidia-smi where
+    NVIDIA's runtime would put the real one."""
+    folder = job.job_dir / hooks.FOLDER
+    mounts = []
+    debugged = job.debug is not None and job.debug.host == slot.name
+    if debugged or hardware_hooks.uses_hook(job.hardware, slot.group.instance_type):
+        mounts.append(Mount(str(folder), hooks.TARGET, read_only=True))
+    if hardware_hooks.emulates_gpus(job.hardware, slot.name):
+        mounts.append(Mount(str(folder / "nvidia-smi"), hooks.NVIDIA_SMI_TARGET, read_only=True))
+    return mounts
+
+
+def _hardware_environment(job: _JobParts, slot: HostLayout) -> dict[str, str]:
+    """The job's variables with the host's hardware ones; the start-up hook first on PYTHONPATH for
+    the toolkit's vCPU count."""
+    environment = {**job.environment,
+                   **hardware_hooks.host_environment(job.hardware, slot.name, slot.group.instance_type)}
+    if hardware_hooks.uses_hook(job.hardware, slot.group.instance_type):
+        return hooks.on_pythonpath(environment)
+    return environment
+
+
+def mpi_hosts(plan: Plan) -> list[str]:
+    """The hosts `mpirun` links, the first being where the toolkit runs it (the distribution's first
+    host: sagemaker_training/environment.py `master_hostname`); empty without an MPI distribution."""
+    return [h for g in plan.groups if g.name in mpi_groups(plan.spec) for h in g.hosts]
 
 
 def mpi_groups(spec: JobSpec) -> tuple[str, ...]:
@@ -482,6 +525,11 @@ def summary(plan: Plan) -> str:
         lines.append(f"  debug    {plan.debug.host}: its entry point under debugpy, port {debugger.DEBUGPY_PORT} "
                      f"published on {debugger.LOCALHOST}:{plan.debug.port}"
                      + (", waits for the debugger to attach" if plan.debug.wait else ""))
+    if plan.hardware.devices:
+        kind = {"emulate": "emulated GPUs (no CUDA)", "real": "GPUs by device id", "share": "GPUs by device id, shared"}
+        lines.append(f"  gpus     {kind.get(plan.hardware.gpus, plan.hardware.gpus)}: " + "; ".join(
+            f"{host} {len(ids)}" + (f" ({','.join(ids)})" if plan.hardware.gpus != "emulate" else "")
+            for host, ids in plan.hardware.devices.items()))
     for group in plan.groups:
         lines.append(f"  group {group.name} ({group.instance_type}): {', '.join(group.hosts) or '-'}")
     for host in plan.hosts:

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator import artifacts, debugger, hostfiles, job_records, pipes, secrets, staging, wheelhouse
+from emulator import artifacts, debugger, hardware, hostfiles, job_records, pipes, secrets, staging, wheelhouse
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
@@ -45,11 +45,13 @@ from emulator.errors import (
     UsageError,
 )
 from emulator.frameworks import FrameworkImage, for_tag
+from emulator.hardware import Hardware, Machine, parse_gpu_mode
 from emulator.image_recipes import variant_for_tag
 from emulator.launchers import launcher_hint, missing_launchers, required_launchers
 from emulator.logs import LogCollector
+from emulator.mpi_wait import WorkerWait
 from emulator.options import RunOptions
-from emulator.plan import HostPlan, Plan, job_name_from, make_plan, mpi_groups
+from emulator.plan import HostPlan, Plan, assign_hosts, job_name_from, make_plan, memory_limit, mpi_hosts
 from emulator.result import HostResult, JobResult, SecondaryStatus, Status
 from emulator.spec import JobSpec
 
@@ -127,6 +129,27 @@ def stop_requested(plan: Plan) -> bool:
     return (Path(plan.job_dir) / STOP_MARKER).exists()
 
 
+def choose_hardware(spec: JobSpec, options: RunOptions, job_name: str, seed: int | None,
+                    machine: Machine) -> Hardware:
+    """How the hosts get their types' GPUs and vCPUs on `machine` (emulator/hardware.py), with what
+    what the machine cannot give them as its notes and warnings; a GPU mode the engine cannot serve, or too few GPUs,
+    is an EnvironmentProblem before anything starts."""
+    mode = options.gpus or parse_gpu_mode(spec.gpus or "auto")
+    groups = assign_hosts(spec, options.host_order, seed)
+    hosts = sorted(((h, g.instance_type) for g in groups for h in g.hosts), key=lambda pair: int(pair[0][5:]))
+    try:
+        chosen = hardware.resolve(mode, options.cpus, job_name, hosts, machine)
+    except hardware.GpuShortage as err:
+        needs = ", ".join(f"{h} {hardware.gpu_count(kind)}" for h, kind in hosts if hardware.gpu_count(kind))
+        raise EnvironmentProblem(f"the job needs {err.needed} GPUs ({needs}); this machine has {err.present}",
+                                 hint="--gpus share hands them out round robin (hosts then share GPUs); "
+                                 "--gpus emulate shows each host its type's GPUs without CUDA") from None
+    except ValueError as err:
+        raise EnvironmentProblem(f"--gpus {mode}: {err}", hint=machine.gpu_hint) from None
+    limits = {kind: memory_limit(options.memory, kind) for _, kind in hosts}
+    return hardware.cannot_give(chosen, hosts, machine, limits)
+
+
 def request_stop(job_dir: Path) -> None:
     (job_dir / STOP_MARKER).touch()
 
@@ -164,9 +187,11 @@ def run_job(
         debugger.check_target(spec, debug)
         debugger.check_port_free(debug)
     reporter = reporter or ConsoleReporter()
+    machine = backend.machine()
     for attempt in range(NAME_ATTEMPTS):
-        plan = make_plan(spec, job_name_from(spec, now()), options.host_order, seed, memory=options.memory,
-                         debug=debug)
+        job_name = job_name_from(spec, now())
+        plan = make_plan(spec, job_name, options.host_order, seed, memory=options.memory, debug=debug,
+                         hardware=choose_hardware(spec, options, job_name, seed, machine))
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
             return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()
@@ -220,6 +245,9 @@ class Run:
         self.began: datetime | None = None  # staging began: the start of the total time
         self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
         self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
+        # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
+        ranks = mpi_hosts(plan)
+        self.worker_wait = WorkerWait(plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -238,6 +266,10 @@ class Run:
         if plan.seed is not None:
             reporter.info(f"host order: shuffled, seed {plan.seed} (replay with --seed {plan.seed})")
         self.check_leftovers()
+        for note in plan.hardware.notes:  # what the instance types have that this machine cannot give
+            reporter.info(note)
+        for warning in plan.hardware.warnings:  # what a script may trip on: no CUDA, shared GPUs
+            reporter.warn(warning)
         self.announce_debugger()
 
         self.began = self.now()
@@ -323,7 +355,7 @@ class Run:
             with pipes.serve(plan, reporter.warn):
                 self.create_hosts(logs)
                 self.start_hosts(ran)
-                ran.status, ran.secondary, ran.reason = self.supervise(ran.t0)
+                ran.status, ran.secondary, ran.reason = self.supervise(ran.t0, logs)
         except KeyboardInterrupt:
             ran.status, ran.secondary, ran.reason = Status.STOPPED, SecondaryStatus.STOPPED, None
             ran.lost = self.stop_on_interrupt()
@@ -457,7 +489,7 @@ class Run:
         if target is None:
             return
         group = self.plan.host(target.host).group
-        ranks = [h for g in self.plan.groups if g.name in mpi_groups(self.plan.spec) for h in g.hosts]
+        ranks = mpi_hosts(self.plan)
         if target.host in ranks[1:]:
             # The toolkit runs mpirun on the first host of the distribution's groups
             # (sagemaker_training/environment.py `get_master_hostname`); the ranks it starts on the other
@@ -640,9 +672,10 @@ class Run:
                 "`hetero-emu clean` removes them"
             )
 
-    def supervise(self, t0: float) -> tuple[Status, SecondaryStatus, str | None]:
+    def supervise(self, t0: float, logs: LogCollector) -> tuple[Status, SecondaryStatus, str | None]:
         """Poll until every host has exited, one fails, or max_run runs out; returns the job's status,
-        its SecondaryStatus and, for max_run, its FailureReason."""
+        its SecondaryStatus and, for max_run, its FailureReason. A toolkit MPI worker that missed the
+        job's orted is told on the console as soon as it is certain (emulator/mpi_wait.py)."""
         deadline = t0 + self.plan.max_run
         pending = list(self.names)
         while pending:
@@ -667,6 +700,11 @@ class Run:
                 return (Status.FAILED, SecondaryStatus.MAX_RUNTIME_EXCEEDED,
                         f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
                         "every host was stopped")
+            if pending and self.worker_wait is not None:
+                by_host = {self.host_of[n].name: code for n, code in self.exit_codes.items()}
+                stuck = self.worker_wait.poll(time.monotonic(), by_host, logs.recent)
+                if stuck is not None:
+                    self.reporter.warn(stuck)
             if pending:
                 self.backend.wait_exits(pending, POLL_SECONDS)
         return Status.COMPLETED, SecondaryStatus.COMPLETED, None

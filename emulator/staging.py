@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulator import hostfiles, sshkeys
+from emulator import hooks, hostfiles, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import SSH_FOLDER, Plan, share_dir
@@ -139,6 +139,8 @@ def _lay_out(plan: Plan, job_dir: Path, progress: Progress | None) -> None:
         # Docker the driver's user is the container's root and could have it too; it is left out
         # there as well, which the default image's own ssh configuration makes up for.
         sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name, client_config=os.getuid() == 0)
+    if plan.hook_dir is not None:
+        hooks.stage(Path(plan.hook_dir))
     spec = plan.spec
     # Each tree is listed once, however many hosts get a copy of it.
     code = _listed(spec.source_dir) if spec.source_dir is not None and spec.source_dir.is_dir() \

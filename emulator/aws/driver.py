@@ -26,6 +26,7 @@ from typing import Any
 from emulator import api, job_records
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted
+from emulator.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.options import RunOptions
 from emulator.result import Status
 from emulator.spec import request, s3
@@ -33,11 +34,12 @@ from emulator.spec import request, s3
 
 def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple[Path, str], engine_name: str,
                  created: datetime, overrides: dict[str, Any] | None = None,
-                 images: Mapping[str, str] | None = None) -> None:
+                 images: Mapping[str, str] | None = None, hardware: Mapping[str, str | None] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root[0]),
                                 "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat(),
-                                "Overrides": overrides or {}, "Images": dict(images or {})}, sort_keys=True))
+                                "Overrides": overrides or {}, "Images": dict(images or {}),
+                                "Hardware": dict(hardware or {})}, sort_keys=True))
 
 
 def main(argv: list[str]) -> int:
@@ -49,7 +51,10 @@ def main(argv: list[str]) -> int:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
                                             ticket.get("Overrides"))
-        options = RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}))
+        chosen = ticket.get("Hardware") or {}
+        options = RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}),
+                             gpus=None if chosen.get("Gpus") is None else parse_gpu_mode(chosen["Gpus"]),
+                             cpus=parse_cpu_mode(chosen.get("Cpus") or "instance"))
         result = api.run(spec, options, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False))
     except (KeyboardInterrupt, Interrupted):
         # Stopped before the hosts ran (building the image, staging): the run could not record it.

@@ -33,6 +33,7 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
+from emulator.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
 
@@ -51,11 +52,14 @@ class SageMakerTraining(Service):
 
     def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
                  engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None,
-                 s3_origin: str = "the session's s3_root") -> None:
+                 s3_origin: str = "the session's s3_root", gpus: GpuMode | None = None,
+                 cpus: CpuMode = "instance") -> None:
         self.s3_root = s3_root
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
+        # Every job's `--gpus` and `--cpus` (emulator/hardware.py), handed to its driver.
+        self.hardware = {"Gpus": gpus, "Cpus": cpus}
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
@@ -97,7 +101,7 @@ class SageMakerTraining(Service):
         folder = job_records.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
-                            overrides, self.images)
+                            overrides, self.images, self.hardware)
         transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from emulator.console import Reporter
     from emulator.container import Ulimit
     from emulator.frameworks import FrameworkImage
+    from emulator.hardware import Machine
     from emulator.plan import HostPlan, Plan
 
 
@@ -113,6 +114,11 @@ class Backend(Protocol):
     def stream_errors(self) -> Mapping[str, str]:
         """Per container, why its output could not be delivered to the sink (a full disk): the stream
         was closed and the job went on; the runner says so."""
+
+    def machine(self) -> Machine:
+        """What the engine's machine has (cores, memory, the GPUs its GPU runtime can give), for
+        `emulator.hardware.resolve`."""
+        ...
 
     def ping(self) -> None:
         """Raise DockerUnavailable if no engine answers."""

@@ -38,7 +38,7 @@ from emulator.backend.docker_parts import (
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
-from emulator.container import ContainerSpec, Ulimit
+from emulator.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
 
@@ -123,6 +123,11 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
         "shm_size": container.shm_bytes,
         "ulimits": [docker.types.Ulimit(name=u.name, soft=u.soft, hard=u.hard) for u in container.ulimits],
         "devices": [d.spec() for d in container.devices] or None,
+        # By id, so no two hosts get one GPU (`docker run --gpus '"device=0,1"'`); Docker's NVIDIA
+        # driver sets NVIDIA_VISIBLE_DEVICES in the container from them.
+        "device_requests": [docker.types.DeviceRequest(driver=GPU_DRIVER, device_ids=list(container.gpus),
+                                                       capabilities=[list(GPU_CAPABILITIES)])]
+        if container.gpus else None,
         "port_bindings": {p.container_port: (p.host_ip, p.host_port) for p in container.ports} or None,
         "network_mode": network,
         # The emulator reads each host's output over an attach made before the start (see

@@ -17,14 +17,16 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import docker
 import docker.errors
@@ -38,6 +40,7 @@ from emulator.backend.liveness import current_driver
 from emulator.backend.reaper import Reaper
 from emulator.container import Ulimit
 from emulator.errors import DockerUnavailable, EnvironmentProblem
+from emulator.hardware import Machine
 from emulator.plan import LABEL_DRIVER, Plan
 
 if TYPE_CHECKING:
@@ -239,6 +242,14 @@ class SharedMembers:
         """What the watcher's environment adds to this process's to reach the same engine."""
         return {}
 
+    def machine(self) -> Machine:
+        """The engine's cores and memory (`docker info`), and the GPUs its GPU runtime can give."""
+        try:
+            info = self.client.info()
+        except (docker.errors.APIError, requests.exceptions.RequestException) as err:
+            raise self._lost_engine(err) from None
+        return machine_of(info, shutil.which, _list_gpus)
+
     def build_default_image(self, reporter: Reporter) -> None:
         self._images.build_default_image(reporter)
 
@@ -275,6 +286,28 @@ class SharedMembers:
         """Mark the engine lost (teardown then leaves removal to the watcher) and say so."""
         self._engine_lost = True
         return lost_engine(err)
+
+
+def machine_of(info: Mapping[str, Any], which: Callable[[str], str | None],
+               list_gpus: Callable[[], tuple[str, ...]]) -> Machine:
+    """The Machine `docker info` describes. A GPU runtime: NVIDIA's registered with the engine
+    (`nvidia-ctk runtime configure` adds `nvidia` to its Runtimes) or its hook on PATH, which Docker's
+    `--gpus` runs under the default runtime. The GPUs are then the ones this machine's nvidia-smi
+    lists, by index (the ids `docker run --gpus '"device=0,1"'` takes): an engine elsewhere
+    (DOCKER_HOST on another machine) is not asked."""
+    runtime = "nvidia" in (info.get("Runtimes") or {}) or which("nvidia-container-runtime-hook") is not None
+    return Machine(int(info.get("NCPU") or os.cpu_count() or 1), int(info.get("MemTotal") or 0),
+                   gpu_runtime=runtime, gpus=list_gpus() if runtime else ())
+
+
+def _list_gpus() -> tuple[str, ...]:
+    """This machine's GPUs by index, as its nvidia-smi lists them; none when it cannot."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
 
 
 def probe_ulimits(api: docker.APIClient, plan: Plan, wanted: Sequence[Ulimit], driver: str,

@@ -56,12 +56,15 @@ from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
+from emulator.hardware import Machine
 from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
 #: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
 ENV_MANAGER = "HETERO_EMU_SWARM_MANAGER"
 ENV_NODES = "HETERO_EMU_SWARM_NODES"
 ENV_MTU = "HETERO_EMU_SWARM_MTU"
+# The generic resource kind NVIDIA's documentation has swarm nodes advertise their GPUs as.
+GPU_RESOURCE = "NVIDIA-GPU"
 
 # Task states before the container has exited (moby/swarmkit api/types.proto TaskState).
 PENDING_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready",
@@ -157,7 +160,11 @@ def service_options(container: ContainerSpec, network: str, image: str, driver: 
                          hint="debug on the docker engine (--engine docker)")
     if container.devices:
         raise UsageError("devices are not supported on the swarm engine (services cannot take --device)")
-    resources = docker.types.Resources(mem_limit=container.memory_bytes) if container.memory_bytes else None
+    # GPUs as swarm gives them: the count of the kind the nodes advertise (`node-generic-resources`),
+    # which the manager reserves on the node `spread` pinned the host to; it cannot take device ids.
+    gpus = {GPU_RESOURCE: len(container.gpus)} if container.gpus else None
+    resources = docker.types.Resources(mem_limit=container.memory_bytes, generic_resources=gpus) \
+        if container.memory_bytes or gpus else None
     template = docker.types.TaskTemplate(
         container_spec=spec,
         resources=resources,
@@ -185,6 +192,8 @@ class Node:
     id: str
     hostname: str
     labels: Mapping[str, str]
+    # The GPUs the node advertises to the swarm (generic resources of kind GPU_RESOURCE).
+    gpus: int = 0
 
 
 def _allows(node: Node, constraint: str) -> bool:
@@ -196,13 +205,16 @@ def _allows(node: Node, constraint: str) -> bool:
     return (node.labels.get(key) == value.strip()) != negated
 
 
-def spread(hosts: Sequence[tuple[str, Sequence[str]]], nodes: Sequence[Node]) -> dict[str, str]:
+def spread(hosts: Sequence[tuple[str, Sequence[str]]], nodes: Sequence[Node],
+           gpus: Mapping[str, int] | None = None) -> dict[str, str]:
     """Each host's node: the allowed node (its group's placement) with the fewest hosts so far, in
     host order; ties go to the node first by hostname. The swarm's own scheduler does not spread
     one-task services created together (measured: every host of a job on one node), so each service
     is pinned with `node.id==`. A host no node allows is an EnvironmentProblem naming its labels:
-    its task would wait for such a node for ever."""
+    its task would wait for such a node for ever. A host that needs `gpus[name]` GPUs goes to a node
+    with that many left, or is an EnvironmentProblem saying what to set up."""
     count = {node.id: 0 for node in nodes}
+    left = {node.id: node.gpus for node in nodes}
     chosen: dict[str, str] = {}
     for name, constraints in hosts:
         allowed = [node for node in sorted(nodes, key=lambda n: n.hostname)
@@ -211,10 +223,37 @@ def spread(hosts: Sequence[tuple[str, Sequence[str]]], nodes: Sequence[Node]) ->
             raise EnvironmentProblem(
                 f"no ready node of the swarm meets the placement of {name} ({', '.join(constraints)})",
                 hint="label a node (`docker node update --label-add KEY=VALUE NODE`), or change the group's placement")
+        need = (gpus or {}).get(name, 0)
+        if need:
+            allowed = [node for node in allowed if left[node.id] >= need]
+            if not allowed:
+                raise EnvironmentProblem(f"no ready node of the swarm has the {need} GPUs {name} needs left",
+                                         hint=GPU_SETUP_HINT)
         best = min(allowed, key=lambda node: count[node.id])
         count[best.id] += 1
+        left[best.id] -= need
         chosen[name] = best.id
     return chosen
+
+
+# What each GPU node of a swarm needs before the swarm engine can give a host its GPUs.
+GPU_SETUP_HINT = ("on each GPU node: NVIDIA's container toolkit as the engine's default runtime, and its GPUs "
+                  "advertised in /etc/docker/daemon.json "
+                  "(`\"node-generic-resources\": [\"NVIDIA-GPU=GPU-<uuid>\", ...]`, one per GPU, then restart "
+                  "dockerd); or run with --gpus emulate or --gpus none")
+
+
+def node_gpus(node: Mapping[str, Any]) -> tuple[str, ...]:
+    """The GPUs a node (the API's node object) advertises: a named resource by its id, a discrete
+    one as `<node>:<n>`."""
+    found: list[str] = []
+    for resource in ((node.get("Description") or {}).get("Resources") or {}).get("GenericResources") or []:
+        named, discrete = resource.get("NamedResourceSpec") or {}, resource.get("DiscreteResourceSpec") or {}
+        if named.get("Kind") == GPU_RESOURCE:
+            found.append(str(named.get("Value")))
+        elif discrete.get("Kind") == GPU_RESOURCE:
+            found.extend(f"{node.get('ID', '')[:12]}:{i}" for i in range(int(discrete.get("Value") or 0)))
+    return tuple(found)
 
 
 @dataclass
@@ -303,6 +342,15 @@ class SwarmBackend(SharedMembers):
                 hint=f"point {ENV_MANAGER} or DOCKER_HOST at a manager of the swarm (`docker swarm init` makes one)",
             )
 
+    @engine_call
+    def machine(self) -> Machine:
+        """The manager's cores and memory, and every GPU the ready nodes advertise; GPUs cannot be
+        shared (a generic resource is reserved whole)."""
+        info = self.manager.info()
+        gpus = tuple(gpu for node in self._ready_nodes() for gpu in node_gpus(node))
+        return Machine(int(info.get("NCPU") or 1), int(info.get("MemTotal") or 0), gpu_runtime=bool(gpus),
+                       gpus=gpus, can_share=False, gpu_hint=GPU_SETUP_HINT)
+
     def reaper_environment(self) -> dict[str, str]:
         url = self.manager_url()
         return {"DOCKER_HOST": url} if url else {}
@@ -327,7 +375,8 @@ class SwarmBackend(SharedMembers):
         self._node_of.update(spread(
             [(h.container.name, h.container.placement) for h in plan.hosts],
             [Node(n["ID"], n.get("Description", {}).get("Hostname", n["ID"][:12]),
-                  (n.get("Spec") or {}).get("Labels") or {}) for n in nodes]))
+                  (n.get("Spec") or {}).get("Labels") or {}, len(node_gpus(n))) for n in nodes],
+            {h.container.name: len(h.container.gpus) for h in plan.hosts if h.container.gpus}))
         # By id: a task naming an image id never pulls (moby daemon/cluster/executor/container/adapter.go
         # pullImage: "Skip pulling if the image is referenced by image ID"), so a node uses the copy it
         # has, the very same image everywhere, and no registry is asked.

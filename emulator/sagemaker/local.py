@@ -23,6 +23,7 @@ from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
 from emulator.aws.training import SageMakerTraining
 from emulator.errors import UsageError
+from emulator.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.spec import s3
 
 DEFAULT_REGION = "us-west-2"
@@ -37,10 +38,19 @@ class LocalAws:
 
 
 def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, region: str | None, engine: str,
-              origin: str) -> LocalAws:
+              origin: str, gpus: str | None = None, cpus: str = "instance") -> LocalAws:
     """The S3 root (`s3_root`, else $HETERO_EMU_S3_ROOT, else the default root, made if missing; a
     named root must exist), the region (else $AWS_REGION, $AWS_DEFAULT_REGION, us-west-2) and the
-    boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`)."""
+    boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`).
+    `gpus` and `cpus` are every job's `--gpus` and `--cpus` (emulator/hardware.py); a word that is
+    not one of theirs is a UsageError here, before any job."""
+    session = origin.split("(")[0]
+    try:
+        gpu_mode = None if gpus is None else parse_gpu_mode(gpus)
+        cpu_mode = parse_cpu_mode(cpus)
+    except ValueError as err:
+        raise UsageError(f"{session}: {err}", hint="gpus: auto, none, emulate, real or share; "
+                         "cpus: instance or machine") from None
     with s3.given_root(s3_root, origin):
         root = s3.choose_root(None)
     if not root.named:
@@ -51,7 +61,7 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
                          "default root")
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
-                                 engine_name=engine, s3_origin=root.origin)
+                                 engine_name=engine, s3_origin=root.origin, gpus=gpu_mode, cpus=cpu_mode)
     boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                  region_name=region)
     # Installed before any client exists: clients copy the session's handlers when they are made.

@@ -48,15 +48,17 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     else ~/.local/share/hetero-emu/s3. `images`: ECR image names -> local images, over the default
     table that runs every ECR image as the project's training image (`emulator.aws.ecr_images`). `region`:
     the region the SDK resolves images and names buckets for (default $AWS_REGION,
-    $AWS_DEFAULT_REGION, else us-west-2). Other keyword arguments go to `sagemaker.Session`
+    $AWS_DEFAULT_REGION, else us-west-2). `gpus` and `cpus`: every job's `hetero-emu run --gpus` and
+    `--cpus` (docs/gpus.md; `gpus="emulate"` shows GPU hosts their type's GPUs without CUDA). Other
+    keyword arguments go to `sagemaker.Session`
     (`default_bucket`, `default_bucket_prefix`, ...).
     """
 
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
                  region: str | None = None, engine: str = DEFAULT_ENGINE, poll_seconds: float = 0.2,
-                 **session_args: Any) -> None:
+                 gpus: str | None = None, cpus: str = "instance", **session_args: Any) -> None:
         aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
-                        origin="EmulatorSession(s3_root=...)")
+                        origin="EmulatorSession(s3_root=...)", gpus=gpus, cpus=cpus)
         self.s3_root = aws.s3_root
         self.training = aws.training
         self.poll_seconds = poll_seconds

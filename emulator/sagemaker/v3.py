@@ -32,16 +32,17 @@ from emulator.sagemaker.local import local_aws, telemetry_off
 class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
     """A v3 `Session` whose training jobs run on this machine's Docker engine.
 
-    `s3_root`, `images`, `region` and `engine` as for `EmulatorSession` (SDK v2): the folder
+    `s3_root`, `images`, `region`, `engine`, `gpus` and `cpus` as for `EmulatorSession` (SDK v2): the folder
     s3://bucket/key maps to, ECR image names -> local images, the region the SDK names buckets
     and images for. Other keyword arguments go to the SDK's `Session` (`default_bucket`,
     `default_bucket_prefix`, ...).
     """
 
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
-                 region: str | None = None, engine: str = DEFAULT_ENGINE, **session_args: Any) -> None:
+                 region: str | None = None, engine: str = DEFAULT_ENGINE, gpus: str | None = None,
+                 cpus: str = "instance", **session_args: Any) -> None:
         aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
-                        origin="EmulatorSessionV3(s3_root=...)")
+                        origin="EmulatorSessionV3(s3_root=...)", gpus=gpus, cpus=cpus)
         self.s3_root = aws.s3_root
         self.training = aws.training
         super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),

@@ -130,6 +130,7 @@ JOB_KEYS = (
     "region",
     "local_s3_root",
     "shm_size",
+    "gpus",
 )
 GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count", "placement")
 # `placement` may be left out; every other group key is required.
@@ -249,6 +250,9 @@ class JobSpec:
     # The size of every host's /dev/shm in bytes (`shm_size: 2g`); None: half the host's memory
     # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.
     shm_size: int | None = None
+    # How hosts of GPU instance types get GPUs here (`gpus: emulate`; emulator/hardware.py): None
+    # leaves it to the run's --gpus, else "auto". Not a SageMaker field.
+    gpus: str | None = None
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
     requested_image: str | None = None

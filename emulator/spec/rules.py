@@ -25,6 +25,7 @@ from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.hardware import parse_gpu_mode
 from emulator.sizes import MAX_SIZE, parse_size
 from emulator.spec import placement, s3
 from emulator.spec.fields import FieldReader, as_written
@@ -268,6 +269,7 @@ class Validator(FieldReader):
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
         shm_size = self.shm_size(raw)
+        gpus = self.gpu_mode(raw)
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
         uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
         log_level = self.integer(raw, "container_log_level", "container_log_level")
@@ -308,6 +310,7 @@ class Validator(FieldReader):
             spec_dir=self.base_dir,
             source_archive=self.source_archive,
             shm_size=shm_size,
+            gpus=gpus,
         )
 
     def job_names(self, raw: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -416,6 +419,18 @@ class Validator(FieldReader):
             self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
                       "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
         return ckpt_local
+
+    def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
+        """`gpus`: how hosts of GPU types get GPUs here (emulator/hardware.py, GPU_MODES)."""
+        value = self.string(raw, "gpus", "gpus")
+        if value is None:
+            return None
+        try:
+            return parse_gpu_mode(value)
+        except ValueError as err:
+            self.fail("gpus", str(err), "emulate shows each GPU host its type's GPUs without CUDA; real passes "
+                      "this machine's; none gives none; auto (the default) picks real or none")
+            return None
 
     def shm_size(self, raw: Mapping[str, Any]) -> int | None:
         """`shm_size`: a size as Docker takes it (2g, 512m) or a number of bytes."""

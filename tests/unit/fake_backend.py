@@ -36,6 +36,7 @@ from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
 from emulator.frameworks import FrameworkImage
+from emulator.hardware import Machine
 from emulator.logs import STDERR, STDOUT
 from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
@@ -115,12 +116,15 @@ class FakeBackend:
         labels_of: Mapping[str, Mapping[str, str]] | None = None,
         builds_images: bool = False,
         refused_ulimits: Iterable[Ulimit] | None = None,
+        machine: Machine | None = None,
     ) -> None:
         # Of the engine contract's capabilities: building images and probing ulimits as chosen; it
         # publishes ports, passes devices and runs commands in stopped hosts (as the Docker engine).
         self.capabilities = Capabilities(builds_images=builds_images, probes_ulimits=refused_ulimits is not None,
                                          publishes_ports=True, passes_devices=True, execs_in_stopped_hosts=True)
         self.refused = set(refused_ulimits or ())
+        # The engine's machine: this test machine's shape (2 cores, 24 GiB, no GPU) unless a test says.
+        self.the_machine = machine or Machine(cpus=2, memory_bytes=24 * 1024**3)
         # A log file that could not be written, by container (a test sets it; the Docker engine's
         # stream reader does).
         self.stream_errors: dict[str, str] = {}
@@ -201,6 +205,9 @@ class FakeBackend:
     def _record(self, *call: object) -> None:
         with self._lock:
             self.calls.append(call)
+
+    def machine(self) -> Machine:
+        return self.the_machine
 
     def ping(self) -> None:
         self._record("ping")

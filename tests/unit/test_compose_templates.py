@@ -26,6 +26,7 @@ from emulator.cli import app
 from emulator.compose import HOST_BLOCK, compose_yaml, default_template_path, load_template
 from emulator.debugger import DebugTarget
 from emulator.errors import UsageError
+from emulator.hardware import Machine, resolve
 from emulator.plan import Plan, make_plan
 from emulator.spec import JobSpec
 
@@ -64,9 +65,17 @@ def _isolation(raw: dict[str, Any]) -> dict[str, Any]:
     return {"memory": 2 * 1024**3}
 
 
+def _gpus(raw: dict[str, Any]) -> dict[str, Any]:
+    # Real GPUs by device id on a machine with two: the p3.2xlarge host gets one; the vCPU hook on
+    # every host.
+    hosts = [("algo-1", "ml.c5.xlarge"), ("algo-2", "ml.c5.xlarge"), ("algo-3", "ml.p3.2xlarge")]
+    machine = Machine(8, 64 * 1024**3, gpu_runtime=True, gpus=("0", "1"))
+    return {"hardware": resolve("real", "instance", "hetero-test", hosts, machine)}
+
+
 # case -> edits the spec's mapping in place and returns make_plan's extra arguments
 CASES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "mpi": _mpi, "pipes": _pipes, "debug": _debug, "sharded": _sharded, "isolation": _isolation,
+    "mpi": _mpi, "pipes": _pipes, "debug": _debug, "sharded": _sharded, "isolation": _isolation, "gpus": _gpus,
 }
 
 
@@ -93,7 +102,7 @@ def test_the_golden_files_cover_what_the_template_leaves_out_or_fills() -> None:
     # Guards the cases themselves: each optional key is both present and absent somewhere.
     services = {case: yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())["services"] for case in CASES}
     every = [service for found in services.values() for service in found.values()]
-    for key in ("entrypoint", "mem_limit", "ports"):
+    for key in ("entrypoint", "mem_limit", "ports", "deploy"):
         assert any(key in s for s in every) and any(key not in s for s in every), key
     networks = [yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())["networks"]["job"] for case in CASES]
     assert any("driver_opts" in n for n in networks) and any("driver_opts" not in n for n in networks)

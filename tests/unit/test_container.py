@@ -67,6 +67,8 @@ SAMPLES: dict[str, tuple[Any, str | None]] = {
     "devices": ((Device("/dev/marker0", "/dev/marker0"),), "/dev/marker0"),
     "ports": ((PortBinding("127.0.0.1", 45678, 5678),), "45678"),
     "placement": (("node.labels.marker==yes",), "node.labels.marker==yes"),
+    # docker and compose name the ids; a swarm service reserves a count of them (no marker common to all).
+    "gpus": (("GPU-marker-1", "GPU-marker-2"), None),
 }
 # What an engine cannot give, and why. A swarm service refuses it (test below) rather than drop it.
 NOT_TRANSLATED = {

@@ -20,12 +20,16 @@ from testkit import CliResult, invoke
 from emulator import compose, debugger
 from emulator.console import RecordingReporter
 from emulator.container import PortBinding
-from emulator.debugger import DEBUGPY_PORT, HOOK_SOURCE, HOOK_TARGET, DebugTarget
+from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EnvironmentProblem, UsageError
+from emulator.hooks import SOURCES
+from emulator.hooks import TARGET as HOOK_TARGET
 from emulator.options import RunOptions
 from emulator.plan import make_plan, summary
 from emulator.runner import run_job
 from emulator.spec import JobSpec
+
+HOOK_SOURCE = SOURCES["sitecustomize.py"].parent
 
 Load = Callable[[dict[str, Any]], JobSpec]
 HOOK_VARIABLES = {debugger.PORT_VARIABLE, debugger.WAIT_VARIABLE, debugger.ENTRY_VARIABLE, "PYTHONPATH",
@@ -63,7 +67,9 @@ def test_only_the_debugged_host_gets_the_hook_its_variables_and_the_port(load: L
         "PYTHONPATH": HOOK_TARGET, debugger.PORT_VARIABLE: "5678", debugger.WAIT_VARIABLE: "1",
         debugger.ENTRY_VARIABLE: "train.py", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     hook = [m for m in debugged.mounts if m.target == HOOK_TARGET]
-    assert [(m.source, m.read_only) for m in hook] == [(str(HOOK_SOURCE), True)]
+    # The start-up hook, staged into the job folder (emulator/hooks.py), as every host that needs it mounts it.
+    assert [(m.source, m.read_only) for m in hook] == [(str(tmp_path / "job" / ".staging" / "hooks"), True)]
+    assert plan.hook_dir == str(tmp_path / "job" / ".staging" / "hooks") and plain.hook_dir is None
     assert (HOOK_SOURCE / "sitecustomize.py").is_file()
     # Every other host is exactly what it is without a debugger; so is the rest of algo-3.
     for host in ("algo-1", "algo-2"):
@@ -88,7 +94,7 @@ def test_render_and_compose_show_the_debugged_host(load: Load, valid_raw: dict[s
     services = compose.compose_project(plan)["services"]
     assert services["algo-2"]["ports"] == ["127.0.0.1:6000:5678"]
     assert "ports" not in services["algo-1"] and "ports" not in services["algo-3"]
-    assert f"{HOOK_SOURCE}:{HOOK_TARGET}:ro" in services["algo-2"]["volumes"]
+    assert f"./.staging/hooks:{HOOK_TARGET}:ro" in services["algo-2"]["volumes"]
     waits = make_plan(load(valid_raw), "hetero-test", job_dir=tmp_path / "job",
                       debug=DebugTarget("algo-2", 6000, wait=True))
     assert summary(waits).count(", waits for the debugger to attach") == 1

@@ -1,12 +1,22 @@
-"""Start debugpy in the one process of this host that runs the job's entry point (`hetero-emu run
---debug-host`; docs/cli.md, Debugging a host).
+"""The hosts' Python start-up hook: the toolkit's vCPU count (`--cpus instance`) and debugpy in the
+debugged host's entry point (`--debug-host`).
 
-The emulator mounts this folder read-only on the debugged host only and puts it first on PYTHONPATH,
-so every Python process there imports this module at start-up (https://docs.python.org/3/library/site.html:
-"an attempt is made to import a module named sitecustomize"). It must cost nothing and never fail in
-any other process: the toolkit's own `train`, its `pip install -r requirements.txt`, mpirun's helpers,
-torchrun, debugpy's own adapter. So it only reads the command line, and imports debugpy only in the
-process whose main script is the entry point.
+The emulator copies this folder into the job folder and mounts it read-only, first on PYTHONPATH, on
+the hosts that need either, so every Python process there imports this module at start-up
+(https://docs.python.org/3/library/site.html: "an attempt is made to import a module named
+sitecustomize"). It must cost nothing and never fail in any process: the toolkit's own `train`, its
+`pip install -r requirements.txt`, mpirun's helpers, torchrun, debugpy's own adapter. So it only reads
+the command line and the environment, then hands over to the image's own sitecustomize (`chain`).
+
+**The vCPU count** (docs/gpus.md, CPUs). The toolkit's `SM_NUM_CPUS` is `multiprocessing.cpu_count()`
+in its own `train` process (aws/sagemaker-training-toolkit, src/sagemaker_training/environment.py
+`num_cpus`): 72 on an ml.c5.18xlarge, this machine's core count here. With HETERO_EMU_CPU_COUNT set
+(the type's vCPUs), `multiprocessing.cpu_count()` answers it in the `train` process only: the script
+it starts, and everything else, still counts this machine's cores, so a
+`DataLoader(num_workers=os.cpu_count())` does not start 72 processes on 2 cores.
+
+**The debugger** (docs/cli.md, Debugging a host): debugpy is imported only in the process whose main
+script is the entry point.
 
 How the toolkit starts the entry point (aws/sagemaker-training-toolkit, src/sagemaker_training/process.py
 `ProcessRunner._create_command`): `[sys.executable, "<entry point>", *args]` for a script,
@@ -22,11 +32,17 @@ want the one port): the first to create the claim file wins.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import multiprocessing
 import os
 import sys
 
 CODE_DIR = "/opt/ml/code"
+# Set by the emulator's plan (emulator/hardware.py) to the instance type's vCPUs.
+CPUS_VARIABLE = "HETERO_EMU_CPU_COUNT"
+# The console script the service runs (`train`, the image's CMD): its path is the main script.
+TOOLKIT_COMMAND = "train"
 # Set by the emulator's plan (emulator/debugger.py) on the debugged host only.
 PORT_VARIABLE = "HETERO_EMU_DEBUGPY_PORT"
 WAIT_VARIABLE = "HETERO_EMU_DEBUGPY_WAIT"
@@ -68,6 +84,21 @@ def is_entry_point(argv: list[str], entry_point: str, cwd: str) -> bool:
         return False
     wanted = os.path.normpath(os.path.join(CODE_DIR, entry_point))
     return os.path.normpath(os.path.join(cwd, script)) == wanted
+
+
+def is_toolkit(argv: list[str]) -> bool:
+    """Whether this process is the toolkit's `train` (python /path/to/bin/train ...): sys.orig_argv
+    (3.10+) starts with the interpreter, sys.argv (older Pythons) with the script."""
+    script = argv[1] if len(argv) >= 2 and "python" in os.path.basename(argv[0]) else argv[0] if argv else ""
+    return os.path.basename(script) == TOOLKIT_COMMAND
+
+
+def count_instance_cpus() -> None:
+    count = os.environ.get(CPUS_VARIABLE, "")
+    if not count.isdigit() or int(count) < 1 or not is_toolkit(list(getattr(sys, "orig_argv", sys.argv))):
+        return
+    cpus = int(count)
+    multiprocessing.cpu_count = lambda: cpus
 
 
 def claim() -> bool:
@@ -130,6 +161,8 @@ def chain() -> None:
             sys.modules[__name__] = saved_module
 
 
+with contextlib.suppress(Exception):  # never break a process of the host
+    count_instance_cpus()
 try:
     start()
 except Exception as problem:  # noqa: BLE001 - never break a process of the host
