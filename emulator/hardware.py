@@ -70,7 +70,8 @@ class Machine:
     gpus: tuple[str, ...] = ()
     # Whether two hosts may be given one GPU (`--gpus share`): not on a swarm, which reserves each whole.
     can_share: bool = True
-    # What to set up for real GPUs on this engine, said with a refusal.
+    # Why this engine gives no GPU, and what to set up for real GPUs on it: said with a refusal.
+    no_gpu: str = "the Docker engine has no GPU runtime (NVIDIA's container toolkit)"
     gpu_hint: str = ("install NVIDIA's container toolkit and register its runtime with Docker "
                      "(`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd); "
                      "or run with --gpus emulate or --gpus none")
@@ -136,7 +137,7 @@ def resolve(gpus: GpuMode, cpus: CpuMode, job_name: str, hosts: Sequence[tuple[s
         if gpus == "share" and not machine.can_share:
             raise ValueError("--gpus share: this engine cannot give one GPU to two hosts")
         if not machine.gpu_runtime:
-            raise ValueError("the Docker engine has no GPU runtime (NVIDIA's container toolkit)")
+            raise ValueError(machine.no_gpu)
         if not machine.gpus:
             raise ValueError("the Docker engine's GPU runtime finds no GPU on this machine")
         devices, shared = assign_devices(wanted, machine.gpus, share=gpus == "share")

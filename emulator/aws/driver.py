@@ -42,6 +42,14 @@ def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple
                                 "Hardware": dict(hardware or {})}, sort_keys=True))
 
 
+def run_options(ticket: Mapping[str, Any]) -> RunOptions:
+    """How the ticket's job runs: its CreationTime, the session's image table and its `gpus`/`cpus`."""
+    chosen = ticket.get("Hardware") or {}
+    return RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}),
+                      gpus=None if chosen.get("Gpus") is None else parse_gpu_mode(chosen["Gpus"]),
+                      cpus=parse_cpu_mode(chosen.get("Cpus") or "instance"))
+
+
 def main(argv: list[str]) -> int:
     # SIGTERM (StopTrainingJob) stops the job as Ctrl-C does: the runner's teardown runs in `finally`.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -51,11 +59,8 @@ def main(argv: list[str]) -> int:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
                                             ticket.get("Overrides"))
-        chosen = ticket.get("Hardware") or {}
-        options = RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}),
-                             gpus=None if chosen.get("Gpus") is None else parse_gpu_mode(chosen["Gpus"]),
-                             cpus=parse_cpu_mode(chosen.get("Cpus") or "instance"))
-        result = api.run(spec, options, engine_name=ticket["Engine"], reporter=ConsoleReporter(colour=False))
+        result = api.run(spec, run_options(ticket), engine_name=ticket["Engine"],
+                         reporter=ConsoleReporter(colour=False))
     except (KeyboardInterrupt, Interrupted):
         # Stopped before the hosts ran (building the image, staging): the run could not record it.
         sys.stderr.write("stopped (StopTrainingJob)\n")

@@ -349,7 +349,8 @@ class SwarmBackend(SharedMembers):
         info = self.manager.info()
         gpus = tuple(gpu for node in self._ready_nodes() for gpu in node_gpus(node))
         return Machine(int(info.get("NCPU") or 1), int(info.get("MemTotal") or 0), gpu_runtime=bool(gpus),
-                       gpus=gpus, can_share=False, gpu_hint=GPU_SETUP_HINT)
+                       gpus=gpus, can_share=False, gpu_hint=GPU_SETUP_HINT,
+                       no_gpu=f"no ready node of the swarm advertises GPUs (generic resources {GPU_RESOURCE})")
 
     def reaper_environment(self) -> dict[str, str]:
         url = self.manager_url()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from testkit import invoke, unique
 
 from emulator.console import RecordingReporter
 from emulator.options import RunOptions
@@ -93,7 +94,7 @@ def test_emulated_gpus_give_the_services_mpi_launch_shape_and_cpu_hosts_none(tmp
                                                                                training_image: str) -> None:
     """A 2-host MPI group of a 4-GPU type with no processes_per_host: the real toolkit starts 4 ranks
     per host, as on the service; the CPU group's host sees no GPU and its type's 72 vCPUs."""
-    spec = write_job(tmp_path, SEEN, training_image, {"mpi": {"enabled": True}}, "gpus-mpi")
+    spec = write_job(tmp_path, SEEN, training_image, {"mpi": {"enabled": True}}, unique("gpus-mpi"))
     reporter = RecordingReporter()
     result = run_job(load_spec_file(spec), RunOptions(gpus="emulate"), reporter=reporter)
     assert result.status == "Completed", result.failure_reason
@@ -134,14 +135,14 @@ print(f"SUM {group} {x.sum().item()}", flush=True)
 
 def test_by_default_a_script_choosing_cuda_from_sm_num_gpus_takes_its_cpu_path_and_emulate_has_no_cuda(
         tmp_path: Path, pytorch_image: str) -> None:
-    spec = load_spec_file(write_job(tmp_path, TORCH_DEVICE, pytorch_image, None, "gpus-default", gpu_count=1))
+    spec = load_spec_file(write_job(tmp_path, TORCH_DEVICE, pytorch_image, None, unique("gpus-default"), gpu_count=1))
     default = run_job(spec, RunOptions(), reporter=RecordingReporter())
     assert default.status == "Completed", default.failure_reason
     text = (default.job_dir / "logs" / "algo-2.log").read_text()
     assert "DEVICE dnn_group 0 cpu False" in text and "SUM dnn_group 3.0" in text
     # Emulated: the count reaches the script, CUDA does not; the script's cuda path fails as it would
     # on a machine without CUDA.
-    emulated = run_job(load_spec_file(write_again(tmp_path, "gpus-emulated")), RunOptions(gpus="emulate"),
+    emulated = run_job(load_spec_file(write_again(tmp_path, unique("gpus-emulated"))), RunOptions(gpus="emulate"),
                        reporter=RecordingReporter())
     assert emulated.status == "Failed"
     text = (emulated.job_dir / "logs" / "algo-2.log").read_text()
@@ -172,7 +173,8 @@ if "RANK" in os.environ:
 
 
 def test_torchrun_starts_the_types_gpu_count_per_node(tmp_path: Path, pytorch_image: str) -> None:
-    spec = write_job(tmp_path, TORCHRUN, pytorch_image, {"torch_distributed": {"enabled": True}}, "gpus-torchrun")
+    spec = write_job(tmp_path, TORCHRUN, pytorch_image, {"torch_distributed": {"enabled": True}},
+                     unique("gpus-torchrun"))
     result = run_job(load_spec_file(spec), RunOptions(gpus="emulate"), reporter=RecordingReporter())
     assert result.status == "Completed", result.failure_reason
     # The real toolkit's torchrun command line (sagemaker_training/torch_distributed.py).
@@ -204,7 +206,7 @@ if env.is_master:
 def test_the_smdistributed_data_parallel_launcher_counts_the_types_gpus(tmp_path: Path,
                                                                        training_image: str) -> None:
     spec = write_job(tmp_path, SMDDP, training_image, {"smdistributed": {"dataparallel": {"enabled": True}}},
-                     "gpus-smddp")
+                     unique("gpus-smddp"))
     raw = yaml.safe_load(spec.read_text())
     raw["container_entry_point"] = ["python3", "/opt/ml/code/train.py"]
     spec.write_text(yaml.safe_dump(raw))
@@ -216,3 +218,17 @@ def test_the_smdistributed_data_parallel_launcher_counts_the_types_gpus(tmp_path
     assert command[command.index("--host") + 1] == f"algo-2:{GPUS},algo-3:{GPUS}"
     assert "SAGEMAKER_INSTANCE_TYPE=" + GPU_TYPE in command
     assert toolkit_line(result, "algo-1", r"TYPE (\S+) GPUS (\d+)").groups() == (CPU_TYPE, "0")
+
+
+def test_real_gpus_on_this_engine_are_refused_before_anything_starts(tmp_path: Path, docker_client: Any) -> None:
+    """This engine has no GPU runtime: `--gpus real` is one line naming what to install, exit 3, no
+    container, no job folder."""
+    spec = write_job(tmp_path, "print('never')\n", "hetero-emu/training:py311", None, unique("gpus-real"))
+    before = {c.name for c in docker_client.containers.list(all=True)}
+    result = invoke("run", spec, "--gpus", "real")
+    assert result.returncode == 3
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0] == "error: --gpus real: the Docker engine has no GPU runtime (NVIDIA's container toolkit)", lines
+    assert "nvidia-ctk runtime configure" in result.stderr and "Traceback" not in result.stderr
+    assert {c.name for c in docker_client.containers.list(all=True)} == before
+    assert not (tmp_path / "out").exists()

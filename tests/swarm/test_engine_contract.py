@@ -24,6 +24,7 @@ from engines import Engine
 from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
 from emulator.console import RecordingReporter
+from emulator.errors import EnvironmentProblem
 from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB
 from emulator.result import HostResult, JobResult
@@ -145,6 +146,32 @@ def test_every_registered_engine_has_the_whole_contract_and_declares_its_capabil
         engine = registry.engine(name)  # made, not asked: no engine answers this test
         assert contract_problems(engine) == [], name
         assert isinstance(vars(type(engine)).get("capabilities"), Capabilities), f"{name}: declared by its class"
+
+
+# --------------------------------------------------------------------------------------------------
+# GPUs and vCPUs (docs/gpus.md): neither engine here has a GPU
+
+
+def test_a_gpu_type_sees_its_emulated_gpus_a_cpu_type_none_and_real_gpus_are_refused(engine: Engine) -> None:
+    script = '''
+        import shutil, subprocess
+        smi = shutil.which("nvidia-smi")
+        gpus = subprocess.run([smi, "--list-gpus"], capture_output=True, text=True).stdout.splitlines() if smi else None
+        report("GPUS", {"gpus": gpus, "vars": os.environ.get("HETERO_EMU_CPU_COUNT")})
+        '''
+    kinds = [{"instance_group_name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 1},
+             {"instance_group_name": "gpu", "instance_type": "ml.g5.12xlarge", "instance_count": 1}]
+    result = run(engine, make_spec(engine, script, job_name("ct-gpus"), instance_groups=kinds), gpus="emulate")
+    assert result.status == "Completed", result.failure_reason
+    assert tagged(result, "algo-1", "GPUS") == {"gpus": None, "vars": "4"}
+    seen = tagged(result, "algo-2", "GPUS")
+    assert seen["vars"] == "48" and [g.split(" (UUID")[0] for g in seen["gpus"]] == [
+        f"GPU {i}: NVIDIA A10G" for i in range(4)]
+    # Real GPUs: this engine has none to give, so the job is refused before anything is created.
+    with pytest.raises(EnvironmentProblem) as refused:
+        run(engine, make_spec(engine, script, job_name("ct-real-gpus"), instance_groups=kinds), gpus="real")
+    assert refused.value.message.startswith("--gpus real: ")
+    assert ("node-generic-resources" if engine.name == "swarm" else "nvidia-ctk") in (refused.value.hint or "")
 
 
 # --------------------------------------------------------------------------------------------------

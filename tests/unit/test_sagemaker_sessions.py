@@ -48,3 +48,34 @@ def test_the_v2_session_answers_iam_and_cloudwatch_logs(tmp_path: Path, monkeypa
     assert stream["arn"].startswith("arn:aws:logs:eu-central-1:000000000000:")
     role = session.boto_session.client("iam").get_role(RoleName="SageMakerRole")["Role"]
     assert role["Arn"] == "arn:aws:iam::000000000000:role/SageMakerRole"
+
+
+def test_the_sessions_gpus_and_cpus_reach_every_jobs_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`EmulatorSession(gpus="emulate", cpus="machine")`: the ticket a CreateTrainingJob writes for its
+    driver carries them, and the driver runs the job with them (docs/gpus.md)."""
+    import json
+    from datetime import datetime, timezone
+
+    from emulator.aws import driver
+    from emulator.sagemaker import EmulatorSession
+
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "s3").mkdir()
+    session = EmulatorSession(s3_root=tmp_path / "s3", gpus="emulate", cpus="machine")
+    ticket = tmp_path / "ticket.json"
+    training = session.training
+    driver.write_ticket(ticket, {}, tmp_path, (tmp_path / "s3", "test"), "docker", datetime.now(timezone.utc),
+                        images=training.images, hardware=training.hardware)
+    options = driver.run_options(json.loads(ticket.read_text()))
+    assert (options.gpus, options.cpus) == ("emulate", "machine")
+    plain = EmulatorSession(s3_root=tmp_path / "s3").training
+    assert (plain.hardware["Gpus"], plain.hardware["Cpus"]) == (None, "instance")
+
+
+def test_a_session_with_an_unknown_gpus_word_is_refused_at_once(tmp_path: Path) -> None:
+    from emulator.errors import UsageError
+    from emulator.sagemaker import EmulatorSession
+
+    (tmp_path / "s3").mkdir()
+    with pytest.raises(UsageError, match=r"EmulatorSession: 'cuda' is not a GPU mode: use one of auto, none, "):
+        EmulatorSession(s3_root=tmp_path / "s3", gpus="cuda")
