@@ -21,7 +21,7 @@ _PROBE = r"""
 import json, emulator, emulator.image_recipes as r
 from emulator.compose import load_template
 from emulator.backend.image_build import recipe_hash
-from emulator.debugger import HOOK_SOURCE
+from emulator.hooks import SOURCES
 training = r.load_recipe("training")
 print(json.dumps({
     "emulator": emulator.__file__,
@@ -30,7 +30,7 @@ print(json.dumps({
     "files": sorted(p.relative_to(training.folder).as_posix() for p in training.files()),
     "packages": training.packages,
     "hash": recipe_hash(training),
-    "debug_hook": str(HOOK_SOURCE / "sitecustomize.py") if (HOOK_SOURCE / "sitecustomize.py").is_file() else None,
+    "hooks": {name: str(path) for name, path in SOURCES.items() if path.is_file()},
     "compose_template": load_template().source,
 }))
 """
@@ -52,7 +52,8 @@ def test_image_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
         names = set(archive.namelist())
         archive.extractall(tmp_path / "site")
     assert {"emulator/images/README.md", "emulator/images/training/recipe.yaml",
-            "emulator/images/training/Dockerfile", "emulator/data/debugpy/sitecustomize.py",
+            "emulator/images/training/Dockerfile", "emulator/data/startup/sitecustomize.py",
+            "emulator/data/instance/nvidia-smi",
             "emulator/compose_templates/compose.yaml"} <= names
     # Only the unpacked wheel provides `emulator`: the checkout is not on the path, cwd is elsewhere.
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}
@@ -64,8 +65,10 @@ def test_image_recipes_are_found_from_a_built_wheel(tmp_path: Path) -> None:
     assert found["emulator"] == str(site / "__init__.py")
     assert found["images"] == str(site / "images")
     assert "training" in found["variants"]
-    # `--debug-host` mounts the hook from the installed package.
-    assert found["debug_hook"] == str(site / "data" / "debugpy" / "sitecustomize.py")
+    # The start-up hook (`--debug-host`, the vCPU count) and the emulated nvidia-smi are staged from the
+    # installed package.
+    assert found["hooks"] == {"sitecustomize.py": str(site / "data" / "startup" / "sitecustomize.py"),
+                              "nvidia-smi": str(site / "data" / "instance" / "nvidia-smi")}
     # `render` fills the top-level compose-templates/compose.yaml, shipped as emulator/compose_templates.
     assert found["compose_template"] == str(site / "compose_templates" / "compose.yaml")
     in_checkout = sorted(p.relative_to(ROOT / "images" / "training").as_posix()
