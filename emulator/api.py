@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, wheelhouse
+from emulator import metrics as metrics_module
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
@@ -329,6 +330,12 @@ def describe(job: str, *, engine_name: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """DescribeTrainingJob's answer for a job (its job.json); a job still running has none yet, and gets
     its record's name, status, transitions and folder."""
     return description(job, engine_name=engine_name).doc
+
+
+def job_metrics(job: str, *, engine_name: str = DEFAULT_ENGINE) -> list[metrics_module.Sample]:
+    """Every value a job's metric definitions took from its hosts' lines so far (running or ended), in
+    time order (emulator/metrics.py)."""
+    return metrics_module.read(job_folder(job, engine_name=engine_name))
 
 
 @dataclass(frozen=True)

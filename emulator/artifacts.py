@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol
 
 from isal import igzip_threaded
 
-from emulator import contract, hostfiles
+from emulator import contract, hostfiles, metrics
 from emulator.plan import Plan
 from emulator.result import JobResult
 from emulator.secrets import Masker, mask_environment
@@ -386,6 +386,8 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             "TrainingInputMode": spec.input_mode,
             **({"ContainerEntrypoint": list(plan.entrypoint)} if plan.entrypoint is not None else {}),
             **({"ContainerArguments": list(plan.command)} if spec.container_arguments else {}),
+            **({"MetricDefinitions": [{"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions]}
+               if spec.metric_definitions else {}),
         },
         "HyperParameters": contract.hyperparameters(spec, plan.job_name),
         "ResourceConfig": contract.describe_resource_config(spec),
@@ -428,6 +430,10 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             for h in result.hosts
         ],
     }
+    if spec.metric_definitions:
+        # Each metric's last value (emulator/metrics.py), as DescribeTrainingJob gives it.
+        doc["FinalMetricDataList"] = [{**m, "Timestamp": m["Timestamp"].isoformat()}
+                                      for m in metrics.final(metrics.read(Path(plan.job_dir)))]
     if result.failure_reason:
         doc["FailureReason"] = reason(result.failure_reason)
     if result.model_artifact is not None:

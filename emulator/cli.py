@@ -13,7 +13,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from emulator import api, secrets
+from emulator import api, contract, secrets
 from emulator.backend import ExecIO, Resource
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
@@ -30,6 +30,7 @@ from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
 from emulator.image_recipes import DEFAULT_VARIANT, variant_names
+from emulator.metrics import final as final_metrics
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import (
     LABEL_GROUP,
@@ -599,6 +600,33 @@ def describe(
         return
     for line in describe_lines(found.doc, found.folder):
         typer.echo(line)
+
+
+@app.command("metrics")
+def metrics_cmd(
+    job: Annotated[str, typer.Argument(help="A job name or a job's output folder.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Every value: host, metric, value, time (JSON).")] = False,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
+) -> None:
+    """The values a job's metric_definitions took from its hosts' lines (running or ended): per metric
+    and host, the count, last, minimum and maximum; the job's final values as DescribeTrainingJob's
+    FinalMetricDataList gives them."""
+    samples = api.job_metrics(job, engine_name=engine_name)
+    if as_json:
+        _emit_json([{"host": s.host, "metric": s.name, "value": s.value,
+                     "time": datetime.fromtimestamp(s.at, timezone.utc).isoformat()} for s in samples])
+        return
+    if not samples:
+        typer.echo(f"{job}: no metric values (no metric_definitions, or no line of the hosts matched one yet)")
+        return
+    typer.echo(f"{'METRIC':<24} {'HOST':<8} {'COUNT':>5} {'LAST':>12} {'MIN':>12} {'MAX':>12}")
+    keys = sorted({(s.name, s.host) for s in samples}, key=lambda k: (k[0], contract.host_sort_key(k[1])))
+    for name, host in keys:
+        values = [s.value for s in samples if (s.name, s.host) == (name, host)]
+        typer.echo(f"{name:<24} {host:<8} {len(values):>5} {values[-1]:>12.6g} {min(values):>12.6g} "
+                   f"{max(values):>12.6g}")
+    typer.echo("\nFinalMetricDataList: " + ", ".join(f"{m['MetricName']}={m['Value']:g}"
+                                                      for m in final_metrics(samples)))
 
 
 def describe_lines(doc: dict[str, Any], folder: Path) -> list[str]:

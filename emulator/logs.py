@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from emulator.console import Reporter
+from emulator.metrics import Recorder
 from emulator.plan import HostPlan, Plan
 from emulator.secrets import Masker
 from emulator.toolkit_fold import EnvironmentFold
@@ -82,6 +83,9 @@ class LogCollector:
         self._files = {name: open(path, "ab") for name, path in self.paths.items()}  # noqa: SIM115
         self._lock = threading.Lock()
         self._closed = False
+        # The job's metric definitions applied to each line as it is written (emulator/metrics.py).
+        self._metrics = Recorder(Path(plan.job_dir), plan.spec.metric_definitions) \
+            if plan.spec.metric_definitions else None
         self._console: _ConsoleFeed | None = None
         if not getattr(reporter, "quiet", False):
             self._console = _ConsoleFeed(reporter, self._masker, plan.hosts, self.paths)
@@ -119,6 +123,8 @@ class LogCollector:
         masked = self._masker.mask_bytes(data)
         self._files[host].write(masked)
         self._files[host].flush()
+        if self._metrics is not None:
+            self._metrics.feed(host, masked, time.time())
         recent = self._recent[host] + masked[-RECENT_BYTES:]
         if len(recent) > RECENT_BYTES:
             recent = recent[-RECENT_BYTES:]

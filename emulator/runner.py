@@ -187,6 +187,8 @@ def run_job(
         debugger.check_target(spec, debug)
         debugger.check_port_free(debug)
     reporter = reporter or ConsoleReporter()
+    # The engine answers (and is what it should be: a swarm's manager) before it is asked what it has.
+    backend.ping()
     machine = backend.machine()
     for attempt in range(NAME_ATTEMPTS):
         job_name = job_name_from(spec, now())
@@ -450,6 +452,7 @@ class Run:
             reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
 
         self.write_timeline(ran.status, ran.t0)
+        self.write_metrics_chart(ran.start)
         # The last transition is stored with the final status only after job.json is written (in
         # execute): a reader that sees the final status always finds the whole description.
         self.transition(ran.secondary, FINAL_MESSAGES.get(ran.secondary, ran.secondary), at=collected.packed,
@@ -734,6 +737,22 @@ class Run:
                            groups, failed)
         except OSError as err:
             self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
+
+    def write_metrics_chart(self, start: datetime) -> None:
+        """metrics.svg beside timeline.svg when the job has metric definitions; like the timeline, a
+        chart that cannot be written costs a warning."""
+        plan = self.plan
+        if not plan.spec.metric_definitions:
+            return
+        from emulator import metrics, metrics_chart
+
+        try:
+            metrics_chart.write(Path(plan.job_dir) / metrics_chart.FILE_NAME, plan.job_name,
+                                [d.name for d in plan.spec.metric_definitions], metrics.read(Path(plan.job_dir)),
+                                {h.name: h.group for h in plan.hosts}, [g.name for g in plan.groups],
+                                start.timestamp())
+        except OSError as err:
+            self.reporter.warn(f"{metrics_chart.FILE_NAME} not written: {err}")
 
     def timeline_spans(self, t0: float) -> list[Span]:
         """Each host's start and end: the engine's own times when it told them for every host that

@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 
 from emulator.aws import stub
+from emulator.aws.cloudwatch import CloudWatch
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
 from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
@@ -65,7 +66,8 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                  region_name=region)
     # Installed before any client exists: clients copy the session's handlers when they are made.
-    stub.install(boto_session, [training, S3(root.path, region=region), STS(), IAM(), Logs(region=region)])
+    stub.install(boto_session, [training, S3(root.path, region=region), STS(), IAM(), Logs(region=region),
+                                CloudWatch()])
     return LocalAws(root.path, region, training, boto_session)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.metrics import Definition
 from emulator.spec.requirements import Requirements
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
@@ -131,6 +132,7 @@ JOB_KEYS = (
     "local_s3_root",
     "shm_size",
     "gpus",
+    "metric_definitions",
 )
 GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count", "placement")
 # `placement` may be left out; every other group key is required.
@@ -253,6 +255,9 @@ class JobSpec:
     # How hosts of GPU instance types get GPUs here (`gpus: emulate`; emulator/hardware.py): None
     # leaves it to the run's --gpus, else "auto". Not a SageMaker field.
     gpus: str | None = None
+    # AlgorithmSpecification.MetricDefinitions (the SDK's metric_definitions): applied to every host's
+    # lines (emulator/metrics.py).
+    metric_definitions: tuple[Definition, ...] = ()
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
     requested_image: str | None = None

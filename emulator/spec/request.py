@@ -96,6 +96,7 @@ _TOP = {
     "input_mode": "AlgorithmSpecification.TrainingInputMode",
     "container_entry_point": "AlgorithmSpecification.ContainerEntrypoint",
     "container_arguments": "AlgorithmSpecification.ContainerArguments",
+    "metric_definitions": "AlgorithmSpecification.MetricDefinitions",
     "instance_groups": "ResourceConfig.InstanceGroups",
     "instance_type": "ResourceConfig.InstanceType",
     "instance_count": "ResourceConfig.InstanceCount",
@@ -147,8 +148,8 @@ class RequestNames:
             return "HyperParameters.sagemaker_distribution_instance_groups"
         if head not in _TOP:
             return path
-        if head in ("hyperparameters", "environment") and rest:
-            return f"{_TOP[head]}.{rest}"
+        if head in ("hyperparameters", "environment", "metric_definitions") and rest:
+            return f"{_TOP[head]}{index}.{rest}"
         return _TOP[head] + index
 
     def channel(self, rest: str) -> str:
@@ -255,6 +256,7 @@ class _Converter:
         out["input_mode"] = algo.get("TrainingInputMode")
         out["container_entry_point"] = algo.get("ContainerEntrypoint")
         out["container_arguments"] = algo.get("ContainerArguments")
+        out["metric_definitions"] = algo.get("MetricDefinitions")
         out["environment"] = raw.get("Environment")
         out["enable_network_isolation"] = raw.get("EnableNetworkIsolation")
         self.resources(raw, out)
@@ -502,6 +504,8 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
         algorithm["ContainerEntrypoint"] = list(spec.container_entry_point)
     if spec.container_arguments is not None:
         algorithm["ContainerArguments"] = list(spec.container_arguments)
+    if spec.metric_definitions:
+        algorithm["MetricDefinitions"] = [{"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions]
     resource: dict[str, Any]
     if spec.heterogeneous:
         resource = {"InstanceGroups": [{"InstanceGroupName": g.instance_group_name, "InstanceType": g.instance_type,

@@ -26,6 +26,9 @@ from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.hardware import parse_gpu_mode
+from emulator.metrics import Definition
+from emulator.metrics import parse as parse_metrics
+from emulator.metrics import problems as metric_problems
 from emulator.sizes import MAX_SIZE, parse_size
 from emulator.spec import placement, s3
 from emulator.spec.fields import FieldReader, as_written
@@ -270,6 +273,7 @@ class Validator(FieldReader):
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
         shm_size = self.shm_size(raw)
         gpus = self.gpu_mode(raw)
+        definitions = self.metric_definitions(raw)
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
         uncompressed = self.boolean(raw, "disable_output_compression", "disable_output_compression")
         log_level = self.integer(raw, "container_log_level", "container_log_level")
@@ -311,6 +315,7 @@ class Validator(FieldReader):
             source_archive=self.source_archive,
             shm_size=shm_size,
             gpus=gpus,
+            metric_definitions=definitions,
         )
 
     def job_names(self, raw: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -419,6 +424,17 @@ class Validator(FieldReader):
             self.fail("checkpoint_local_path", f"{ckpt_local} would hide or sit inside /opt/ml's own folders",
                       "use /opt/ml/checkpoints (the default) or a folder outside /opt/ml")
         return ckpt_local
+
+    def metric_definitions(self, raw: Mapping[str, Any]) -> tuple[Definition, ...]:
+        """`metric_definitions`: [{Name, Regex}, ...] as the SDK's `metric_definitions=` (at most 40; each
+        regex compiles and has the group whose match is the value)."""
+        value = self.typed(raw, "metric_definitions", "metric_definitions", (list,))
+        if value is None:
+            return ()
+        found = metric_problems(value)
+        for where, message in found:
+            self.fail(f"metric_definitions{where}", message)
+        return () if found else parse_metrics(value)
 
     def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
         """`gpus`: how hosts of GPU types get GPUs here (emulator/hardware.py, GPU_MODES)."""
