@@ -49,6 +49,7 @@ class SecondaryStatus(_ServiceText):
     DOWNLOADING = "Downloading"
     TRAINING = "Training"
     UPLOADING = "Uploading"
+    STOPPING = "Stopping"
     COMPLETED = "Completed"
     FAILED = "Failed"
     STOPPED = "Stopped"

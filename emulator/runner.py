@@ -247,6 +247,8 @@ class Run:
         self.began: datetime | None = None  # staging began: the start of the total time
         self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
         self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
+        self.training_start: datetime | None = None  # TrainingStartTime: the hosts run
+        self.stopping = False  # asked to stop (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`)
         # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
         ranks = mpi_hosts(plan)
         self.worker_wait = WorkerWait(plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
@@ -314,13 +316,21 @@ class Run:
             entry["EndTime"] = stamp
         self.transitions.append(entry)
         if record:
-            self.record(Status.IN_PROGRESS)
+            self.record(Status.STOPPING if self.stopping else Status.IN_PROGRESS)
+
+    def begin_stopping(self) -> None:
+        """The job was asked to stop: Stopping (TrainingJobStatus and SecondaryStatus) until it has
+        stopped, as DescribeTrainingJob shows a job StopTrainingJob was called for."""
+        if not self.stopping:
+            self.stopping = True
+            self.transition(SecondaryStatus.STOPPING, "Stopping the training job")
 
     def record(self, status: Status) -> None:
         job_records.record(self.plan.job_name, Path(self.plan.job_dir), status,
                     SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
                     SecondaryStatusTransitions=self.transitions,
                     CreationTime=(self.creation or self.began or self.now()).isoformat(),
+                    **({"TrainingStartTime": self.training_start.isoformat()} if self.training_start else {}),
                     # Who runs it: `logs --follow` ends when this process is gone, even if it never said.
                     Driver=current_driver())
 
@@ -407,6 +417,7 @@ class Run:
             self.backend.start(self.names)
         ran.t0 = time.monotonic()
         ran.start = self.now()  # TrainingStartTime: the hosts run
+        self.training_start = ran.start  # in the record from now on: DescribeTrainingJob has it while training
         self.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
         if plan.debug is not None and plan.debug.wait:
@@ -529,6 +540,7 @@ class Run:
             if not running:
                 self.reporter.warn("interrupted: every host had already exited")
                 return None
+            self.begin_stopping()
             self.reporter.warn(f"interrupted: stopping {who} (SIGTERM, SIGKILL after {self.options.grace:g} s; "
                                "Ctrl-C again kills them now)")
             try:
@@ -688,6 +700,7 @@ class Run:
                 pending.remove(state.name)
             if stop_requested(self.plan):
                 self.reporter.warn("stopping the job (`hetero-emu stop`)")
+                self.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.STOPPED, None
             failed = [state for state in exited if state.exit_code != 0]

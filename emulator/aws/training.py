@@ -16,6 +16,7 @@ under `Emulator.Image`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -71,10 +72,22 @@ class SageMakerTraining(Service):
     # ----------------------------------------------------------------------------------------------
 
     def create(self, params: dict[str, Any]) -> dict[str, Any]:
+        # One create at a time on this machine, from the name check to the job's record: two calls
+        # with the same name a few ms apart (two notebooks, a retried call) must not both pass the
+        # check before either has recorded its job (both were accepted, and the second driver
+        # failed the first's job).
+        folder = job_records.state_dir() / "drivers"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".create.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._create(params, folder)
+
+    def _create(self, params: dict[str, Any], folder: Path) -> dict[str, Any]:
         name = str(params.get("TrainingJobName"))
         arn = contract.training_job_arn(name, self.region)
         earlier = job_records.find(name)
-        if earlier is not None and (earlier.job_dir / "logs").exists():
+        # A job of that name that is running (its folder may not exist yet), or whose output is there.
+        if earlier is not None and (not earlier.status.is_final or (earlier.job_dir / "logs").exists()):
             raise ApiError("ResourceInUse", "Training job names must be unique within an AWS account and region, "
                            f"and a training job with this name already exists ({arn})")
         raw = json.loads(json.dumps(params, default=str))
@@ -98,7 +111,6 @@ class SageMakerTraining(Service):
             raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
                            "already (an earlier job's output is never overwritten): choose another job name")
         created = datetime.now(timezone.utc)
-        folder = job_records.state_dir() / "drivers"
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
                             overrides, self.images, self.hardware)
@@ -143,6 +155,8 @@ class SageMakerTraining(Service):
         pid = record.doc.get("DriverPid")
         if isinstance(pid, int) and self.driver_alive(record.job_name, pid):
             os.kill(pid, signal.SIGTERM)
+            # Stopping from this moment, as the service answers; the driver keeps it until Stopped.
+            job_records.record(record.job_name, record.job_dir, Status.STOPPING)
             return {}
         try:
             api.stop(record.job_name, engine_name=self.engine_name)
@@ -206,16 +220,17 @@ class SageMakerTraining(Service):
         return True
 
     def description(self, record: job_records.JobRecord) -> dict[str, Any]:
-        doc: dict[str, Any] = dict(record.doc.get("Request") or {})
+        asked: dict[str, Any] = dict(record.doc.get("Request") or {})
+        doc = dict(asked)
         doc.update({"TrainingJobName": record.job_name,
                     "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
         if record.status.is_final:
             # A job stopped or failed before staging has no folder: the record describes it.
             with contextlib.suppress(UsageError):
-                doc.update(api.describe(str(record.job_dir), engine_name=self.engine_name))
+                doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name), asked)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
-                        "LastModifiedTime", "FailureReason"):
+                        "LastModifiedTime", "FailureReason", "TrainingStartTime"):
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
@@ -238,6 +253,18 @@ class SageMakerTraining(Service):
         if described.get("TrainingEndTime"):
             out["TrainingEndTime"] = _time(described["TrainingEndTime"])
         return out
+
+
+def with_request(described: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished job's job.json with every field of its request as the request gave it, as
+    DescribeTrainingJob echoes a request for the job's whole life: the request's `MaxWaitTimeInSeconds`,
+    `KeepAlivePeriodInSeconds`, `MetricDefinitions` and the S3 URI of `sagemaker_submit_directory`
+    stay, beside what job.json adds to the same structures (`CompressionType`, `Emulator`, ...)."""
+    doc = dict(described)
+    for key, value in asked.items():
+        here = doc.get(key)
+        doc[key] = {**here, **value} if isinstance(value, Mapping) and isinstance(here, Mapping) else value
+    return doc
 
 
 def _time(text: Any) -> datetime:

@@ -113,6 +113,75 @@ def test_a_job_name_in_use_is_refused(project: Path) -> None:
     assert "already exists" in info.value.response["Error"]["Message"]
 
 
+def test_creates_with_one_name_at_the_same_moment_accept_exactly_one(project: Path) -> None:
+    """Eight clients (threads, as notebooks or a retrying caller would) create one name at once: one is
+    accepted and runs one driver, the rest get ResourceInUse, as the service answers."""
+    import threading
+
+    clients = [client(project, engine="no-such-engine") for _ in range(8)]
+    start = threading.Barrier(len(clients))
+    answers: list[str] = []
+
+    def create(sm: Any) -> None:
+        start.wait()
+        try:
+            sm.create_training_job(**request("racing"))
+            answers.append("accepted")
+        except ClientError as err:
+            answers.append(err.response["Error"]["Code"])
+
+    threads = [threading.Thread(target=create, args=(sm,)) for sm in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(answers) == ["ResourceInUse"] * 7 + ["accepted"]
+    assert len(list((job_records.state_dir() / "drivers").glob("racing*.json"))) == 1
+
+
+def test_a_running_job_s_name_is_refused_before_its_folder_exists(project: Path) -> None:
+    job_records.record("early", project / "out" / "early", "InProgress")  # created, not staged yet
+    with pytest.raises(ClientError) as info:
+        client(project).create_training_job(**request("early"))
+    assert info.value.response["Error"]["Code"] == "ResourceInUse"
+
+
+def test_describe_keeps_every_field_of_the_request_after_the_job_ends(project: Path) -> None:
+    """The audit's finding: once the job ended, job.json's own versions replaced the request's fields."""
+    import json
+
+    from emulator.aws.training import params_for_description
+
+    asked = request("ended", StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200},
+                    EnableManagedSpotTraining=True)
+    asked["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 300
+    asked["AlgorithmSpecification"]["MetricDefinitions"] = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
+    asked["HyperParameters"]["sagemaker_submit_directory"] = '"s3://bucket/ended/source/sourcedir.tar.gz"'
+    job_dir = project / "out" / "ended"
+    (job_dir / "logs").mkdir(parents=True)
+    (job_dir / "job.json").write_text(json.dumps({
+        "TrainingJobName": "ended", "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
+        "AlgorithmSpecification": {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "File"},
+        "HyperParameters": {"sagemaker_program": '"train.py"', "sagemaker_submit_directory": '"/opt/ml/code"'},
+        "ResourceConfig": {"InstanceGroups": asked["ResourceConfig"]["InstanceGroups"], "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "OutputDataConfig": {"S3OutputPath": "out", "CompressionType": "GZIP"},
+        "TrainingStartTime": "2026-12-03T10:00:00+00:00", "TrainingEndTime": "2026-12-03T10:01:00+00:00",
+        "CreationTime": "2026-12-03T09:59:00+00:00", "Emulator": {"HostOrder": "spec"}}))
+    job_records.record("ended", job_dir, "Completed", Request=params_for_description(asked))
+    described = client(project).describe_training_job(TrainingJobName="ended")
+    assert described["StoppingCondition"] == {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}
+    assert described["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 300
+    assert described["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
+    assert described["AlgorithmSpecification"]["TrainingImage"] == ECR  # the request's, not the stand-in
+    assert described["HyperParameters"]["sagemaker_submit_directory"] == \
+        '"s3://bucket/ended/source/sourcedir.tar.gz"'
+    assert described["EnableManagedSpotTraining"] is True
+    # What job.json adds stays beside them.
+    assert described["OutputDataConfig"]["CompressionType"] == "GZIP"
+    assert described["TrainingEndTime"].year == 2026
+
+
 def test_list_training_jobs_filters_sorts_and_pages(project: Path) -> None:
     for i, status in enumerate(["Completed", "Failed", "Completed"]):
         job_records.record(f"listed-{i}", project / "out" / f"listed-{i}", status,

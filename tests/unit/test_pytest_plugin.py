@@ -256,8 +256,9 @@ def test_every_kind_of_job_runs_under_the_tests_tmp_path_with_a_name_of_its_own(
     assert all(re.fullmatch(r"test-a-[a-z-]+-gw3-[0-9a-f]{6}-[1-5]", name) for name in names), names
     assert {name.rsplit("-", 1)[1] for name in names} == {"1", "2", "3", "4", "5"}  # one counter per session
     assert len({name.rsplit("-", 2)[1] for name in names}) == 1  # one token per session
-    # The engine was asked once for the session, then only by the runs.
-    assert fake.call_names().count("ping") == 1 + 5
+    # The engine was asked once for the session, then only by the runs (each run twice: before it asks
+    # what the machine has, and as it begins).
+    assert fake.call_names().count("ping") == 1 + 2 * 5
 
 
 def test_a_jobspec_whose_data_holds_the_tests_folder_is_refused(tmp_path: Path) -> None:

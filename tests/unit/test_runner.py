@@ -16,7 +16,7 @@ import os
 import re
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, HostScript, exits, oom_killed, runs_until_stopped
 
-from emulator import runner
+from emulator import job_records, runner
 from emulator.backend import Resource
 from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
@@ -319,6 +319,33 @@ def test_keyboard_interrupt_stops_the_job_and_tears_down(spec_of: Callable[..., 
     assert fake.remove_calls == [JOB]
     assert torn_down(fake)
     assert any("interrupt" in w for w in reporter.warnings)
+
+
+class _StatusAtStop(FakeBackend):
+    """Notes the job's recorded status and secondary status when the hosts are being stopped."""
+
+    seen: tuple[str, str] | None = None
+    training_start: str | None = None
+
+    def stop(self, names: Sequence[str], grace: float) -> None:
+        record = job_records.find(JOB)
+        assert record is not None
+        self.seen = (str(record.status), str(record.doc.get("SecondaryStatus")))
+        self.training_start = record.doc.get("TrainingStartTime")
+        super().stop(names, grace)
+
+
+def test_a_stopped_job_is_stopping_until_it_has_stopped(spec_of: Callable[..., JobSpec]) -> None:
+    """As the service shows it: Stopping (status and secondary status) from the request to stop until
+    the hosts are down, then Stopped; never back to InProgress on the way."""
+    fake = _StatusAtStop({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")}, interrupt_on_states_call=3)
+    result, _ = run(spec_of(), fake)
+    assert fake.seen == ("Stopping", "Stopping")
+    # TrainingStartTime is in the record while the job runs (DescribeTrainingJob has it from then on).
+    assert fake.training_start == job_json(result)["TrainingStartTime"]
+    steps = [t["Status"] for t in job_json(result)["SecondaryStatusTransitions"]]
+    assert steps[-2:] == ["Uploading", "Stopped"] and steps.index("Stopping") == steps.index("Training") + 1
+    assert job_json(result)["TrainingJobStatus"] == "Stopped"
 
 
 def _scenario(name: str) -> tuple[dict[str, HostScript], dict[str, Any]]:
