@@ -206,6 +206,19 @@ def copy_regular_tree(source: Path, target: Path) -> list[str]:
     return skipped
 
 
+def copy_regular_file_into(source: Path, target: Path, relative: str) -> bool:
+    """Copy one regular file `source` to `target / relative` as copy_regular_tree copies each file
+    (real folders made on the way, written through no link, renamed into place); False when a file of
+    the user's is where a folder of the path must be, or a folder where the file must be (kept)."""
+    parts = PurePosixPath(relative).parts
+    dest_dir = target
+    for part in parts[:-1]:
+        dest_dir = dest_dir / part
+        if not _make_real_dir(dest_dir):
+            return False
+    return _copy_regular_file(source, dest_dir, parts[-1])
+
+
 def _make_real_dir(path: Path) -> bool:
     """Make `path` a real folder (replacing a link or other non-file there); False if a file is there."""
     try:

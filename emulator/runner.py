@@ -28,7 +28,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator import artifacts, debugger, hardware, hostfiles, job_records, pipes, secrets, staging, wheelhouse
+from emulator import (
+    artifacts,
+    checkpoints,
+    debugger,
+    hardware,
+    hostfiles,
+    job_records,
+    pipes,
+    secrets,
+    staging,
+    wheelhouse,
+)
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
@@ -364,7 +375,8 @@ class Run:
             # and its FIFOs removed when the block ends, however it ends (emulator.pipes).
             # A swarm copies the image to its nodes and checks they see the job folder.
             self.backend.prepare(plan, reporter, self.options.grace)
-            with pipes.serve(plan, reporter.warn):
+            # Checkpoints are copied to the checkpoint URI while the hosts run (emulator/checkpoints.py).
+            with pipes.serve(plan, reporter.warn), checkpoints.live(plan):
                 self.create_hosts(logs)
                 self.start_hosts(ran)
                 ran.status, ran.secondary, ran.reason = self.supervise(ran.t0, logs)

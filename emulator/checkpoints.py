@@ -1,0 +1,85 @@
+"""Checkpoints synced while the job runs, as the service syncs them (docs/outputs.md, Checkpoints).
+
+On the service, files a script writes to its checkpoint folder (`/opt/ml/checkpoints`, or the
+configured local path) are uploaded to the checkpoint URI while the job runs, not only at its end
+(https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html): a job that is stopped,
+interrupted or killed leaves its last checkpoints there. Here a thread looks at every host's folder
+once a second and copies each regular file that has not changed since the last look (a file still
+being written changes between two looks), so a closed file is at the URI within about 2 s. The
+copy is the end-of-job one, file by file (`emulator.hostfiles`: no link followed, renamed into
+place). The end of the job still copies everything (`staging.sync_checkpoints`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from emulator import hostfiles
+from emulator.plan import Plan
+
+SYNC_SECONDS = 1.0
+
+
+class LiveSync:
+    """One job's checkpoint folders, copied to its checkpoint URI as their files settle. `scan()` is
+    one look (the thread calls it every SYNC_SECONDS; tests call it directly)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.target = plan.spec.checkpoint_s3_uri
+        self.hosts = [(h.name, Path(h.host_dir)) for h in plan.hosts]
+        # (host, relative path) -> (size, mtime_ns) seen at the last look, and what was copied last.
+        self._seen: dict[tuple[str, str], tuple[int, int]] = {}
+        self._copied: dict[tuple[str, str], tuple[int, int]] = {}
+        self.copies = 0
+
+    def scan(self) -> None:
+        if self.target is None:
+            return
+        for host, host_dir in self.hosts:
+            folder = hostfiles.host_path(host_dir, "checkpoints")
+            if folder is None:
+                continue
+            for relative, path in hostfiles.regular_files(folder):
+                key = (host, relative)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                state = (st.st_size, st.st_mtime_ns)
+                settled = self._seen.get(key) == state
+                self._seen[key] = state
+                if settled and self._copied.get(key) != state:
+                    self.target.mkdir(parents=True, exist_ok=True)
+                    if hostfiles.copy_regular_file_into(path, self.target, relative):
+                        self.copies += 1
+                    self._copied[key] = state
+
+
+@contextlib.contextmanager
+def live(plan: Plan) -> Iterator[LiveSync | None]:
+    """Sync the job's checkpoints while the block runs (nothing without a checkpoint URI); a sync that
+    fails (a full disk) stops syncing, never the job: the end-of-job copy says what it could not copy."""
+    if plan.spec.checkpoint_s3_uri is None:
+        yield None
+        return
+    sync = LiveSync(plan)
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(SYNC_SECONDS):
+            try:
+                sync.scan()
+            except OSError:
+                return
+
+    thread = threading.Thread(target=loop, name="checkpoint-sync", daemon=True)
+    thread.start()
+    try:
+        yield sync
+    finally:
+        done.set()
+        thread.join(timeout=30)

@@ -1,0 +1,62 @@
+"""Checkpoints synced while a real job runs (docs/outputs.md, Checkpoints): a checkpoint a host has
+closed is at the checkpoint URI within about 2 s, while the host runs on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from testkit import unique, wait_for
+
+from emulator.console import RecordingReporter
+from emulator.options import RunOptions
+from emulator.result import JobResult
+from emulator.runner import run_job
+from emulator.spec import load_spec_file
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
+
+# Each epoch: a checkpoint written and closed, its closing time noted beside it, then 3 s of work.
+SCRIPT = '''
+import os, time
+for epoch in range(3):
+    with open(f"/opt/ml/checkpoints/epoch-{epoch}.ckpt", "wb") as out:
+        out.write(os.urandom(1 << 20))
+    with open(f"/opt/ml/output/data/closed-{epoch}", "w") as note:
+        note.write(repr(time.time()))
+    time.sleep(3)
+'''
+
+
+def test_a_closed_checkpoint_is_at_the_uri_within_seconds_while_the_job_runs(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SCRIPT)
+    (tmp_path / "ckpt").mkdir()
+    name = unique("ckpt-live")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job_name": name, "entry_point": "train.py", "source_dir": "code", "output_path": "out",
+        "checkpoint_s3_uri": "ckpt", "instance_type": "ml.c5.xlarge", "instance_count": 1}))
+    done: list[JobResult] = []
+    runner = threading.Thread(target=lambda: done.append(run_job(load_spec_file(spec), RunOptions(),
+                                                                 reporter=RecordingReporter())))
+    runner.start()
+    arrived = {}
+    try:
+        for epoch in range(3):
+            copied = tmp_path / "ckpt" / f"epoch-{epoch}.ckpt"
+            wait_for(lambda copied=copied: copied.is_file() or bool(done), f"{copied.name} at the URI", timeout=120)
+            arrived[epoch] = time.time()
+            assert not done, f"epoch-{epoch}.ckpt reached the URI only when the job ended"
+    finally:
+        runner.join(120)
+    (result,) = done
+    assert result.status == "Completed", result.failure_reason
+    notes = result.job_dir / "hosts" / "algo-1" / "output" / "data"
+    for epoch, seen in arrived.items():
+        closed = float((notes / f"closed-{epoch}").read_text())
+        assert seen - closed < 3.5, (epoch, seen - closed)
+        assert (tmp_path / "ckpt" / f"epoch-{epoch}.ckpt").stat().st_size == 1 << 20
