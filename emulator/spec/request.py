@@ -272,8 +272,39 @@ class _Converter:
         out["checkpoint_local_path"] = checkpoint.get("LocalPath")
         stopping = self.mapping(raw, "StoppingCondition", STOPPING_KEYS, "StoppingCondition")
         out["max_run"] = stopping.get("MaxRuntimeInSeconds")
+        self.service_limits(raw, stopping)
         passthrough = self.hyperparameters(raw, out)
         return {k: val for k, val in out.items() if val is not None}, passthrough
+
+    def service_limits(self, raw: Mapping[str, Any], stopping: Mapping[str, Any]) -> None:
+        """The service's checks of fields the emulator does not run yet: managed spot's MaxWait, the warm
+        pool's keep-alive and the retry count (CreateTrainingJob's API reference: StoppingCondition,
+        ResourceConfig, RetryStrategy), so a request the service refuses is refused here too."""
+        v = self.v
+        wait, run = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds")
+        if wait is not None and (not isinstance(wait, int) or isinstance(wait, bool) or wait < 1):
+            v.fail("StoppingCondition.MaxWaitTimeInSeconds", f"must be a whole number of seconds, at least 1, "
+                   f"got {preview(wait)}")
+        elif raw.get("EnableManagedSpotTraining") is True:
+            if wait is None:
+                v.fail("StoppingCondition.MaxWaitTimeInSeconds", "missing: managed spot training requires it",
+                       "the longest the job may take, waiting for spot capacity included (the SDK's max_wait)")
+            elif isinstance(run, int) and wait < run:
+                v.fail("StoppingCondition.MaxWaitTimeInSeconds", f"{wait} is less than MaxRuntimeInSeconds ({run}): "
+                       "managed spot training requires MaxWaitTimeInSeconds >= MaxRuntimeInSeconds")
+        elif wait is not None:
+            v.fail("StoppingCondition.MaxWaitTimeInSeconds", "is only for managed spot training",
+                   "set EnableManagedSpotTraining (the SDK's use_spot_instances=True), or leave it out")
+        resource = raw.get("ResourceConfig")
+        keep = resource.get("KeepAlivePeriodInSeconds") if isinstance(resource, Mapping) else None
+        if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= 3600):
+            v.fail("ResourceConfig.KeepAlivePeriodInSeconds",
+                   f"must be between 0 and 3600 seconds, got {preview(keep)}")
+        retry = raw.get("RetryStrategy")
+        if retry is not None:
+            attempts = retry.get("MaximumRetryAttempts") if isinstance(retry, Mapping) else None
+            if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 30:
+                v.fail("RetryStrategy.MaximumRetryAttempts", f"must be between 1 and 30, got {preview(attempts)}")
 
     def uri(self, raw: Mapping[str, Any], key: str, path: str) -> Any:
         """An S3 URI field: s3://bucket/key (under the local S3 root), or a local path or file:// URI."""

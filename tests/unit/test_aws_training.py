@@ -254,3 +254,37 @@ def test_a_framework_version_for_a_python_it_never_had_is_a_usage_error() -> Non
     with pytest.raises(UsageError, match=r"pytorch 1.11.0 was never released for py310"):
         choose_image("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py310",
                      DEFAULT_IMAGE_MAP, lambda _: False)
+
+
+@pytest.mark.parametrize(("extra", "field", "said"), [
+    ({"EnableManagedSpotTraining": True}, "StoppingCondition.MaxWaitTimeInSeconds", "missing"),
+    ({"EnableManagedSpotTraining": True,
+      "StoppingCondition": {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 300}},
+     "StoppingCondition.MaxWaitTimeInSeconds", "300 is less than MaxRuntimeInSeconds (600)"),
+    ({"StoppingCondition": {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 900}},
+     "StoppingCondition.MaxWaitTimeInSeconds", "only for managed spot training"),
+    ({"RetryStrategy": {"MaximumRetryAttempts": 31}}, "RetryStrategy.MaximumRetryAttempts", "between 1 and 30"),
+])
+def test_the_services_checks_of_spot_and_retries_refuse_the_request(project: Path, extra: dict[str, Any],
+                                                                    field: str, said: str) -> None:
+    with pytest.raises(ClientError) as info:
+        client(project).create_training_job(**request("limits", **extra))
+    error = info.value.response["Error"]
+    assert error["Code"] == "ValidationException"
+    assert field in error["Message"] and said in error["Message"]
+
+
+def test_a_keep_alive_above_an_hour_is_refused(project: Path) -> None:
+    asked = request("keep")
+    asked["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 3601
+    with pytest.raises(ClientError) as info:
+        client(project).create_training_job(**asked)
+    assert "ResourceConfig.KeepAlivePeriodInSeconds: must be between 0 and 3600 seconds, got 3601" in \
+        info.value.response["Error"]["Message"]
+
+
+def test_spot_with_max_wait_at_least_max_run_is_accepted(project: Path) -> None:
+    sm = client(project, engine="no-such-engine")
+    sm.create_training_job(**request("spot-ok", EnableManagedSpotTraining=True,
+                                     StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 600}))
+    assert sm.describe_training_job(TrainingJobName="spot-ok")["StoppingCondition"]["MaxWaitTimeInSeconds"] == 600
