@@ -276,6 +276,8 @@ def _print_summary(result: JobResult, masker: secrets.Masker) -> None:
         err.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
     err.write(f"\n{result.job_name}: {_times(result)}\n")
     if result.failure_reason:
+        if result.failed_host:
+            err.write(f"failed first: {result.failed_host}\n")
         err.write(f"FailureReason: {masker.mask_truncated(result.failure_reason)}\n")
     if result.seed is not None:
         err.write(f"host order seed: {result.seed}\n")
@@ -633,6 +635,9 @@ def describe_lines(doc: dict[str, Any], folder: Path) -> list[str]:
     """job.json as a few readable sections (`hetero-emu describe`)."""
     status, secondary = doc.get("TrainingJobStatus"), doc.get("SecondaryStatus")
     out = [f"{doc.get('TrainingJobName')}: {status}" + (f" ({secondary})" if secondary not in (None, status) else "")]
+    failed = (doc.get("Emulator") or {}).get("FailedHost") if isinstance(doc.get("Emulator"), dict) else None
+    if failed:
+        out.append(f"failed first: {failed}")
     if doc.get("FailureReason"):
         out.append(f"FailureReason: {doc['FailureReason']}")
     created, started, ended = (_when(doc.get(k)) for k in ("CreationTime", "TrainingStartTime", "TrainingEndTime"))

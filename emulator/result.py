@@ -89,6 +89,9 @@ class JobResult:
     kept: bool = False
     # Which image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
     image_notes: tuple[str, ...] = ()
+    # The host whose failure failed the job, as `algo-2 (dnn_group)`: the emulator's own note beside
+    # the service's FailureReason, which names no host.
+    failed_host: str | None = None
 
     @property
     def exit_code(self) -> int:

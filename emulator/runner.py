@@ -3,7 +3,8 @@ map; When things go wrong).
 
 - The job completes when every host has exited 0; a host that exits 0 early stops nobody.
 - The first host to exit non-zero fails the job: the others get SIGTERM, then SIGKILL after a grace
-  period. FailureReason names the host and its group.
+  period. FailureReason is worded as the service words it; the host and its group are the emulator's
+  own note beside it (JobResult.failed_host, job.json Emulator.FailedHost).
 - max_run exceeded: every host is stopped; Failed with MaxRuntimeExceeded.
 - Ctrl-C / SIGTERM: every host is stopped; Stopped.
 - Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
@@ -486,7 +487,9 @@ class Run:
         result = JobResult(plan.job_name, ran.status, reason, hosts, Path(plan.job_dir), collected.model,
                            collected.output, ran.start, end, ran.secondary, plan.seed, self.began, collected.packed,
                            collected.packing, self.creation, tuple(self.transitions), kept=self.kept,
-                           image_notes=plan.spec.image_notes)
+                           image_notes=plan.spec.image_notes,
+                           failed_host=self.host_label(self.first_failed)
+                           if ran.status == Status.FAILED and self.first_failed else None)
         artifacts.write_description(plan, result)
         return result
 
@@ -824,14 +827,18 @@ class Run:
         elif state.exit_code is None:
             text = f"{who} disappeared: {state.error or 'its container was removed'}"
         # One bounded read: 4x the limit leaves room for masking to shorten it; a huge file costs no more.
+        # The service's words: the algorithm's /opt/ml/output/failure, then its exit code
+        # ("AlgorithmError: ExecuteUserScriptError: ..., exit code: 1"); which host and group is the
+        # emulator's own (job.json Emulator.FailedHost, the summary), never put into that text, which
+        # code matching its start reads.
         elif failure_file and (detail := hostfiles.read_text_bounded(failure_file, 4 * FAILURE_REASON_LIMIT).strip()):
-            text = f"AlgorithmError: {who} exited with code {state.exit_code}: {detail}"
+            text = f"AlgorithmError: {detail}, exit code: {state.exit_code}"
         elif state.exit_code == 137:
             text = f"{who} was killed (SIGKILL, exit code 137)"
         elif state.exit_code == 143:
             text = f"{who} was stopped (SIGTERM, exit code 143)"
         else:
-            text = f"AlgorithmError: {who} exited with code {state.exit_code}"
+            text = f"AlgorithmError: , exit code: {state.exit_code}"
             if tail:
                 text += ". Last lines:\n" + "\n".join(tail)
         # Masked before the cut, so no part of a secret survives at the end of a truncated reason.

@@ -113,7 +113,7 @@ def test_links_a_script_plants_under_opt_ml_are_never_followed_on_the_host(
     doc = json.loads((job_dir / "job.json").read_text())
     assert doc["TrainingJobStatus"] == "Failed"
     # The failure file was a link: FailureReason falls back to the exit code and the last log lines.
-    assert "exited with code 1" in doc["FailureReason"], doc["FailureReason"]
+    assert doc["FailureReason"].startswith("AlgorithmError: , exit code: 1. Last lines:"), doc["FailureReason"]
 
     model = tar_texts(job_dir / "output" / "model.tar.gz")
     assert model == {"real.bin": "trained"}  # algo-2's regular file only: no link, no FIFO, no host file

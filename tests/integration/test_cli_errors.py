@@ -160,7 +160,8 @@ def test_failed_job_exits_1(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert doc["TrainingJobStatus"] == "Failed"
-    assert "exited with code 4" in doc["FailureReason"]
+    assert doc["FailureReason"].startswith("AlgorithmError: , exit code: 4")
+    assert doc["Emulator"]["FailedHost"].startswith("algo-")
 
 
 def test_quiet_shuffled_run_prints_only_the_summary_with_the_seed(tmp_path: Path) -> None:

@@ -164,8 +164,9 @@ def test_a_failing_script_raises_the_sdks_unexpected_status_exception(
     assert info.value.actual_status == "Failed"
     message = str(info.value)
     assert "Error for Training job guide-fails: Failed. Reason:" in message
-    # The toolkit's own words from /opt/ml/output/failure, with the host that failed first.
-    assert "AlgorithmError: algo-2 (instance_group_2) exited with code 1: ExecuteUserScriptError" in message
+    # The toolkit's own words from /opt/ml/output/failure, as the service words the reason (the host
+    # that failed first is the emulator's own note: Emulator.FailedHost).
+    assert "AlgorithmError: ExecuteUserScriptError" in message
     described = session.describe_training_job("guide-fails")
     assert described["TrainingJobStatus"] == "Failed"
     assert described["FailureReason"] in message

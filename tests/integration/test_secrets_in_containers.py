@@ -103,8 +103,8 @@ def test_secret_reaches_the_container_but_not_logs_job_json_or_console(tmp_path:
     doc: dict[str, Any] = json.loads(text)
     assert doc["TrainingJobStatus"] == "Failed"
     assert doc["Environment"] == {"MY_API_KEY": "***", "DB_URL": "https://me:***@db", "MY_VAR": "plain"}
-    assert doc["FailureReason"].endswith("could not log in with ***"), doc["FailureReason"]
-    assert "FailureReason: AlgorithmError: algo-2 (dnn_group) exited with code 1: could not log in with ***" \
+    assert doc["FailureReason"].endswith("could not log in with ***, exit code: 1"), doc["FailureReason"]
+    assert "failed first: algo-2 (dnn_group)\nFailureReason: AlgorithmError: could not log in with ***, exit code: 1" \
         in proc.stderr
 
     # --json prints job.json: masked too

@@ -228,7 +228,8 @@ def failing_spec(engine: Engine, job: str) -> JobSpec:
 def assert_the_crash_failed_the_job_and_stopped_the_sleepers(result: JobResult) -> None:
     assert result.status == "Failed"
     reason = result.failure_reason or ""
-    assert reason.startswith("AlgorithmError: algo-1 (crashers)"), reason
+    assert reason == "AlgorithmError: ValueError: loss is NaN at step 12, exit code: 3", reason
+    assert result.failed_host == "algo-1 (crashers)"
     assert "ValueError: loss is NaN at step 12" in reason, reason
     crasher = host(result, "algo-1")
     assert crasher.exit_code == 3

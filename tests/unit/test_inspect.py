@@ -298,7 +298,8 @@ def test_describe_reads_as_a_summary_of_status_times_hosts_channels_and_artifact
     assert code == 0
     lines = text.splitlines()
     assert lines[0] == f"{JOB}: Failed"
-    assert lines[1].startswith("FailureReason: AlgorithmError: algo-2 (gb) exited with code 4")
+    assert lines[1] == "failed first: algo-2 (gb)"
+    assert lines[2].startswith("FailureReason: AlgorithmError: , exit code: 4")
     assert any(line.startswith("created:") for line in lines) and any(line.startswith("ended:") for line in lines)
     steps = [line.split()[0] for line in lines[lines.index("status transitions:") + 1:][:6] if line]
     assert steps == ["Starting", "Downloading", "Training", "Uploading", "Failed"]

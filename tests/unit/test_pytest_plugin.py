@@ -286,7 +286,7 @@ def test_failed(hetero_emu):
     run = hetero_emu.run("job.yaml", RunOptions(grace=0.1))
     assert run.status == "Failed" and run.exit_code == 1
     assert run.hosts["algo-2"].exit_code == 1 and "boom" in run.hosts["algo-2"].log
-    assert run.failure_reason.startswith("AlgorithmError: algo-2 (data_group) exited with code 1")
+    assert run.failure_reason.startswith("AlgorithmError: , exit code: 1")
     assert "Failed" in repr(run) and "algo-2=1" in repr(run)
     assert run.model.is_dir()  # the service packs what the hosts left, also of a failed job
 """)

@@ -207,7 +207,7 @@ def test_failing_host_fails_the_job_and_stops_exactly_the_running_hosts(spec_of:
     assert fake.stopped_while_running == {C["algo-3"]}
     codes = {h.host: h.exit_code for h in result.hosts}
     assert codes == {"algo-1": 0, "algo-2": 1, "algo-3": 143}
-    assert "algo-2" in result.failure_reason and "data_group" in result.failure_reason  # type: ignore[operator]
+    assert result.failed_host == "algo-2 (data_group)"
     doc = job_json(result)
     assert doc["TrainingJobStatus"] == "Failed"
     assert doc["FailureReason"] == result.failure_reason
@@ -227,8 +227,9 @@ def test_failure_reason_carries_the_failure_file(spec_of: Callable[..., JobSpec]
 
     reason = result.failure_reason
     assert reason is not None
-    assert "algo-3" in reason and "dnn_group" in reason
-    assert text in reason
+    # The service's words: the failure file, then the exit code; the host is the emulator's own note.
+    assert reason == f"AlgorithmError: {text}, exit code: 2"
+    assert result.failed_host == job_json(result)["Emulator"]["FailedHost"] == "algo-3 (dnn_group)"
     assert host_entry(job_json(result), "algo-3")["FailureReason"] == reason
     assert fake.stopped_while_running == {C["algo-1"], C["algo-2"]}
 
@@ -242,7 +243,7 @@ def test_failure_reason_from_a_long_failure_file_is_cut_at_1024_chars(spec_of: C
     reason = result.failure_reason
     assert reason is not None
     assert len(reason) <= 1024
-    assert "algo-2" in reason and "data_group" in reason
+    assert reason.startswith("AlgorithmError: line 0000") and result.failed_host == "algo-2 (data_group)"
     assert text[:800] in reason
     assert "line 0100" not in reason  # nothing from beyond the first 1024 chars of the file
 
@@ -260,8 +261,8 @@ def test_failure_reason_without_failure_file_has_exit_code_and_last_log_lines(
 
     reason = result.failure_reason
     assert reason is not None
-    assert "algo-2" in reason and "data_group" in reason
-    assert "code 3" in reason
+    assert reason.startswith("AlgorithmError: , exit code: 3. Last lines:\n")
+    assert result.failed_host == "algo-2 (data_group)"
     assert "fatal: disk on fire" in reason
     assert "step-40" in reason and "step-39" in reason
     assert "step-01" not in reason  # the last lines, not the whole log
@@ -1250,7 +1251,7 @@ def test_failure_reason_masks_a_secret_from_the_failure_file(spec_of: Callable[.
 
     assert result.status == "Failed"
     reason = result.failure_reason or ""
-    assert "algo-2" in reason and reason.endswith("auth failed with key ***")
+    assert result.failed_host == "algo-2 (data_group)" and reason.endswith("auth failed with key ***, exit code: 1")
     assert secret not in reason
     text = (result.job_dir / "job.json").read_text()
     assert secret not in text
