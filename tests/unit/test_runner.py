@@ -371,8 +371,16 @@ def test_teardown_removes_containers_network_and_staging(spec_of: Callable[..., 
     assert fake.networks_removed == [f"hetero-emu-{JOB}"]
     assert torn_down(fake)
     assert not (result.job_dir / ".staging").exists()
-    # what the hosts left is kept
+    # what the hosts left is kept; their copies of the code are not (one per host of source_dir's size)
     assert (result.job_dir / "hosts" / "algo-3" / "input" / "config" / "resourceconfig.json").is_file()
+    assert not any((result.job_dir / "hosts" / h / "code").exists() for h in ("algo-1", "algo-2", "algo-3"))
+    assert (result.job_dir.parent.parent / "code" / "train.py").is_file()  # the user's own code stays
+
+
+def test_a_kept_job_keeps_each_hosts_code(spec_of: Callable[..., JobSpec]) -> None:
+    """`--keep`: the stopped containers may be started again by hand, and find their code."""
+    result, _ = run(spec_of(), FakeBackend(), keep=True)
+    assert (result.job_dir / "hosts" / "algo-1" / "code" / "train.py").is_file()
 
 
 @pytest.mark.parametrize("scenario", ["completed", "failed", "interrupted"])
