@@ -120,7 +120,8 @@ def test_failing_host_while_others_block_on_the_network(tmp_path: Path, docker_c
     assert code == 1, driver.output[-3000:]
     assert doc["TrainingJobStatus"] == "Failed"
     reason = doc["FailureReason"]
-    assert "algo-1 (dnn)" in reason and "the trainer gave up on purpose" in reason
+    assert reason.startswith("AlgorithmError: ") and "the trainer gave up on purpose" in reason, reason
+    assert doc["Emulator"]["FailedHost"] == "algo-1 (dnn)"
     hosts = hosts_of(doc)
     assert hosts["algo-1"]["ExitCode"] == 2
     for blocked in ("algo-2", "algo-3"):

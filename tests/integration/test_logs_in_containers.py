@@ -129,7 +129,7 @@ def test_a_host_writing_200_mb_and_exiting_at_once_loses_no_byte(tmp_path: Path)
 def test_a_failing_host_writing_200_mb_loses_no_byte(tmp_path: Path) -> None:
     result = quiet_run(tmp_path, flood_job(tmp_path, {"algo-1": "wait", "algo-2": f"flood:{200 * MB}:fail"}))
     assert result.status == "Failed"
-    assert "algo-2" in (result.failure_reason or "")
+    assert result.failed_host == "algo-2 (g)" and (result.failure_reason or "").startswith("AlgorithmError: ")
     assert digest(result.job_dir / "logs" / "algo-2.log") == expected(200 * MB)
     # The FailureReason quotes the last lines, masked like the file.
     assert SECRET not in json.dumps(json.loads((result.job_dir / "job.json").read_text()))

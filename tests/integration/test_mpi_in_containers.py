@@ -192,7 +192,7 @@ def test_a_failing_rank_fails_the_job_naming_host_and_group(tmp_path: Path) -> N
     assert result.status == "Failed"
     reason = result.failure_reason or ""
     # mpirun runs on the master: its exit is the one that fails the job.
-    assert "algo-2" in reason and TRAINERS in reason, reason
+    assert result.failed_host == f"algo-2 ({TRAINERS})" and reason.startswith("AlgorithmError: "), reason
     logs = (result.job_dir / "logs" / "algo-2.log").read_text()
     assert f"rank {RANKS - 1} on algo-" in logs and "gives up" in logs
     assert not tagged(reporter, "MPI_JSON")
