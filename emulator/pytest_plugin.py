@@ -113,6 +113,9 @@ class TrainingRun:
     status: Status = field(init=False)
     exit_code: int = field(init=False)
     failure_reason: str | None = field(init=False)
+    # The host whose failure failed the job, `algo-2 (data_group)` (FailureReason names no host, as
+    # the service's does not).
+    failed_host: str | None = field(init=False)
     job_dir: Path = field(init=False)
     hosts: dict[str, HostRun] = field(init=False)
     _unpacked: dict[str, Path] = field(default_factory=dict)
@@ -120,7 +123,7 @@ class TrainingRun:
     def __post_init__(self) -> None:
         r = self.result
         self.job_name, self.status, self.exit_code = r.job_name, r.status, r.exit_code
-        self.failure_reason, self.job_dir = r.failure_reason, r.job_dir
+        self.failure_reason, self.failed_host, self.job_dir = r.failure_reason, r.failed_host, r.job_dir
         self.hosts = {h.host: HostRun.of(h, r.job_dir) for h in r.hosts}
 
     @property

@@ -48,8 +48,9 @@ def test_a_bad_row_fails_the_job_naming_the_file_and_line(hetero_emu: HeteroEmu,
 
     assert run.status == "Failed"
     assert run.hosts["algo-2"].exit_code == 1
-    # The FailureReason is the toolkit's, as on SageMaker; the script's own message is in the log.
-    assert run.failure_reason.startswith("AlgorithmError: algo-2 (data_group) exited with code 1")
+    # The FailureReason is the toolkit's, worded as on SageMaker; the script's own message is in the log.
+    assert run.failure_reason.startswith("AlgorithmError: ExecuteUserScriptError")
+    assert run.failed_host == "algo-2 (data_group)"
     assert "DATA algo-2: bad row in b.csv line 2: 'x,oops'" in run.hosts["algo-2"].log
     assert run.describe()["TrainingJobStatus"] == "Failed"
 
