@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.attempts import Injection
 from emulator.metrics import Definition
 from emulator.spec.requirements import Requirements
 
@@ -62,6 +63,9 @@ MAX_CONTAINER_ITEM = 256
 MAX_INTEGER = 2**63 - 1
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html
 MAX_RUN_LIMIT = 28 * 24 * 3600
+# ResourceConfig.KeepAlivePeriodInSeconds and RetryStrategy.MaximumRetryAttempts (API reference).
+MAX_KEEP_ALIVE = 3600
+MAX_RETRY_ATTEMPTS = 30
 DEFAULT_MAX_RUN = 86400
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 DEFAULT_REGION = "us-east-1"
@@ -133,6 +137,11 @@ JOB_KEYS = (
     "shm_size",
     "gpus",
     "metric_definitions",
+    "use_spot_instances",
+    "max_wait",
+    "keep_alive_period_in_seconds",
+    "max_retry_attempts",
+    "inject",
 )
 GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count", "placement")
 # `placement` may be left out; every other group key is required.
@@ -262,6 +271,17 @@ class JobSpec:
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
     requested_image: str | None = None
     image_notes: tuple[str, ...] = ()
+    # Managed spot training (EnableManagedSpotTraining, the SDK's use_spot_instances) and its
+    # MaxWaitTimeInSeconds (max_wait: the whole job, restarts and waits included).
+    use_spot_instances: bool = False
+    max_wait: int | None = None
+    # ResourceConfig.KeepAlivePeriodInSeconds: the warm pool kept after the job (0: none).
+    keep_alive_period_in_seconds: int = 0
+    # RetryStrategy.MaximumRetryAttempts (the SDK's max_retry_attempts): None, no RetryStrategy.
+    max_retry_attempts: int | None = None
+    # The spot interruptions and platform errors this job is given on purpose (emulator/attempts.py).
+    # Not a SageMaker field.
+    inject: tuple[Injection, ...] = ()
 
     @property
     def host_count(self) -> int:

@@ -42,20 +42,20 @@ REQUEST_KEYS = (
     "CheckpointConfig",
     "StoppingCondition",
     "EnableNetworkIsolation",
+    "EnableManagedSpotTraining",
+    "RetryStrategy",
 )
 UNUSED_KEYS = (
     "RoleArn",
     "Tags",
     "VpcConfig",
     "EnableInterContainerTrafficEncryption",
-    "EnableManagedSpotTraining",
     "DebugHookConfig",
     "DebugRuleConfigurations",
     "ProfilerConfig",
     "ProfilerRuleConfigurations",
     "TensorBoardOutputConfig",
     "ExperimentConfig",
-    "RetryStrategy",
     "RemoteDebugConfig",
     "InfraCheckConfig",
     "SessionChainingConfig",
@@ -108,6 +108,10 @@ _TOP = {
     "checkpoint_s3_uri": "CheckpointConfig.S3Uri",
     "checkpoint_local_path": "CheckpointConfig.LocalPath",
     "max_run": "StoppingCondition.MaxRuntimeInSeconds",
+    "max_wait": "StoppingCondition.MaxWaitTimeInSeconds",
+    "use_spot_instances": "EnableManagedSpotTraining",
+    "keep_alive_period_in_seconds": "ResourceConfig.KeepAlivePeriodInSeconds",
+    "max_retry_attempts": "RetryStrategy.MaximumRetryAttempts",
     "enable_network_isolation": "EnableNetworkIsolation",
     "entry_point": "HyperParameters.sagemaker_program",
     "source_dir": "HyperParameters.sagemaker_submit_directory",
@@ -272,39 +276,18 @@ class _Converter:
         out["checkpoint_local_path"] = checkpoint.get("LocalPath")
         stopping = self.mapping(raw, "StoppingCondition", STOPPING_KEYS, "StoppingCondition")
         out["max_run"] = stopping.get("MaxRuntimeInSeconds")
-        self.service_limits(raw, stopping)
+        self.managed(raw, stopping, out)
         passthrough = self.hyperparameters(raw, out)
         return {k: val for k, val in out.items() if val is not None}, passthrough
 
-    def service_limits(self, raw: Mapping[str, Any], stopping: Mapping[str, Any]) -> None:
-        """The service's checks of fields the emulator does not run yet: managed spot's MaxWait, the warm
-        pool's keep-alive and the retry count (CreateTrainingJob's API reference: StoppingCondition,
-        ResourceConfig, RetryStrategy), so a request the service refuses is refused here too."""
-        v = self.v
-        wait, run = stopping.get("MaxWaitTimeInSeconds"), stopping.get("MaxRuntimeInSeconds")
-        if wait is not None and (not isinstance(wait, int) or isinstance(wait, bool) or wait < 1):
-            v.fail("StoppingCondition.MaxWaitTimeInSeconds", f"must be a whole number of seconds, at least 1, "
-                   f"got {preview(wait)}")
-        elif raw.get("EnableManagedSpotTraining") is True:
-            if wait is None:
-                v.fail("StoppingCondition.MaxWaitTimeInSeconds", "missing: managed spot training requires it",
-                       "the longest the job may take, waiting for spot capacity included (the SDK's max_wait)")
-            elif isinstance(run, int) and wait < run:
-                v.fail("StoppingCondition.MaxWaitTimeInSeconds", f"{wait} is less than MaxRuntimeInSeconds ({run}): "
-                       "managed spot training requires MaxWaitTimeInSeconds >= MaxRuntimeInSeconds")
-        elif wait is not None:
-            v.fail("StoppingCondition.MaxWaitTimeInSeconds", "is only for managed spot training",
-                   "set EnableManagedSpotTraining (the SDK's use_spot_instances=True), or leave it out")
-        resource = raw.get("ResourceConfig")
-        keep = resource.get("KeepAlivePeriodInSeconds") if isinstance(resource, Mapping) else None
-        if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= 3600):
-            v.fail("ResourceConfig.KeepAlivePeriodInSeconds",
-                   f"must be between 0 and 3600 seconds, got {preview(keep)}")
-        retry = raw.get("RetryStrategy")
-        if retry is not None:
-            attempts = retry.get("MaximumRetryAttempts") if isinstance(retry, Mapping) else None
-            if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 30:
-                v.fail("RetryStrategy.MaximumRetryAttempts", f"must be between 1 and 30, got {preview(attempts)}")
+    def managed(self, raw: Mapping[str, Any], stopping: Mapping[str, Any], out: dict[str, Any]) -> None:
+        """Managed spot, its MaxWait and the RetryStrategy, as the spec's fields (the rules check them)."""
+        out["use_spot_instances"] = raw.get("EnableManagedSpotTraining")
+        out["max_wait"] = stopping.get("MaxWaitTimeInSeconds")
+        retry = self.mapping(raw, "RetryStrategy", ("MaximumRetryAttempts",), "RetryStrategy")
+        if "RetryStrategy" in raw and retry.get("MaximumRetryAttempts") is None:
+            self.v.fail("RetryStrategy.MaximumRetryAttempts", "missing", "how many times to retry, 1-30")
+        out["max_retry_attempts"] = retry.get("MaximumRetryAttempts")
 
     def uri(self, raw: Mapping[str, Any], key: str, path: str) -> Any:
         """An S3 URI field: s3://bucket/key (under the local S3 root), or a local path or file:// URI."""
@@ -324,6 +307,7 @@ class _Converter:
         if groups is not None and single:
             v.fail("ResourceConfig", "InstanceGroups and InstanceType/InstanceCount are mutually exclusive",
                    "InstanceGroups for a heterogeneous cluster, InstanceType + InstanceCount for a homogeneous one")
+        out["keep_alive_period_in_seconds"] = resource.get("KeepAlivePeriodInSeconds")
         if groups is None:
             out["instance_type"] = resource.get("InstanceType")
             out["instance_count"] = resource.get("InstanceCount")
@@ -563,6 +547,13 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
     if spec.checkpoint_s3_uri is not None:
         request["CheckpointConfig"] = {"S3Uri": _file_uri(spec.checkpoint_s3_uri),
                                        "LocalPath": spec.checkpoint_local_path}
+    if spec.use_spot_instances:
+        request["EnableManagedSpotTraining"] = True
+        request["StoppingCondition"]["MaxWaitTimeInSeconds"] = spec.max_wait
+    if spec.keep_alive_period_in_seconds:
+        request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = spec.keep_alive_period_in_seconds
+    if spec.max_retry_attempts is not None:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
     return request
 
 

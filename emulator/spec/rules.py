@@ -21,6 +21,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from emulator.attempts import Injection, parse_injection
+from emulator.attempts import problems as attempt_problems
 from emulator.catalog import lookup as lookup_instance_type
 from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
@@ -59,6 +61,8 @@ from emulator.spec.model import (
     MAX_HYPERPARAMETERS,
     MAX_IMAGE_URI,
     MAX_INSTANCE_GROUPS,
+    MAX_KEEP_ALIVE,
+    MAX_RETRY_ATTEMPTS,
     MAX_JOB_NAME,
     MAX_RUN_LIMIT,
     RECORD_WRAPPER_TYPES,
@@ -272,6 +276,7 @@ class Validator(FieldReader):
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
         shm_size = self.shm_size(raw)
+        managed = self.managed(raw, max_run if max_run is not None else DEFAULT_MAX_RUN)
         gpus = self.gpu_mode(raw)
         definitions = self.metric_definitions(raw)
         isolation = self.boolean(raw, "enable_network_isolation", "enable_network_isolation")
@@ -316,6 +321,7 @@ class Validator(FieldReader):
             shm_size=shm_size,
             gpus=gpus,
             metric_definitions=definitions,
+            **managed,
         )
 
     def job_names(self, raw: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -435,6 +441,41 @@ class Validator(FieldReader):
         for where, message in found:
             self.fail(f"metric_definitions{where}", message)
         return () if found else parse_metrics(value)
+
+    def managed(self, raw: Mapping[str, Any], max_run: int) -> dict[str, Any]:
+        """The service's managed features and their rules (CreateTrainingJob's API reference):
+        managed spot needs a MaxWaitTimeInSeconds of at least MaxRuntimeInSeconds, and MaxWait is for
+        spot only; a warm pool's keep-alive is 0-3600 s; a RetryStrategy retries 1-30 times. `inject`:
+        the faults the run causes on purpose (emulator/attempts.py)."""
+        spot = bool(self.boolean(raw, "use_spot_instances", "use_spot_instances"))
+        wait = self.integer(raw, "max_wait", "max_wait")
+        if wait is not None and wait < 1:
+            self.fail("max_wait", f"must be a whole number of seconds, at least 1, got {wait}")
+        elif spot and wait is None:
+            self.fail("max_wait", "missing: managed spot training requires it",
+                      "the longest the job may take, waiting for spot capacity included (the SDK's max_wait)")
+        elif spot and wait is not None and wait < max_run:
+            self.fail("max_wait", f"{wait} is less than the maximum runtime ({max_run} s): managed spot training requires "
+                      "MaxWaitTimeInSeconds >= MaxRuntimeInSeconds")
+        elif wait is not None and not spot:
+            self.fail("max_wait", "is only for managed spot training",
+                      "set use_spot_instances (the request's EnableManagedSpotTraining), or leave it out")
+        keep = self.integer(raw, "keep_alive_period_in_seconds", "keep_alive_period_in_seconds")
+        if keep is not None and not 0 <= keep <= MAX_KEEP_ALIVE:
+            self.fail("keep_alive_period_in_seconds", f"must be between 0 and {MAX_KEEP_ALIVE} seconds, got {keep}")
+        retries = self.integer(raw, "max_retry_attempts", "max_retry_attempts")
+        if retries is not None and not 1 <= retries <= MAX_RETRY_ATTEMPTS:
+            self.fail("max_retry_attempts", f"must be between 1 and {MAX_RETRY_ATTEMPTS}, got {retries}")
+        injections: list[Injection] = []
+        for i, text in enumerate(self.string_list(raw, "inject", "inject") or ()):
+            try:
+                injections.append(parse_injection(text))
+            except ValueError as err:
+                self.fail(f"inject[{i}]", str(err))
+        for problem in attempt_problems(tuple(injections), max_run, spot):
+            self.fail("inject", problem, "an interruption needs use_spot_instances: true, a time below max_run")
+        return {"use_spot_instances": spot, "max_wait": wait, "keep_alive_period_in_seconds": keep or 0,
+                "max_retry_attempts": retries, "inject": tuple(injections)}
 
     def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
         """`gpus`: how hosts of GPU types get GPUs here (emulator/hardware.py, GPU_MODES)."""

@@ -260,7 +260,7 @@ def test_a_framework_version_for_a_python_it_never_had_is_a_usage_error() -> Non
     ({"EnableManagedSpotTraining": True}, "StoppingCondition.MaxWaitTimeInSeconds", "missing"),
     ({"EnableManagedSpotTraining": True,
       "StoppingCondition": {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 300}},
-     "StoppingCondition.MaxWaitTimeInSeconds", "300 is less than MaxRuntimeInSeconds (600)"),
+     "StoppingCondition.MaxWaitTimeInSeconds", "300 is less than the maximum runtime (600 s)"),
     ({"StoppingCondition": {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 900}},
      "StoppingCondition.MaxWaitTimeInSeconds", "only for managed spot training"),
     ({"RetryStrategy": {"MaximumRetryAttempts": 31}}, "RetryStrategy.MaximumRetryAttempts", "between 1 and 30"),
