@@ -402,7 +402,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "SecondaryStatusTransitions": list(result.transitions),
         "TrainingStartTime": result.start.isoformat(),
         "TrainingEndTime": result.training_end.isoformat(),
-        "TrainingTimeInSeconds": int(round(result.billable_seconds)),
+        "TrainingTimeInSeconds": int(round(result.training_seconds)),
         "BillableTimeInSeconds": int(round(result.billable_seconds)),
         "Environment": mask_environment(spec.environment),
         "Emulator": {

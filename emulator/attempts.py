@@ -51,7 +51,7 @@ def parse_injection(text: str) -> Injection:
     kind, sep, when = text.strip().partition("@")
     if not sep or kind not in KINDS:
         raise ValueError(f"{text!r} is not KIND@TIME with KIND one of {', '.join(KINDS)} (e.g. platform-error@30s)")
-    return Injection(parse_duration(when), kind)  # type: ignore[arg-type]  # checked against KINDS above
+    return Injection(parse_duration(when), kind)
 
 
 def problems(injections: tuple[Injection, ...], max_run: int, spot: bool) -> list[str]:

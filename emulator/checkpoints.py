@@ -7,7 +7,12 @@ interrupted or killed leaves its last checkpoints there. Here a thread looks at 
 once a second and copies each regular file that has not changed since the last look (a file still
 being written changes between two looks), so a closed file is at the URI within about 2 s. The
 copy is the end-of-job one, file by file (`emulator.hostfiles`: no link followed, renamed into
-place). The end of the job still copies everything (`staging.sync_checkpoints`).
+place). The end of the job (or of an attempt) copies every file that changed (`LiveSync.final`).
+
+Only what a host wrote goes back, as the service uploads only files that changed since they were
+downloaded: every host starts with the URI's checkpoints restored, and a host that never touched
+them (the one that is not rank 0) would otherwise copy its stale restored copy over the new one
+another host wrote.
 """
 
 from __future__ import annotations
@@ -31,32 +36,57 @@ class LiveSync:
     def __init__(self, plan: Plan) -> None:
         self.target = plan.spec.checkpoint_s3_uri
         self.hosts = [(h.name, Path(h.host_dir)) for h in plan.hosts]
-        # (host, relative path) -> (size, mtime_ns) seen at the last look, and what was copied last.
+        # (host, relative path) -> (size, mtime_ns) seen at the last look, and what was copied last;
+        # the checkpoints restored before the hosts start count as copied (they came from the URI).
         self._seen: dict[tuple[str, str], tuple[int, int]] = {}
-        self._copied: dict[tuple[str, str], tuple[int, int]] = {}
+        self._copied: dict[tuple[str, str], tuple[int, int]] = dict(self._states())
         self.copies = 0
 
-    def scan(self) -> None:
-        if self.target is None:
-            return
+    def _states(self) -> Iterator[tuple[tuple[str, str], tuple[int, int]]]:
+        """Every regular file of every host's checkpoint folder, with its (size, mtime_ns)."""
         for host, host_dir in self.hosts:
             folder = hostfiles.host_path(host_dir, "checkpoints")
             if folder is None:
                 continue
             for relative, path in hostfiles.regular_files(folder):
-                key = (host, relative)
                 try:
                     st = os.lstat(path)
                 except OSError:
                     continue
-                state = (st.st_size, st.st_mtime_ns)
-                settled = self._seen.get(key) == state
-                self._seen[key] = state
-                if settled and self._copied.get(key) != state:
-                    self.target.mkdir(parents=True, exist_ok=True)
-                    if hostfiles.copy_regular_file_into(path, self.target, relative):
-                        self.copies += 1
-                    self._copied[key] = state
+                yield (host, relative), (st.st_size, st.st_mtime_ns)
+
+    def final(self) -> list[str]:
+        """Copy every file that changed since it was last copied (or restored), settled or not, in
+        host order: the end of the job. Returns what a file/folder clash kept out, as `host:path`
+        (S3 keys `c` and `c/x` can coexist, local paths cannot)."""
+        skipped: list[str] = []
+        if self.target is None:
+            return skipped
+        self.target.mkdir(parents=True, exist_ok=True)
+        folders = dict(self.hosts)
+        for (host, relative), state in list(self._states()):
+            if self._copied.get((host, relative)) == state:
+                continue
+            folder = hostfiles.host_path(folders[host], "checkpoints")
+            if folder is not None and not hostfiles.copy_regular_file_into(folder / relative, self.target, relative):
+                skipped.append(f"{host}:{relative}")
+            self._copied[(host, relative)] = state
+        return skipped
+
+    def scan(self) -> None:
+        if self.target is None:
+            return
+        folders = dict(self.hosts)
+        for key, state in list(self._states()):
+            settled = self._seen.get(key) == state
+            self._seen[key] = state
+            if settled and self._copied.get(key) != state:
+                host, relative = key
+                folder = hostfiles.host_path(folders[host], "checkpoints")
+                self.target.mkdir(parents=True, exist_ok=True)
+                if folder is not None and hostfiles.copy_regular_file_into(folder / relative, self.target, relative):
+                    self.copies += 1
+                self._copied[key] = state
 
 
 @contextlib.contextmanager

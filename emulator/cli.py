@@ -22,6 +22,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from emulator import api, contract, secrets
+from emulator.attempts import Injection, parse_injection
 from emulator.backend import ExecIO, Resource
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
@@ -116,6 +117,20 @@ CpusOpt = Annotated[
     typer.Option("--cpus", metavar="MODE", help="What the training toolkit counts as a host's CPUs (SM_NUM_CPUS): "
                  "'instance' = its type's vCPUs, as on the service (the script itself still sees this machine's "
                  "cores); 'machine' = this machine's cores."),
+]
+InterruptOpt = Annotated[
+    list[str] | None,
+    typer.Option("--interrupt-at", metavar="TIME", help="A spot interruption when the hosts have run TIME in all "
+                 "(30s, 2m; repeatable): every host is stopped as the service stops reclaimed spot instances, and "
+                 "the job starts again on new hosts with its checkpoints. Needs use_spot_instances.",
+                 show_default=False),
+]
+InjectOpt = Annotated[
+    list[str] | None,
+    typer.Option("--inject", metavar="KIND@TIME", help="A fault when the hosts have run TIME in all (repeatable): "
+                 "'platform-error@10s' = the instances are lost as in an internal error (the job is retried as its "
+                 "RetryStrategy says, else it fails); 'spot-interruption@30s' = --interrupt-at 30s.",
+                 show_default=False),
 ]
 S3RootOpt = Annotated[
     Path | None, typer.Option("--s3-root", help="The folder s3://bucket/key maps to (<s3-root>/bucket/key); "
@@ -215,6 +230,22 @@ def _gpus(text: str | None) -> GpuMode | None:
         return None if text is None else parse_gpu_mode(text)
     except ValueError as err:
         raise UsageError(f"--gpus: {err}", hint="emulate shows each GPU host its type's GPUs without CUDA") from None
+
+
+def _injections(interrupt_at: list[str] | None, inject: list[str] | None) -> tuple[Injection, ...] | None:
+    """--interrupt-at and --inject as one list (None: neither given, the spec's `inject` stands)."""
+    if not interrupt_at and not inject:
+        return None
+    found = []
+    for option, texts, make in (("--interrupt-at", interrupt_at or [], lambda t: f"spot-interruption@{t}"),
+                                ("--inject", inject or [], lambda t: t)):
+        for text in texts:
+            try:
+                found.append(parse_injection(make(text)))
+            except ValueError as err:
+                raise UsageError(f"{option} {text}: {err}",
+                                 hint="e.g. --interrupt-at 30s, --inject platform-error@1m") from None
+    return tuple(found)
 
 
 def _cpus(text: str) -> CpuMode:
@@ -327,6 +358,8 @@ def run(
     debug_port: DebugPortOpt = None,
     debug_wait: DebugWaitOpt = False,
     placement: PlacementOpt = None,
+    interrupt_at: InterruptOpt = None,
+    inject: InjectOpt = None,
 ) -> None:
     """Run a job in the foreground: every host's log, then a table of hosts and the status.
 
@@ -339,7 +372,7 @@ def run(
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
     options = RunOptions(host_order=host_order.value, seed=seed, keep=keep, keep_on_failure=keep_on_failure,
                          grace=grace, memory=limit, build_image=not no_build, debug=debug, gpus=gpu_mode,
-                         cpus=cpu_mode)
+                         cpus=cpu_mode, inject=_injections(interrupt_at, inject))
     result = _run(spec, options, as_json=as_json, quiet=quiet, engine_name=engine_name, verbose=verbose,
                   placement=labels)
     raise typer.Exit(result.exit_code)

@@ -14,13 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from emulator.attempts import Injection
 from emulator.debugger import DebugTarget
 from emulator.hardware import CpuMode, GpuMode
 from emulator.plan import MemoryLimit
 
-# docker stop's default grace; the service gives a stopped algorithm 120 s, which is too long to wait
-# for on a laptop. Configurable with --grace.
-DEFAULT_GRACE = 10.0
+# The service's: "SageMaker sends the algorithm the SIGTERM signal, which delays job termination for
+# 120 seconds" when a job is stopped or reaches MaxRuntimeInSeconds (CreateTrainingJob's
+# StoppingCondition, https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html).
+# A script that exits on SIGTERM (Python's default) ends at once; only one that saves its work first
+# uses the time. Configurable with --grace.
+DEFAULT_GRACE = 120.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class RunOptions:
     created: datetime | None = None
     """The job's CreationTime when it was asked for before the run began (the SDK session's
     CreateTrainingJob); None: the run's start."""
+
+    inject: tuple[Injection, ...] | None = None
+    """The spot interruptions and platform errors the run causes on purpose (`--interrupt-at`,
+    `--inject`; emulator/attempts.py), each when the hosts have run that long in all. None: the
+    spec's `inject`."""
 
     images: Mapping[str, str] | None = None
     """ECR image names to the local images that stand in for them (`emulator.aws.ecr_images`):

@@ -54,6 +54,9 @@ class SecondaryStatus(_ServiceText):
     FAILED = "Failed"
     STOPPED = "Stopped"
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+    MAX_WAIT_TIME_EXCEEDED = "MaxWaitTimeExceeded"  # a managed spot job past its MaxWaitTimeInSeconds
+    INTERRUPTED = "Interrupted"  # managed spot: the capacity was reclaimed; the job starts again
+    RESTARTING = "Restarting"  # RetryStrategy: the job starts again after an internal error
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,13 @@ class JobResult:
     # The host whose failure failed the job, as `algo-2 (dnn_group)`: the emulator's own note beside
     # the service's FailureReason, which names no host.
     failed_host: str | None = None
+    # The hosts' running time of the attempts before the last (spot interruptions, retries): billed,
+    # while the restarts between attempts are not.
+    earlier_attempts_seconds: float = 0.0
+    # Each attempt that ended early: its number, how it ended and how long its hosts ran.
+    attempts: tuple[dict[str, Any], ...] = ()
+    # TrainingStartTime of the last attempt's hosts (None: `start`, the only attempt).
+    last_start: datetime | None = None
 
     @property
     def exit_code(self) -> int:
@@ -115,7 +125,13 @@ class JobResult:
         return self.end if self.status == Status.FAILED else (self.packed or self.end)
 
     @property
-    def billable_seconds(self) -> float:
-        """TrainingTimeInSeconds and BillableTimeInSeconds: equal for on-demand instances (the emulator
-        has no spot training), both TrainingEndTime - TrainingStartTime."""
+    def training_seconds(self) -> float:
+        """TrainingTimeInSeconds: TrainingEndTime - TrainingStartTime, restarts between attempts included."""
         return (self.training_end - self.start).total_seconds()
+
+    @property
+    def billable_seconds(self) -> float:
+        """BillableTimeInSeconds: the time the hosts ran, across attempts ("the absolute wall-clock time"
+        the instances are billed for, DescribeTrainingJob); the restarts between attempts are not
+        billed. One attempt: TrainingTimeInSeconds."""
+        return self.earlier_attempts_seconds + (self.training_end - (self.last_start or self.start)).total_seconds()

@@ -5,7 +5,12 @@ map; When things go wrong).
 - The first host to exit non-zero fails the job: the others get SIGTERM, then SIGKILL after a grace
   period. FailureReason is worded as the service words it; the host and its group are the emulator's
   own note beside it (JobResult.failed_host, job.json Emulator.FailedHost).
-- max_run exceeded: every host is stopped; Failed with MaxRuntimeExceeded.
+- max_run exceeded (the hosts' running time, across attempts): every host is stopped with the grace
+  period (the service's 120 s); Stopped with MaxRuntimeExceeded, artifacts uploaded.
+- A spot interruption or a platform error the run injects (emulator/attempts.py): every host is
+  stopped (Interrupted) or lost, then the job starts again on new hosts with the checkpoints
+  restored, as the service restarts a spot job or retries one with a RetryStrategy; a spot job past
+  MaxWaitTimeInSeconds is Stopped with MaxWaitTimeExceeded.
 - Ctrl-C / SIGTERM: every host is stopped; Stopped.
 - Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
   (unless keep=True, or keep_on_failure=True and the job Failed: then they stay, stopped, for
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from emulator import (
     artifacts,
+    attempts,
     checkpoints,
     debugger,
     hardware,
@@ -76,7 +82,13 @@ NAME_ATTEMPTS = 20
 # The StatusMessage of the service's last SecondaryStatusTransitions entry for each end.
 FINAL_MESSAGES = {SecondaryStatus.COMPLETED: "Training job completed", SecondaryStatus.FAILED: "Training job failed",
                   SecondaryStatus.STOPPED: "Training job stopped",
-                  SecondaryStatus.MAX_RUNTIME_EXCEEDED: "Training job stopped"}
+                  SecondaryStatus.MAX_RUNTIME_EXCEEDED: "Training job stopped",
+                  SecondaryStatus.MAX_WAIT_TIME_EXCEEDED: "Training job stopped"}
+# FailureReason of a job whose platform error was not retried (or was, to the last attempt).
+INTERNAL_ERROR = "InternalServerError: We encountered an internal error. Please try again."
+# The StatusMessage of the Interrupted and Restarting transitions.
+SPOT_INTERRUPTED = "Training job interrupted: the spot instances were reclaimed"
+RETRY_RESTARTING = "Restarting the training job after an internal error"
 # Once every host has exited, its output stream still delivers what the engine buffered (at most a
 # few MB); one that has not ended by then never will. An engine that stopped answering gets less.
 STREAM_END_TIMEOUT = 30.0
@@ -194,6 +206,10 @@ def run_job(
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.image_present)
     seed = choose_seed(options.host_order, options.seed)
+    if options.inject and (found := attempts.problems(options.inject, spec.max_run, spec.use_spot_instances)):
+        raise UsageError(f"--inject/--interrupt-at {found[0]}",
+                         hint="an interruption needs a managed spot job (use_spot_instances: true, max_wait), "
+                         "each time below max_run")
     debug = options.debug
     if debug is not None:
         debugger.check_target(spec, debug)
@@ -264,6 +280,23 @@ class Run:
         # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
         ranks = mpi_hosts(plan)
         self.worker_wait = WorkerWait(plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
+        # The faults the run injects (emulator/attempts.py) and the attempts they ended.
+        self.schedule = attempts.Schedule(options.inject if options.inject is not None else plan.spec.inject)
+        self.done_attempts: list[attempts.Attempt] = []
+        self.fault: attempts.Injection | None = None  # set when one ends the current attempt
+        self.first_t0: float | None = None  # the first attempt's hosts started (MaxWait counts from it)
+        self.past_spans: list[Span] = []  # the timeline of the attempts before this one
+        # What copies the hosts' checkpoints to the checkpoint URI (None: the job has no checkpoint URI).
+        self.checkpoint_sync: checkpoints.LiveSync | None = None
+
+    def new_attempt(self) -> None:
+        """Forget the last attempt's hosts: the next one runs new containers of the same names."""
+        self.exit_codes, self.exit_times, self.engine_times = {}, {}, {}
+        self.oom, self.stopped_by_us, self.errors = set(), set(), {}
+        self.first_failed = None
+        self.created, self.created_network, self.started = [], False, False
+        ranks = mpi_hosts(self.plan)
+        self.worker_wait = WorkerWait(self.plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
 
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
@@ -356,14 +389,52 @@ class Run:
     def run_and_describe(self) -> JobResult:
         """Run the hosts to their end, collect the artifacts and write job.json. An engine that stopped
         answering mid-job still gets its job.json and artifacts written, then its error is raised."""
-        logs = LogCollector(self.plan, self.reporter)
-        ran = self.run_hosts(logs)
+        ran, logs = self.run_attempts()
         end = self.now()
         collected = self.collect(ran)
         result = self.describe(ran, logs, end, collected)
         if ran.lost is not None:
             raise ran.lost
         return result
+
+    def run_attempts(self) -> tuple[HostsOutcome, LogCollector]:
+        """Run the hosts until the job ends; an injected fault ends an attempt, and the job starts
+        again on new hosts (a spot interruption; a platform error while retries are left) or fails
+        (a platform error with none left). Returns the last attempt and its logs."""
+        retries = self.plan.spec.max_retry_attempts or 0
+        while True:
+            logs = LogCollector(self.plan, self.reporter)  # appends to each host's log file
+            ran = self.run_hosts(logs)
+            fault, self.fault = self.fault, None
+            if fault is None or ran.lost is not None:
+                return ran, logs
+            number = len(self.done_attempts) + 1
+            self.done_attempts.append(attempts.Attempt(number, ran.t0, time.monotonic(), fault.kind))
+            errors = sum(1 for a in self.done_attempts if a.ending == "platform-error")
+            if fault.kind == "platform-error" and errors > retries:
+                ran.status, ran.secondary, ran.reason = Status.FAILED, SecondaryStatus.FAILED, INTERNAL_ERROR
+                return ran, logs
+            self.start_again(ran, number)
+
+    def start_again(self, ran: HostsOutcome, number: int) -> None:
+        """The job starts again on new hosts, as the service does after a spot interruption or for a
+        retry: what the hosts wrote reaches the checkpoint URI, their containers go, and new ones get
+        a fresh /opt/ml with the checkpoints restored."""
+        plan, reporter = self.plan, self.reporter
+        self.fix_ownership()
+        clashes = self.sync_checkpoints()
+        if clashes:
+            reporter.warn(f"checkpoints not fully copied to {plan.spec.checkpoint_s3_uri}: {', '.join(clashes[:10])}")
+        self.past_spans += self.timeline_spans(ran.t0, attempt=number)
+        with reporter.task(f"removing the {len(self.created)} containers of attempt {number}"):
+            self.backend.remove(plan)
+        self.new_attempt()
+        reporter.step(f"attempt {number + 1}: new hosts, the checkpoints restored from "
+                      f"{plan.spec.checkpoint_uri or plan.spec.checkpoint_s3_uri}" if plan.spec.checkpoint_s3_uri
+                      else f"attempt {number + 1}: new hosts (no checkpoint_s3_uri: the script starts from zero)")
+        staging.fresh_hosts(plan, reporter.info)
+        self.transition(SecondaryStatus.STARTING, "Preparing the instances for training")
+        self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data")
 
     def run_hosts(self, logs: LogCollector) -> HostsOutcome:
         """Create the network and the hosts, start them together and supervise them until the job's
@@ -377,7 +448,8 @@ class Run:
             # A swarm copies the image to its nodes and checks they see the job folder.
             self.backend.prepare(plan, reporter, self.options.grace)
             # Checkpoints are copied to the checkpoint URI while the hosts run (emulator/checkpoints.py).
-            with pipes.serve(plan, reporter.warn), checkpoints.live(plan):
+            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as sync:
+                self.checkpoint_sync = sync
                 self.create_hosts(logs)
                 self.start_hosts(ran)
                 ran.status, ran.secondary, ran.reason = self.supervise(ran.t0, logs)
@@ -429,8 +501,10 @@ class Run:
                              name="preload-timeline", daemon=True).start()
             self.backend.start(self.names)
         ran.t0 = time.monotonic()
-        ran.start = self.now()  # TrainingStartTime: the hosts run
-        self.training_start = ran.start  # in the record from now on: DescribeTrainingJob has it while training
+        ran.start = self.now()  # the hosts of this attempt run
+        if self.first_t0 is None:
+            self.first_t0 = ran.t0
+            self.training_start = ran.start  # TrainingStartTime, in the record from now on
         self.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
         if plan.debug is not None and plan.debug.wait:
@@ -462,7 +536,7 @@ class Run:
     def sync_checkpoints(self) -> list[str]:
         """The checkpoints the hosts wrote, copied back; what could not be copied, as text."""
         try:
-            return staging.sync_checkpoints(self.plan)
+            return self.checkpoint_sync.final() if self.checkpoint_sync is not None else []
         except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
             return [str(err)[:500]]
 
@@ -485,11 +559,15 @@ class Run:
         # watcher removes what it can), nor for a Stopped job (the user ended it on purpose).
         self.kept = self.kept or (self.options.keep_on_failure and ran.status == Status.FAILED and ran.lost is None)
         result = JobResult(plan.job_name, ran.status, reason, hosts, Path(plan.job_dir), collected.model,
-                           collected.output, ran.start, end, ran.secondary, plan.seed, self.began, collected.packed,
-                           collected.packing, self.creation, tuple(self.transitions), kept=self.kept,
-                           image_notes=plan.spec.image_notes,
+                           collected.output, self.training_start or ran.start, end, ran.secondary, plan.seed,
+                           self.began, collected.packed, collected.packing, self.creation, tuple(self.transitions),
+                           kept=self.kept, image_notes=plan.spec.image_notes,
                            failed_host=self.host_label(self.first_failed)
-                           if ran.status == Status.FAILED and self.first_failed else None)
+                           if ran.status == Status.FAILED and self.first_failed else None,
+                           earlier_attempts_seconds=attempts.running_seconds(self.done_attempts),
+                           attempts=tuple({"Attempt": a.number, "Ended": a.ending, "Seconds": round(a.seconds, 3)}
+                                          for a in self.done_attempts),
+                           last_start=ran.start if self.done_attempts else None)
         artifacts.write_description(plan, result)
         return result
 
@@ -706,7 +784,12 @@ class Run:
         """Poll until every host has exited, one fails, or max_run runs out; returns the job's status,
         its SecondaryStatus and, for max_run, its FailureReason. A toolkit MPI worker that missed the
         job's orted is told on the console as soon as it is certain (emulator/mpi_wait.py)."""
-        deadline = t0 + self.plan.max_run
+        spec = self.plan.spec
+        before = attempts.running_seconds(self.done_attempts)  # MaxRuntime counts the hosts' running time
+        deadline = t0 + self.plan.max_run - before
+        # MaxWait counts everything from the first start, the restarts between attempts included.
+        wait_deadline = (self.first_t0 or t0) + spec.max_wait if spec.use_spot_instances and spec.max_wait \
+            else float("inf")
         pending = list(self.names)
         while pending:
             exited = [state for state in self.backend.states(pending) if not state.running]
@@ -726,11 +809,18 @@ class Run:
                 self.first_failed = first.name
                 self.stop_running()
                 return Status.FAILED, SecondaryStatus.FAILED, None
-            if pending and time.monotonic() > deadline:
+            if pending and (fault := self.schedule.due(before + time.monotonic() - t0)) is not None:
+                return self.inject(fault)
+            if pending and time.monotonic() > wait_deadline:
+                self.reporter.warn(f"the job has taken its max_wait ({spec.max_wait} s, restarts included): "
+                                   "stopping it, as the service stops a spot job at MaxWaitTimeInSeconds")
                 self.stop_running()
-                return (Status.FAILED, SecondaryStatus.MAX_RUNTIME_EXCEEDED,
-                        f"MaxRuntimeExceeded: Training job exceeded MaxRuntimeInSeconds ({self.plan.max_run} s); "
-                        "every host was stopped")
+                return Status.STOPPED, SecondaryStatus.MAX_WAIT_TIME_EXCEEDED, None
+            if pending and time.monotonic() > deadline:
+                self.reporter.warn(f"the hosts have run max_run ({self.plan.max_run} s): stopping them, as the service "
+                                   "stops a job at MaxRuntimeInSeconds; the artifacts are still uploaded")
+                self.stop_running()
+                return Status.STOPPED, SecondaryStatus.MAX_RUNTIME_EXCEEDED, None
             if pending and self.worker_wait is not None:
                 by_host = {self.host_of[n].name: code for n, code in self.exit_codes.items()}
                 stuck = self.worker_wait.poll(time.monotonic(), by_host, logs.recent)
@@ -739,6 +829,33 @@ class Run:
             if pending:
                 self.backend.wait_exits(pending, POLL_SECONDS)
         return Status.COMPLETED, SecondaryStatus.COMPLETED, None
+
+    def inject(self, fault: attempts.Injection) -> tuple[Status, SecondaryStatus, str | None]:
+        """An injected fault ends this attempt: a spot interruption stops every host as the service
+        does when EC2 reclaims the capacity (SIGTERM, then the grace period); a platform error loses
+        them at once (SIGKILL). `run_attempts` then starts the job again, or fails it."""
+        self.fault = fault
+        hosts = ", ".join(self.host_label(n) for n in self.running())
+        if fault.kind == "spot-interruption":
+            self.reporter.warn(f"spot interruption (injected: {fault}): the spot capacity is reclaimed; stopping "
+                               f"{hosts} (SIGTERM, SIGKILL after {self.options.grace:g} s); the job starts again on "
+                               "new hosts")
+            self.transition(SecondaryStatus.INTERRUPTED, SPOT_INTERRUPTED)
+            self.stop_running(announce=False)
+            return Status.IN_PROGRESS, SecondaryStatus.INTERRUPTED, None
+        errors = 1 + sum(1 for a in self.done_attempts if a.ending == "platform-error")
+        retries = self.plan.spec.max_retry_attempts or 0
+        left = (f"retry {errors} of {retries} (RetryStrategy): the job starts again on new hosts" if errors <= retries
+                else f"no retry left (RetryStrategy: {retries})" if retries else "no RetryStrategy: the job fails")
+        self.reporter.warn(f"platform error (injected: {fault}): the instances are lost; killing {hosts}; {left}")
+        running = self.running()
+        self.stopped_by_us.update(running)
+        self.backend.kill(running)
+        for state in self.backend.states(running):
+            self.record_exit(state)
+        if errors <= retries:
+            self.transition(SecondaryStatus.RESTARTING, RETRY_RESTARTING)
+        return Status.IN_PROGRESS, SecondaryStatus.RESTARTING, None
 
     def record_exit(self, state: ContainerState) -> None:
         if state.name in self.exit_codes:
@@ -761,8 +878,8 @@ class Run:
         failed = self.host_of[self.first_failed].name if status == Status.FAILED and self.first_failed else None
         groups = [timeline.Group(g.name, g.instance_type) for g in plan.groups]
         try:
-            timeline.write(Path(plan.job_dir) / timeline.FILE_NAME, plan.job_name, status, self.timeline_spans(t0),
-                           groups, failed)
+            timeline.write(Path(plan.job_dir) / timeline.FILE_NAME, plan.job_name, status,
+                           [*self.past_spans, *self.timeline_spans(t0)], groups, failed)
         except OSError as err:
             self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
 
@@ -782,13 +899,16 @@ class Run:
         except OSError as err:
             self.reporter.warn(f"{metrics_chart.FILE_NAME} not written: {err}")
 
-    def timeline_spans(self, t0: float) -> list[Span]:
+    def timeline_spans(self, t0: float, attempt: int | None = None) -> list[Span]:
         """Each host's start and end: the engine's own times when it told them for every host that
         exited (Docker's State.StartedAt/FinishedAt: exact, and the start of each host as it happened),
-        else the driver's clock (the hosts' common start, each exit when a poll saw it)."""
+        else the driver's clock (the hosts' common start, each exit when a poll saw it). A job of
+        several attempts is drawn on the driver's clock throughout, each earlier attempt's hosts
+        named with its number."""
         from emulator.timeline import Span
 
-        exact = bool(self.engine_times) and all(
+        several = attempt is not None or bool(self.done_attempts)
+        exact = not several and bool(self.engine_times) and all(
             started is not None and ended is not None and ended >= started
             for started, ended in self.engine_times.values())
         # A host never seen exiting (the engine stopped answering) ran from the common start.
@@ -802,7 +922,8 @@ class Run:
                 started = t0 if self.started else None
                 ended = self.exit_times.get(name) if self.started else None
             note = "out of memory" if name in self.oom else self.masker.mask(self.errors.get(name, ""))
-            spans.append(Span(host.name, host.group, started, ended, self.exit_codes.get(name),
+            label = host.name if attempt is None else f"{host.name} (attempt {attempt})"
+            spans.append(Span(label, host.group, started, ended, self.exit_codes.get(name),
                               name in self.stopped_by_us, note))
         return spans
 

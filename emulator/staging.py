@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulator import hooks, hostfiles, sshkeys
+from emulator import hooks, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import SSH_FOLDER, Plan, share_dir
@@ -141,6 +141,12 @@ def _lay_out(plan: Plan, job_dir: Path, progress: Progress | None) -> None:
         sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name, client_config=os.getuid() == 0)
     if plan.hook_dir is not None:
         hooks.stage(Path(plan.hook_dir))
+    lay_out_hosts(plan, progress)
+
+
+def lay_out_hosts(plan: Plan, progress: Progress | None = None) -> None:
+    """Every host's /opt/ml tree: its folders, a copy of the code, its config files, the channels'
+    shares (made once per job) and the checkpoints restored from the checkpoint URI."""
     spec = plan.spec
     # Each tree is listed once, however many hosts get a copy of it.
     code = _listed(spec.source_dir) if spec.source_dir is not None and spec.source_dir.is_dir() \
@@ -292,6 +298,15 @@ def _followed(path: str) -> str:
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
 
 
+def fresh_hosts(plan: Plan, progress: Progress | None = None) -> None:
+    """New instances for a job started again (a spot interruption, a retry): each host's /opt/ml
+    as the service's new instances have it, with nothing the last attempt left but what reached the
+    checkpoint URI. rmtree follows no link the script made."""
+    for host in plan.hosts:
+        shutil.rmtree(host.host_dir, ignore_errors=True)
+    lay_out_hosts(plan, progress)
+
+
 def unstage(plan: Plan) -> None:
     """Remove the hard-link shares (the user's files they point to are untouched) and each host's copy
     of the code: the service keeps no copy of `source_dir`, and one per host would leave its size again
@@ -300,23 +315,3 @@ def unstage(plan: Plan) -> None:
     shutil.rmtree(Path(plan.job_dir) / ".staging", ignore_errors=True)
     for host in plan.hosts:
         shutil.rmtree(Path(host.host_dir) / "code", ignore_errors=True)
-
-
-def sync_checkpoints(plan: Plan) -> list[str]:
-    """Copy every host's checkpoints back to checkpoint_s3_uri, in host order, as the service uploads them;
-    returns what a file/folder clash kept out (S3 keys `c` and `c/x` can coexist, local paths cannot).
-
-    Only regular files and real folders, and no link followed on either side (`emulator.hostfiles`):
-    the script owns the host's folder, and `checkpoints/x -> /etc/shadow` (or a link replacing the
-    whole folder) would resolve on the host here, copying the host's files into the user's folder.
-    """
-    target = plan.spec.checkpoint_s3_uri
-    skipped: list[str] = []
-    if target is None:
-        return skipped
-    target.mkdir(parents=True, exist_ok=True)
-    for host in plan.hosts:
-        folder = hostfiles.host_path(Path(host.host_dir), "checkpoints")
-        if folder is not None:
-            skipped += [f"{host.name}:{path}" for path in hostfiles.copy_regular_tree(folder, target)]
-    return skipped

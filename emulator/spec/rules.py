@@ -61,9 +61,9 @@ from emulator.spec.model import (
     MAX_HYPERPARAMETERS,
     MAX_IMAGE_URI,
     MAX_INSTANCE_GROUPS,
+    MAX_JOB_NAME,
     MAX_KEEP_ALIVE,
     MAX_RETRY_ATTEMPTS,
-    MAX_JOB_NAME,
     MAX_RUN_LIMIT,
     RECORD_WRAPPER_TYPES,
     REQUIRED_GROUP_KEYS,
@@ -455,8 +455,8 @@ class Validator(FieldReader):
             self.fail("max_wait", "missing: managed spot training requires it",
                       "the longest the job may take, waiting for spot capacity included (the SDK's max_wait)")
         elif spot and wait is not None and wait < max_run:
-            self.fail("max_wait", f"{wait} is less than the maximum runtime ({max_run} s): managed spot training requires "
-                      "MaxWaitTimeInSeconds >= MaxRuntimeInSeconds")
+            self.fail("max_wait", f"{wait} is less than the maximum runtime ({max_run} s): managed spot training "
+                      "requires MaxWaitTimeInSeconds >= MaxRuntimeInSeconds")
         elif wait is not None and not spot:
             self.fail("max_wait", "is only for managed spot training",
                       "set use_spot_instances (the request's EnableManagedSpotTraining), or leave it out")

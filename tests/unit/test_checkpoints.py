@@ -77,9 +77,35 @@ def test_without_a_checkpoint_uri_nothing_runs(tmp_path: Path) -> None:
 
 def test_every_hosts_files_reach_the_uri(tmp_path: Path) -> None:
     plan = make_plan(spec_with(tmp_path), "ckpt-job")
+    sync = LiveSync(plan)
     for host in ("algo-1", "algo-2"):
         (host_folder(Path(plan.job_dir), host) / f"{host}.ckpt").write_text(host)
-    sync = LiveSync(plan)
     sync.scan()
     sync.scan()
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["algo-1.ckpt", "algo-2.ckpt"]
+
+
+def test_a_restored_checkpoint_a_host_never_touched_does_not_overwrite_a_newer_one(tmp_path: Path) -> None:
+    # Every host starts with the URI's checkpoints; only rank 0 (algo-1) writes new ones. The
+    # service uploads only what changed since the download, so algo-2's stale copy must not win.
+    plan = make_plan(spec_with(tmp_path), "ckpt-job")
+    for host in ("algo-1", "algo-2"):
+        (host_folder(Path(plan.job_dir), host) / "state.json").write_text('{"epoch": 2}')  # restored
+    sync = LiveSync(plan)
+    (host_folder(Path(plan.job_dir), "algo-1") / "state.json").write_text('{"epoch": 5}')
+    sync.scan()
+    sync.scan()
+    assert (tmp_path / "ckpt" / "state.json").read_text() == '{"epoch": 5}'
+    (host_folder(Path(plan.job_dir), "algo-1") / "state.json").write_text('{"epoch": 8}')
+    assert sync.final() == []  # the end of the job: changed files, settled or not, in host order
+    assert (tmp_path / "ckpt" / "state.json").read_text() == '{"epoch": 8}'
+
+
+def test_the_final_copy_takes_what_the_looks_had_not_settled_yet(tmp_path: Path) -> None:
+    plan = make_plan(spec_with(tmp_path), "ckpt-job")
+    sync = LiveSync(plan)
+    (host_folder(Path(plan.job_dir), "algo-2") / "last.pt").write_bytes(b"written just before the end")
+    sync.scan()  # seen once: not settled, not copied
+    assert not (tmp_path / "ckpt" / "last.pt").exists()
+    sync.final()
+    assert (tmp_path / "ckpt" / "last.pt").read_bytes() == b"written just before the end"

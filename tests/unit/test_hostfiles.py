@@ -17,8 +17,8 @@ import pytest
 from emulator import hostfiles
 from emulator.api import host_groups as _host_groups
 from emulator.artifacts import merge_tree
+from emulator.checkpoints import LiveSync
 from emulator.plan import Plan
-from emulator.staging import sync_checkpoints
 
 MARKER = "HOST-MARKER-do-not-leak"
 
@@ -296,13 +296,14 @@ def test_merge_tree_packs_no_host_file(tmp_path: Path, host: Path, outside: Path
 
 
 def test_sync_checkpoints_copies_no_host_file(tmp_path: Path, host: Path, outside: Path) -> None:
-    (host / "checkpoints" / "step-1.pt").write_text("1")
-    plant_everything(host / "checkpoints", outside)
     other = tmp_path / "hosts" / "algo-2"
     other.mkdir()
-    (other / "checkpoints").symlink_to(outside)
     users = tmp_path / "ckpt"
-    sync_checkpoints(fake_plan(host, other, checkpoints=users))
+    sync = LiveSync(fake_plan(host, other, checkpoints=users))  # before the hosts write
+    (host / "checkpoints" / "step-1.pt").write_text("1")
+    plant_everything(host / "checkpoints", outside)
+    (other / "checkpoints").symlink_to(outside)
+    sync.final()
     assert sorted(p.name for p in users.iterdir()) == ["step-1.pt"]
     assert no_marker_under(users)
     assert (outside / "secret.txt").read_text() == MARKER

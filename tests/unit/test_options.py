@@ -77,9 +77,9 @@ def project(folder: Path) -> Path:
 
 def test_the_defaults_are_what_hetero_emu_run_does_without_its_flags() -> None:
     assert RunOptions() == RunOptions(host_order="spec", seed=None, keep=False, keep_on_failure=False,
-                                      grace=10.0, build_image=True, memory="instance", debug=None, created=None,
-                                      images=None)
-    assert DEFAULT_GRACE == 10.0
+                                      grace=120.0, build_image=True, memory="instance", debug=None, created=None,
+                                      images=None, inject=None)
+    assert DEFAULT_GRACE == 120.0  # the service's: SIGTERM, then SIGKILL 120 s later (API_StoppingCondition)
     flags = inspect.signature(cli.run).parameters
     assert flags["host_order"].default.value == RunOptions.host_order
     assert flags["grace"].default == RunOptions.grace

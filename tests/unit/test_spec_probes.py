@@ -143,6 +143,6 @@ def test_the_spec_package_imports_nothing_that_runs_a_process_or_talks_to_docker
                                 timeout=60).stdout.split())
     assert not loaded & {"subprocess", "docker", "requests", "emulator.wheelhouse"}
     ours = {m for m in loaded if m.startswith("emulator")}
-    allowed = {"emulator", "emulator.attempts", "emulator.catalog", "emulator.container", "emulator.contract", "emulator.defaults",
-               "emulator.errors", "emulator.hardware", "emulator.metrics", "emulator.sizes"}
+    allowed = {"emulator", "emulator.attempts", "emulator.catalog", "emulator.container", "emulator.contract",
+               "emulator.defaults", "emulator.errors", "emulator.hardware", "emulator.metrics", "emulator.sizes"}
     assert {m for m in ours if not m.startswith("emulator.spec")} <= allowed
