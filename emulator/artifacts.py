@@ -409,6 +409,8 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             "HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network, "Image": plan.image,
             # The host whose failure failed the job (FailureReason, as the service words it, names none).
             **({"FailedHost": result.failed_host} if result.failed_host else {}),
+            # The attempts a spot interruption or a retried platform error ended (emulator/attempts.py).
+            **({"Attempts": list(result.attempts)} if result.attempts else {}),
             # Which local image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
             **({"StandIn": {"For": spec.requested_image, "Image": plan.image, "Notes": list(spec.image_notes)}}
                if spec.requested_image else {}),

@@ -408,12 +408,13 @@ class Run:
             fault, self.fault = self.fault, None
             if fault is None or ran.lost is not None:
                 return ran, logs
-            number = len(self.done_attempts) + 1
-            self.done_attempts.append(attempts.Attempt(number, ran.t0, time.monotonic(), fault.kind))
-            errors = sum(1 for a in self.done_attempts if a.ending == "platform-error")
+            errors = 1 + sum(1 for a in self.done_attempts if a.ending == "platform-error")
             if fault.kind == "platform-error" and errors > retries:
+                # The last attempt: its hosts' time is the job's own, not an earlier attempt's.
                 ran.status, ran.secondary, ran.reason = Status.FAILED, SecondaryStatus.FAILED, INTERNAL_ERROR
                 return ran, logs
+            number = len(self.done_attempts) + 1
+            self.done_attempts.append(attempts.Attempt(number, ran.t0, time.monotonic(), fault.kind))
             self.start_again(ran, number)
 
     def start_again(self, ran: HostsOutcome, number: int) -> None:

@@ -1451,3 +1451,82 @@ def test_a_run_that_builds_the_default_image_says_only_that_it_is_missing(spec_o
     # What came of it (built, or waited for another build) is the builder's to say.
     assert reporter.steps[0] == f"the default image {DEFAULT_IMAGE} is missing"
     assert not any("building it" in step for step in reporter.steps)
+
+
+# --------------------------------------------------------------------------------------------------
+# Injected faults: spot interruptions, platform errors and retries (emulator/attempts.py)
+
+SPOT = HETERO.replace("max_run: 60", "max_run: 60\nuse_spot_instances: true\nmax_wait: 120")
+
+
+def statuses(doc: dict[str, Any]) -> list[str]:
+    return [t["Status"] for t in doc["SecondaryStatusTransitions"]]
+
+
+def test_a_spot_interruption_stops_every_host_and_starts_the_job_again_on_new_ones(
+        spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: exits(0, after=1.2) for h in ("algo-1", "algo-2", "algo-3")})
+    result, reporter = run(spec_of(SPOT), fake, inject=(runner.attempts.parse_injection("spot-interruption@0.4s"),))
+
+    assert result.status == "Completed"
+    assert len(fake.start_calls) == 2  # the first hosts, then new ones
+    assert fake.stopped_while_running == set(ALL)  # SIGTERM with the grace, as the service stops them
+    doc = job_json(result)
+    assert statuses(doc) == ["Starting", "Downloading", "Training", "Interrupted", "Starting", "Downloading",
+                             "Training", "Uploading", "Completed"]
+    assert doc["Emulator"]["Attempts"][0]["Ended"] == "spot-interruption"
+    # The restart between the attempts is not billed; TrainingTimeInSeconds holds it.
+    assert result.billable_seconds < result.training_seconds
+    assert any("spot interruption" in w for w in reporter.warnings)
+    assert torn_down(fake)
+
+
+def test_a_platform_error_without_a_retry_strategy_fails_the_job_with_the_services_reason(
+        spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
+    result, _ = run(spec_of(), fake, inject=(runner.attempts.parse_injection("platform-error@0.3s"),))
+
+    assert result.status == "Failed"
+    assert result.failure_reason == runner.INTERNAL_ERROR
+    assert len(fake.start_calls) == 1
+    assert {h.exit_code for h in result.hosts} == {137}  # lost at once, no grace
+    assert "Restarting" not in statuses(job_json(result))
+
+
+def test_a_retry_strategy_starts_the_job_again_until_its_attempts_run_out(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
+    faults = tuple(runner.attempts.parse_injection(f"platform-error@{t}s") for t in (0.3, 0.6, 0.9))
+    result, _ = run(spec_of(HETERO + "max_retry_attempts: 2\n"), fake, inject=faults)
+
+    assert result.status == "Failed" and result.failure_reason == runner.INTERNAL_ERROR
+    assert len(fake.start_calls) == 3  # the job and its two retries
+    assert statuses(job_json(result)).count("Restarting") == 2
+
+
+def test_a_retried_job_that_then_runs_through_completes(spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({h: exits(0, after=1.0) for h in ("algo-1", "algo-2", "algo-3")})
+    result, _ = run(spec_of(HETERO + "max_retry_attempts: 1\n"), fake,
+                    inject=(runner.attempts.parse_injection("platform-error@0.3s"),))
+    assert result.status == "Completed"
+    assert len(fake.start_calls) == 2
+
+
+def test_a_spot_job_past_its_max_wait_is_stopped_with_the_services_status(spec_of: Callable[..., JobSpec]) -> None:
+    # MaxWait counts the restarts too: 3 s after the first start the hosts have run less than max_run.
+    spec = spec_of(HETERO.replace("max_run: 60", "max_run: 3\nuse_spot_instances: true\nmax_wait: 3"))
+    fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
+    result, _ = run(spec, fake, inject=(runner.attempts.parse_injection("spot-interruption@1s"),))
+
+    assert result.status == "Stopped"
+    assert result.secondary_status == "MaxWaitTimeExceeded"
+    assert job_json(result)["SecondaryStatus"] == "MaxWaitTimeExceeded"
+
+
+def test_an_interruption_the_service_could_not_make_is_refused_before_anything_starts(
+        spec_of: Callable[..., JobSpec]) -> None:
+    fake = FakeBackend({})
+    with pytest.raises(UsageError, match="only a managed spot training job is interrupted"):
+        run(spec_of(), fake, inject=(runner.attempts.parse_injection("spot-interruption@5s"),))
+    with pytest.raises(UsageError, match="max_run is 60 s"):
+        run(spec_of(SPOT), fake, inject=(runner.attempts.parse_injection("spot-interruption@90s"),))
+    assert fake.created == []
