@@ -7,6 +7,9 @@ such a job too. `validate`, `render` and `run` print them (docs/spec.md, Warning
   S3DataDistributionType: "some of the instances may not receive any data").
 - A channel or the distribution aimed at an instance group of instance_count 0: that group has no
   host, so the channel reaches no one there, and a distribution names a group that launches nothing.
+- Managed spot training without a checkpoint URI: the service allows it, but an interrupted job
+  starts again from zero ("If you don't use checkpoints, the training job restarts from the
+  beginning", https://docs.aws.amazon.com/sagemaker/latest/dg/model-managed-spot-training.html).
 """
 
 from __future__ import annotations
@@ -40,4 +43,8 @@ def spec_warnings(spec: JobSpec) -> list[Problem]:
                 found.append(Problem("distribution.instance_groups", f"instance group {group!r} has "
                                      "instance_count 0: the distribution launches on no host",
                                      "give the group hosts, or aim the distribution at another group"))
+    if spec.use_spot_instances and spec.checkpoint_s3_uri is None:
+        found.append(Problem("use_spot_instances", "managed spot training without checkpoint_s3_uri: an "
+                             "interrupted job starts again from zero", "give checkpoint_s3_uri and have the "
+                             "script save to /opt/ml/checkpoints and resume from what it finds there"))
     return found

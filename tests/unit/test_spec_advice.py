@@ -86,3 +86,13 @@ def test_run_and_render_report_the_warnings(tmp_path: Path, monkeypatch: pytest.
     warned: list[str] = []
     api.render(spec, tmp_path / "rendered", warn=warned.append)
     assert warned == expected
+
+
+def test_spot_training_without_checkpoints_warns_that_work_restarts_from_zero(tmp_path: Path) -> None:
+    spot = {"use_spot_instances": True, "max_wait": 86400}  # at least max_run, the SDK's default 1 day
+    [warning] = messages(make_spec(tmp_path, **spot))
+    assert warning.startswith("use_spot_instances: managed spot training without checkpoint_s3_uri: an interrupted "
+                              "job starts again from zero")
+    (tmp_path / "ckpt").mkdir()
+    assert messages(make_spec(tmp_path, checkpoint_s3_uri="ckpt", **spot)) == []
+    assert messages(make_spec(tmp_path)) == []  # on-demand: nothing to say
