@@ -105,6 +105,12 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
+        """0 Completed; 130 stopped by the user (Ctrl-C, `hetero-emu stop`, StopTrainingJob); 1 otherwise,
+        also for a job the service stopped at max_run or max_wait (Stopped, MaxRuntimeExceeded or
+        MaxWaitTimeExceeded): its work did not finish, which a CI job must not take for a user's stop."""
+        if self.status == Status.STOPPED and self.secondary_status in (SecondaryStatus.MAX_RUNTIME_EXCEEDED,
+                                                                       SecondaryStatus.MAX_WAIT_TIME_EXCEEDED):
+            return 1
         return {Status.COMPLETED: 0, Status.STOPPED: 130}.get(self.status, 1)
 
     @property

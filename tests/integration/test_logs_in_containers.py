@@ -250,7 +250,7 @@ def test_max_run_ending_a_flooding_job_keeps_every_byte(tmp_path: Path) -> None:
     raw = flood_job(tmp_path, {"algo-1": f"flood:{100 * MB}", "algo-2": "wait"})
     raw["max_run"] = 8  # algo-2 waits forever: max_run ends the job after algo-1's flood
     result = quiet_run(tmp_path, raw)
-    assert result.status == "Failed" and result.secondary_status == "MaxRuntimeExceeded"
+    assert result.status == "Stopped" and result.secondary_status == "MaxRuntimeExceeded"
     # What algo-1 wrote (all of it, unless a very slow machine made max_run cut its flood short).
     written = int((result.job_dir / "hosts" / "algo-1" / "output" / "data" / "written").read_text())
     assert written > 0

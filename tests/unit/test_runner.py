@@ -293,6 +293,7 @@ def test_max_run_exceeded_stops_the_job_as_the_service_does(spec_of: Callable[..
     assert 1.0 <= elapsed < 10
     # API_DescribeTrainingJob: SecondaryStatus MaxRuntimeExceeded is one of TrainingJobStatus Stopped's.
     assert result.status == "Stopped"
+    assert result.exit_code == 1  # the work did not finish: not a user's stop (130)
     assert result.failure_reason is None
     doc = job_json(result)
     assert doc["TrainingJobStatus"] == "Stopped"
