@@ -92,6 +92,8 @@ RETRY_RESTARTING = "Restarting the training job after an internal error"
 # Once every host has exited, its output stream still delivers what the engine buffered (at most a
 # few MB); one that has not ended by then never will. An engine that stopped answering gets less.
 STREAM_END_TIMEOUT = 30.0
+# A host whose engine exit time is this much before the driver's SIGTERM had exited on its own.
+OWN_EXIT_MARGIN = 0.05
 LOST_ENGINE_STREAM_TIMEOUT = 0.5
 
 
@@ -809,6 +811,9 @@ class Run:
                 first = min(failed, key=lambda st: (st.finished_at or float("inf"), self.names.index(st.name)))
                 self.first_failed = first.name
                 self.stop_running()
+                # A host that failed on its own before the others were stopped (seen only now) keeps its
+                # own reason, and is blamed if it failed before the one this poll saw.
+                self.first_failed = self.earliest_own_failure() or first.name
                 return Status.FAILED, SecondaryStatus.FAILED, None
             if pending and (fault := self.schedule.due(before + time.monotonic() - t0)) is not None:
                 return self.inject(fault)
@@ -936,9 +941,21 @@ class Run:
         if announce:
             self.reporter.info(f"stopping {', '.join(self.host_of[n].name for n in running)} "
                                f"(SIGTERM, SIGKILL after {self.options.grace:g} s)")
+        sent = time.time()
         self.backend.stop(running, grace=self.options.grace)
         for state in self.backend.states(running):
             self.record_exit(state)
+            # It had exited on its own before the SIGTERM (the engine's exit time says so; the poll
+            # had not seen it yet): not stopped by the emulator, its own exit and reason stand.
+            if state.finished_at is not None and state.finished_at < sent - OWN_EXIT_MARGIN:
+                self.stopped_by_us.discard(state.name)
+
+    def earliest_own_failure(self) -> str | None:
+        """Of the hosts that exited non-zero on their own, the one the engine saw exit first."""
+        own = [n for n, code in self.exit_codes.items() if code not in (0, None) and n not in self.stopped_by_us]
+        if not own:
+            return None
+        return min(own, key=lambda n: (self.engine_times.get(n, (None, None))[1] or float("inf"), self.names.index(n)))
 
     def failure_reason(self, host: HostPlan, state: ContainerState, tail: list[str] | None = None) -> str:
         who = f"{host.name} ({host.group})"

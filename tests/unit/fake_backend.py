@@ -117,6 +117,7 @@ class FakeBackend:
         builds_images: bool = False,
         refused_ulimits: Iterable[Ulimit] | None = None,
         machine: Machine | None = None,
+        late_report: Iterable[str] = (),
     ) -> None:
         # Of the engine contract's capabilities: building images and probing ulimits as chosen; it
         # publishes ports, passes devices and runs commands in stopped hosts (as the Docker engine).
@@ -140,6 +141,8 @@ class FakeBackend:
         # A runner that never stops a host which runs until stopped would hang the test session:
         # states() fails the test instead, this many seconds after start().
         self.give_up_after = give_up_after
+        # Hosts whose exit the engine reports only after a stop() (a poll that has not seen it yet).
+        self.late_report = set(late_report)
         # From this states() call on, the engine stops answering (states and remove raise).
         self.lose_engine_on_states_call = lose_engine_on_states_call
         # The first stop() raises KeyboardInterrupt: a second Ctrl-C during the grace period.
@@ -387,6 +390,8 @@ class FakeBackend:
             if started and now - min(started) > self.give_up_after:
                 raise AssertionError(f"the runner is still polling {self.give_up_after:g} s after start()")
             out = []
+            # The engine's times are seconds since the epoch, as Docker's State.FinishedAt.
+            epoch = time.time() - now
             for name in names:
                 c = self.containers.get(name)
                 if c is not None:
@@ -394,11 +399,13 @@ class FakeBackend:
                 c = self.containers.get(name)
                 if c is None:
                     out.append(ContainerState(name, running=False, exit_code=None, error="container disappeared"))
-                elif c.running:
+                elif c.running or (c.host is not None and c.host.name in self.late_report and not self.stop_calls):
                     out.append(ContainerState(name, running=True))
                 else:
-                    out.append(ContainerState(name, running=False, exit_code=c.exit_code, oom_killed=c.oom,
-                                              finished_at=c.finished_at, started_at=c.started_at))
+                    out.append(ContainerState(
+                        name, running=False, exit_code=c.exit_code, oom_killed=c.oom,
+                        finished_at=None if c.finished_at is None else c.finished_at + epoch,
+                        started_at=None if c.started_at is None else c.started_at + epoch))
             return out
 
     def wait_exits(self, names: Sequence[str], timeout: float) -> None:

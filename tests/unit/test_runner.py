@@ -1531,3 +1531,19 @@ def test_an_interruption_the_service_could_not_make_is_refused_before_anything_s
     with pytest.raises(UsageError, match="max_run is 60 s"):
         run(spec_of(SPOT), fake, inject=(runner.attempts.parse_injection("spot-interruption@90s"),))
     assert fake.created == []
+
+
+def test_two_hosts_failing_on_their_own_keep_their_reasons_and_the_first_is_blamed(
+        spec_of: Callable[..., JobSpec]) -> None:
+    # algo-2 fails first, but the engine reports it only after the poll that saw algo-3 fail.
+    fake = FakeBackend({"algo-1": runs_until_stopped(), "algo-2": exits(2, after=0.05), "algo-3": exits(1, after=0.15)},
+                       late_report={"algo-2"})
+    result, _ = run(spec_of(), fake)
+
+    assert result.status == "Failed"
+    assert result.failed_host == "algo-2 (data_group)"
+    reasons = {h.host: h.failure_reason or "" for h in result.hosts}
+    assert reasons["algo-2"].startswith("AlgorithmError") and "exit code: 2" in reasons["algo-2"]
+    assert reasons["algo-3"].startswith("AlgorithmError") and "exit code: 1" in reasons["algo-3"]
+    assert reasons["algo-1"] == "stopped by the emulator (exit code 143)"
+    assert result.failure_reason == reasons["algo-2"]
