@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, wheelhouse
+from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, warm_pools, wheelhouse
 from emulator import metrics as metrics_module
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
@@ -316,13 +316,17 @@ class Description:
 def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
     folder = job_folder(job, engine_name=engine_name)
     text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    # The warm pool's status changes after job.json is written (reused, expired): as it is now.
+    pool = warm_pools.status(folder.name)
     if text:
-        return Description(folder, json.loads(text), text)
+        described = json.loads(text)
+        return Description(folder, {**described, "WarmPoolStatus": pool} if pool else described, text)
     record = job_records.find(folder.name)
     kept = ("SecondaryStatus", "SecondaryStatusTransitions", "CreationTime", "FailureReason")
     doc: dict[str, Any] = {key: record.doc[key] for key in kept if record is not None and key in record.doc}
     return Description(folder, {"TrainingJobName": folder.name,
                                 "TrainingJobStatus": record.status if record else Status.IN_PROGRESS, **doc,
+                                **({"WarmPoolStatus": pool} if pool else {}),
                                 "Emulator": {"JobDir": str(folder)}}, None)
 
 
@@ -510,6 +514,16 @@ def stop(job: str, *, grace: float = DEFAULT_GRACE, engine_name: str = DEFAULT_E
 def ps(*, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:
     """The containers and networks of emulated jobs, found by their labels."""
     return engine(engine_name).find()
+
+
+def pools() -> list[warm_pools.Pool]:
+    """The warm pools a matching job would reuse now (emulator/warm_pools.py); expired ones are ended."""
+    return warm_pools.available()
+
+
+def end_pools(job: str | None = None) -> list[warm_pools.Pool]:
+    """End the Available warm pools (of one job, or all) and remove their cache folders."""
+    return warm_pools.terminate(job)
 
 
 def clean(job: str | None = None, *, everything: bool = False,

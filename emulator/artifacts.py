@@ -7,6 +7,7 @@ plain gzip member that `tar xzf`, `gzip -t` and Python's tarfile read.
 
 from __future__ import annotations
 
+import filecmp
 import grp
 import os
 import pwd
@@ -60,14 +61,48 @@ def chosen_files(plan: Plan, relative: str) -> Listing:
     host's folder, and a link it planted (`/opt/ml/model -> /etc`) would resolve in the host's
     filesystem here. A FIFO or device is skipped, never read.
     """
+    return _merged(plan, relative)[0]
+
+
+def _merged(plan: Plan, relative: str) -> tuple[Listing, dict[str, list[str]]]:
+    """`chosen_files`, and the paths more than one host wrote with different bytes: path -> the
+    hosts, in host order (the last one's file is the one kept)."""
     chosen: dict[str, tuple[str, str, int]] = {}
+    writers: dict[str, list[tuple[str, str]]] = {}
     for host in plan.hosts:
         root = hostfiles.host_path(Path(host.host_dir), relative)
         if root is None:
             continue
         for item in hostfiles.scan_regular(root):
             chosen[item[0]] = item
-    return [chosen[name] for name in sorted(chosen)]
+            writers.setdefault(item[0], []).append((host.name, item[1]))
+    clashes = {name: [h for h, _ in hosts] for name, hosts in writers.items()
+               if len(hosts) > 1 and not _same_bytes([path for _, path in hosts])}
+    return [chosen[name] for name in sorted(chosen)], dict(sorted(clashes.items()))
+
+
+def _same_bytes(paths: list[str]) -> bool:
+    """Whether every file holds the same bytes: hosts that save one identical model (data parallel,
+    weights in step) lose nothing when one copy is kept."""
+    try:
+        return all(filecmp.cmp(paths[0], other, shallow=False) for other in paths[1:])
+    except OSError:
+        return False
+
+
+def _warn_clashes(progress: ProgressReporter | None, clashes: dict[str, list[str]], artifact: str) -> None:
+    """Several hosts wrote one path with different bytes: one file is kept, the rest are lost without a
+    word on the service too (each host's upload of one S3 key replaces the last). With
+    torch_distributed every group is its own world with its own rank 0, so each group's rank 0 saving
+    `model.json` is a real job's mistake, not a contrived one."""
+    if not clashes or progress is None:
+        return
+    name, hosts = next(iter(clashes.items()))
+    more = f" (and {len(clashes) - 1} more path{'s' if len(clashes) > 2 else ''})" if len(clashes) > 1 else ""
+    progress.warn(f"{name} was written by {', '.join(hosts)} with different contents{more}: {artifact} keeps "
+                  f"{hosts[-1]}'s and the others are lost, as on the service, where each host's upload of one "
+                  "S3 key replaces the one before; save from one host (e.g. where SM_CURRENT_HOST is the first "
+                  "of SM_HOSTS) or give each host its own file name")
 
 
 class _Progress:
@@ -218,7 +253,8 @@ def merge_tree(plan: Plan, relative: str, archive: Path, progress: ProgressRepor
     Paths are relative to the folder, as the service packs /opt/ml/model. `progress` gets info lines
     for a large tree (`_Progress`).
     """
-    files = chosen_files(plan, relative)
+    files, clashes = _merged(plan, relative)
+    _warn_clashes(progress, clashes, archive.name)
     archive.parent.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "packing", archive.name, files)
     try:
@@ -281,7 +317,8 @@ def merge_copy(plan: Plan, relative: str, target: Path, progress: ProgressReport
     Where one host left a file `a` and another a folder `a/` (S3 keys `a` and `a/b` can coexist, a
     folder cannot), the first in name order is kept and the other skipped with a warning.
     """
-    files = chosen_files(plan, relative)
+    files, clashes = _merged(plan, relative)
+    _warn_clashes(progress, clashes, f"{target.parent.name}/{target.name}/")
     target.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "copying", f"{target.parent.name}/{target.name}/", files)
     skipped: list[str] = []

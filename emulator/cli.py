@@ -505,18 +505,25 @@ def image_build(
 def ps(as_json: JsonOpt = False, engine_name: EngineOpt = DEFAULT_ENGINE) -> None:
     """List the containers and networks of emulated jobs (found by their Docker labels)."""
     found = api.ps(engine_name=engine_name)
+    pools = api.pools()
+    now = datetime.now(timezone.utc)
+    pool_rows = [{"kind": "warm-pool", "name": str(p.cache()), "job": p.job, "host": None, "group": None,
+                  "status": f"Available, ends in {max(0, int(((p.expires or now) - now).total_seconds()))} s",
+                  "driver": "-"} for p in pools]
     if as_json:
         _emit_json([{"kind": r.kind, "name": r.name, "job": r.job, "host": r.labels.get(LABEL_HOST),
                      "group": r.labels.get(LABEL_GROUP), "status": r.status, "driver": _driver_state(r)}
-                    for r in found])
+                    for r in found] + pool_rows)
         return
-    if not found:
-        typer.echo("no emulated jobs running")
+    if not found and not pools:
+        typer.echo("no emulated jobs running, no warm pools")
         return
     typer.echo(f"{'JOB':<48} {'KIND':<9} {'NAME':<56} {'GROUP':<16} {'DRIVER':<8} STATUS")
     for r in sorted(found, key=lambda r: (r.job, r.kind, r.name)):
         typer.echo(f"{r.job:<48} {r.kind:<9} {r.name:<56} {r.labels.get(LABEL_GROUP, ''):<16} "
                    f"{_driver_state(r):<8} {r.status}")
+    for row in pool_rows:
+        typer.echo(f"{row['job']:<48} {row['kind']:<9} {row['name']:<56} {'':<16} {'-':<8} {row['status']}")
 
 
 def _driver_state(resource: Resource) -> str:
@@ -683,6 +690,10 @@ def describe_lines(doc: dict[str, Any], folder: Path) -> list[str]:
                                                                    else ""))
     if doc.get("BillableTimeInSeconds") is not None:
         out.append(f"billable: {doc['BillableTimeInSeconds']} s")
+    pool = doc.get("WarmPoolStatus")
+    if isinstance(pool, dict):
+        out.append(f"warm pool: {pool.get('Status')}, retained {pool.get('ResourceRetainedBillableTimeInSeconds', 0)} s"
+                   + (f", reused by {pool['ReusedByJob']}" if pool.get("ReusedByJob") else ""))
     emulator: dict[str, Any] = doc["Emulator"] if isinstance(doc.get("Emulator"), dict) else {}
     named = (doc.get("AlgorithmSpecification") or {}).get("TrainingImage")
     if emulator.get("Image") or named:
@@ -770,12 +781,15 @@ def clean(
     killed, crashed, or run with --keep. A job another `hetero-emu run` is running now is left alone
     unless named with --job or --all is given."""
     chosen, skipped = api.clean(job, everything=everything, engine_name=engine_name)
+    ended = api.end_pools(job)  # warm pools are kept on purpose, for a later job: clean ends them
     if as_json:
-        _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in chosen],
+        _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in chosen]
+                    + [{"kind": "warm-pool", "name": str(p.cache()), "job": p.job} for p in ended],
                     "skipped_running_jobs": skipped})
         return
     typer.echo(f"removed {sum(r.kind == 'container' for r in chosen)} container(s) and "
-               f"{sum(r.kind == 'network' for r in chosen)} network(s)")
+               f"{sum(r.kind == 'network' for r in chosen)} network(s)"
+               + (f", and ended {len(ended)} warm pool(s): {', '.join(p.job for p in ended)}" if ended else ""))
     if skipped:
         typer.echo(f"left alone, a driver is running them: {', '.join(skipped)} (--job NAME or --all to remove)")
 

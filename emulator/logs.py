@@ -18,7 +18,9 @@ Two paths with different duties:
   `progress_interval`), as a terminal shows a tqdm bar. When more than `CONSOLE_BACKLOG` bytes of a
   host wait for the console (a terminal or pipe slower than the hosts), its further chunks are not
   shown; every few seconds the console prints `algo-2: 80,000 lines not shown (...), see
-  logs/algo-2.log` instead. The host is
+  logs/algo-2.log` instead. The end of what was not shown is kept (`FLOOD_TAIL_BYTES` per stream):
+  when the job ends with a host's last chunks unshown, its count is said and then its last
+  `TAIL_LINES` lines are shown, so a final "done" or a traceback is never among the dropped. The host is
   never slowed down by the terminal, and the job's outcome never depends on it. The training
   toolkit's ~150-line environment dump is folded there into one line per host
   (`emulator.toolkit_fold`); the file has it all.
@@ -52,6 +54,8 @@ RECENT_BYTES = 64 * 1024
 # Bytes of one host waiting for the console before its further chunks are summarised instead of
 # shown: per host, so a flooding host does not hide a quiet one's lines.
 CONSOLE_BACKLOG = 2 * 1024 * 1024
+# The end of a stream's unshown output kept, to show its last lines when the job ends.
+FLOOD_TAIL_BYTES = 64 * 1024
 # How often a host's "lines not shown" count is printed while it floods (and once at the end).
 DROP_REPORT_INTERVAL = 5.0
 # The console thread's shortest sleep while a progress state waits to be shown.
@@ -172,8 +176,11 @@ class _ConsoleFeed:
         self.interval = float(getattr(reporter, "progress_interval", 0.1))
         self.paths = paths
         self.groups = {h.name: h.group for h in hosts}
-        # (host, stream, chunk); a chunk of None marks a gap: what followed was not queued.
-        self._queue: deque[tuple[str, int, bytes | None]] = deque()
+        # (host, stream, chunk, last): a chunk of None marks a gap: what followed was not queued;
+        # `last` marks a flooded stream's last lines, queued when the feed closes.
+        self._queue: deque[tuple[str, int, bytes | None, bool]] = deque()
+        # The end of each stream's output since its last shown chunk, while it is not shown.
+        self._unshown: dict[tuple[str, int], bytearray] = {}
         self._queued: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
         self._reported_at: dict[str, float] = {}
@@ -195,18 +202,33 @@ class _ConsoleFeed:
             queued = self._queued.get(host.name, 0)
             if queued + len(chunk) > CONSOLE_BACKLOG:
                 self._dropped[host.name] = self._dropped.get(host.name, 0) + max(1, chunk.count(b"\n"))
+                unshown = self._unshown.setdefault(key, bytearray())
+                unshown += chunk[-FLOOD_TAIL_BYTES:]
+                del unshown[:-FLOOD_TAIL_BYTES]
                 if key not in self._gap:
                     self._gap.add(key)
-                    self._queue.append((host.name, stream, None))
+                    self._queue.append((host.name, stream, None, False))
                     self._cond.notify()
                 return
             self._gap.discard(key)
-            self._queue.append((host.name, stream, chunk))
+            self._unshown.pop(key, None)  # what was not shown is a middle part now: the end is shown
+            self._queue.append((host.name, stream, chunk, False))
             self._queued[host.name] = queued + len(chunk)
             self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
+            for (host, stream), unshown in sorted(self._unshown.items()):
+                last = _last_lines(bytes(unshown), full=len(unshown) < FLOOD_TAIL_BYTES)
+                # Shown now, so no longer counted among the lines not shown.
+                shown = last.count(b"\n") + (0 if last.endswith(b"\n") else 1)
+                left = self._dropped.get(host, 0) - shown
+                if left > 0:
+                    self._dropped[host] = left
+                else:
+                    self._dropped.pop(host, None)
+                self._queue.append((host, stream, last, True))
+            self._unshown.clear()
             self._closing = True
             self._cond.notify()
         self._thread.join()
@@ -220,7 +242,10 @@ class _ConsoleFeed:
                 self._queue.clear()
                 self._queued.clear()
                 closing = self._closing
-            for host, stream, chunk in batch:
+            for host, stream, chunk, last in batch:
+                if last:
+                    self._report_dropped(time.monotonic(), final=True, only=host)
+                    self.reporter.warn(f"{host}: the last lines of its output:")
                 self._show(host, stream, chunk)
             now = time.monotonic()
             self._show_due_progress(now)
@@ -244,15 +269,26 @@ class _ConsoleFeed:
             timeouts.append(DROP_REPORT_INTERVAL)
         return min(timeouts, default=None)
 
-    def _report_dropped(self, now: float, final: bool) -> None:
-        """Say how many lines of each host were not shown: at most every DROP_REPORT_INTERVAL
-        seconds while it floods, and whatever is left at the end (final)."""
+    def _report_dropped(self, now: float, final: bool, only: str | None = None) -> None:
+        """Say how many lines of each host (or of `only`) were not shown: at most every
+        DROP_REPORT_INTERVAL seconds while it floods, and whatever is left at the end (final). While
+        it floods, the lines that may yet be shown as its last ones are held back from the count, so
+        the counts and the lines shown add up to the host's lines."""
+        due: dict[str, int] = {}
         with self._cond:
-            due = {host: count for host, count in self._dropped.items()
-                   if final or now - self._reported_at.get(host, float("-inf")) >= DROP_REPORT_INTERVAL}
-            for host in due:
-                del self._dropped[host]
-                self._reported_at[host] = now
+            for host, count in list(self._dropped.items()):
+                if only not in (None, host) or not (
+                        final or now - self._reported_at.get(host, float("-inf")) >= DROP_REPORT_INTERVAL):
+                    continue
+                held = 0 if final else sum(min(TAIL_LINES, data.count(b"\n") + 1)
+                                           for (h, _), data in self._unshown.items() if h == host)
+                if count - held > 0:
+                    due[host] = count - held
+                    self._reported_at[host] = now
+                if held:
+                    self._dropped[host] = min(held, count)
+                else:
+                    del self._dropped[host]
         for host, count in due.items():
             self.reporter.warn(f"{host}: {count:,} line{'s' if count != 1 else ''} not shown (the console fell "
                                f"behind), see {self.paths[host]}")
@@ -306,3 +342,15 @@ class _ConsoleFeed:
                 self._shown_at[key] = now
                 host = key[0]
                 self.reporter.progress(host, self.groups[host], self.masker.mask(self._progress.pop(key)))
+
+
+def _last_lines(data: bytes, full: bool) -> bytes:
+    """The last TAIL_LINES lines of `data`, an unterminated last one among them; `full`: `data` starts
+    at a line's start, else its first, cut line is left out."""
+    pieces = data.split(b"\n")
+    if not full:
+        pieces = pieces[1:]
+    if not pieces:
+        return b""
+    # Ending in a newline, the last piece is empty and joins back as that newline.
+    return b"\n".join(pieces[-(TAIL_LINES + 1):] if not pieces[-1] else pieces[-TAIL_LINES:])

@@ -43,6 +43,10 @@ INPUT_DATA = "/opt/ml/input/data"
 # root's ssh, sshd and the toolkit's paramiko look for them on the distribution's hosts.
 SSH_FOLDER = "ssh"
 SSH_TARGET = "/root/.ssh"
+# A warm pool's persistent cache on each host, and where its folders are in the job folder
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/train-warm-pools.html, Using persistent cache).
+WARM_POOL_CACHE = "/opt/ml/sagemaker/warmpoolcache"
+WARM_POOL_FOLDER = "warm-pool"
 
 __all__ = ["Mount"]  # re-exported: the plan's mounts are `emulator.container.Mount`s
 
@@ -374,6 +378,9 @@ def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
     if job.ssh_dir is not None and slot.group.name in job.ssh_groups:
         # Read-only: a script cannot swap the keys that let every distribution host log into it.
         mounts.append(Mount(str(job.ssh_dir), SSH_TARGET, read_only=True))
+    if spec.keep_alive_period_in_seconds > 0:
+        # The warm pool's persistent cache, kept for a later job that reuses the pool (emulator/warm_pools.py).
+        mounts.append(Mount(str(job.job_dir / WARM_POOL_FOLDER / slot.name), WARM_POOL_CACHE, read_only=False))
     return mounts
 
 

@@ -45,6 +45,7 @@ from emulator import (
     pipes,
     secrets,
     staging,
+    warm_pools,
     wheelhouse,
 )
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
@@ -335,6 +336,7 @@ class Run:
         self.creation = self.options.created or self.began
         self.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=self.creation)
         self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data", at=self.began)
+        self.take_warm_pool()
         try:
             # A watcher removes what this run creates if the driver is killed before its `finally`.
             with contextlib.nullcontext() if self.options.keep else self.backend.guard(plan):
@@ -347,9 +349,41 @@ class Run:
             if not self.transitions or self.transitions[-1]["Status"] != step:
                 self.transition(step, FINAL_MESSAGES[step], record=False)
             self.record(final)
+            self.release_warm_pool(kept=stopped and self.started)
             raise
         self.record(result.status)
+        # The service keeps the pool after a job that completed, was stopped, or failed of its own
+        # (an algorithm error), not after an internal error (train-warm-pools.html, Warm pool creation).
+        self.release_warm_pool(kept=result.status != Status.FAILED or result.failure_reason != INTERNAL_ERROR)
         return result
+
+    def take_warm_pool(self) -> None:
+        """A job with a keep-alive takes the Available warm pool it matches (its cache folders) or
+        starts its own (emulator/warm_pools.py); said on the console either way."""
+        plan, keep = self.plan, self.plan.spec.keep_alive_period_in_seconds
+        if keep <= 0:
+            return
+        try:
+            reused = warm_pools.start(plan.spec, plan.job_name, Path(plan.job_dir), [h.name for h in plan.hosts])
+        except OSError as err:  # the state folder or the job folder cannot be written: the job goes on
+            self.reporter.warn(f"warm pool: {err}; the job runs without one")
+            return
+        if reused is not None:
+            self.reporter.info(f"warm pool: reusing the pool of {reused.job} (Available for "
+                               f"{reused.retained_seconds(self.now())} s): new containers, its "
+                               f"{warm_pools.CACHE_TARGET} folders")
+        else:
+            self.reporter.info(f"warm pool: no Available pool matches this job; its own is kept {keep} s after it "
+                               "ends, for a matching job to reuse")
+
+    def release_warm_pool(self, kept: bool) -> None:
+        """The job ended: its warm pool is Available for the keep-alive, or Terminated."""
+        if self.plan.spec.keep_alive_period_in_seconds <= 0:
+            return
+        try:
+            warm_pools.retain(self.plan.job_name, kept=kept)
+        except OSError as err:
+            self.reporter.warn(f"warm pool: {err}")
 
     def transition(self, secondary: SecondaryStatus, message: str, at: datetime | None = None,
                    record: bool = True) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator import api, job_records
+from emulator.attempts import parse_injection
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted
 from emulator.hardware import parse_cpu_mode, parse_gpu_mode
@@ -47,7 +48,8 @@ def run_options(ticket: Mapping[str, Any]) -> RunOptions:
     chosen = ticket.get("Hardware") or {}
     return RunOptions(created=datetime.fromisoformat(ticket["CreationTime"]), images=ticket.get("Images", {}),
                       gpus=None if chosen.get("Gpus") is None else parse_gpu_mode(chosen["Gpus"]),
-                      cpus=parse_cpu_mode(chosen.get("Cpus") or "instance"))
+                      cpus=parse_cpu_mode(chosen.get("Cpus") or "instance"),
+                      inject=tuple(parse_injection(word) for word in chosen.get("Inject") or ()) or None)
 
 
 def main(argv: list[str]) -> int:

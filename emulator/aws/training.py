@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import emulator
-from emulator import api, contract, job_records, staging
+from emulator import api, attempts, contract, job_records, staging, warm_pools
+from emulator.attempts import Injection
 from emulator.aws import driver
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
@@ -37,6 +38,7 @@ from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
+from emulator.spec.model import MAX_KEEP_ALIVE
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
@@ -54,20 +56,22 @@ class SageMakerTraining(Service):
     def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
                  engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None,
                  s3_origin: str = "the session's s3_root", gpus: GpuMode | None = None,
-                 cpus: CpuMode = "instance") -> None:
+                 cpus: CpuMode = "instance", inject: tuple[Injection, ...] = ()) -> None:
         self.s3_root = s3_root
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
-        # Every job's `--gpus` and `--cpus` (emulator/hardware.py), handed to its driver.
-        self.hardware = {"Gpus": gpus, "Cpus": cpus}
+        # Every job's `--gpus`, `--cpus` (emulator/hardware.py) and `--inject` (emulator/attempts.py),
+        # handed to its driver.
+        self.inject = inject
+        self.hardware: dict[str, Any] = {"Gpus": gpus, "Cpus": cpus, "Inject": [str(i) for i in inject]}
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
 
     def operations(self) -> Mapping[str, Operation]:
         return {"CreateTrainingJob": self.create, "DescribeTrainingJob": self.describe,
-                "StopTrainingJob": self.stop, "ListTrainingJobs": self.list}
+                "StopTrainingJob": self.stop, "ListTrainingJobs": self.list, "UpdateTrainingJob": self.update}
 
     # ----------------------------------------------------------------------------------------------
 
@@ -106,6 +110,8 @@ class SageMakerTraining(Service):
                 spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides)
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
+        if self.inject and (found := attempts.problems(self.inject, spec.max_run, spec.use_spot_instances)):
+            raise ApiError("ValidationException", f"the session's inject: {found[0]}")
         job_dir = spec.output_path / name
         if staging.folder_taken(job_dir, spec.output_s3_uri is not None):
             raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
@@ -164,6 +170,25 @@ class SageMakerTraining(Service):
             raise ApiError("ValidationException", err.message) from None
         return {}
 
+    def update(self, params: dict[str, Any]) -> dict[str, Any]:
+        """UpdateTrainingJob: of what it can change, the warm pool's `ResourceConfig.KeepAlivePeriodInSeconds`
+        (0 to 3600; 0 ends an Available pool at once; emulator/warm_pools.py). Profiler and remote
+        debug settings are not emulated and are refused by name."""
+        record = self.found(str(params.get("TrainingJobName")))
+        others = sorted(k for k in params if k not in ("TrainingJobName", "ResourceConfig"))
+        if others:
+            raise ApiError("ValidationException", f"UpdateTrainingJob: {', '.join(others)} is not emulated; only "
+                           "ResourceConfig.KeepAlivePeriodInSeconds is")
+        keep = (params.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds")
+        if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= MAX_KEEP_ALIVE:
+            raise ApiError("ValidationException", "ResourceConfig.KeepAlivePeriodInSeconds must be between 0 and "
+                           f"{MAX_KEEP_ALIVE} seconds, got {keep!r}")
+        try:
+            warm_pools.update(record.job_name, keep)
+        except LookupError as err:
+            raise ApiError("ValidationException", str(err)) from None
+        return {"TrainingJobArn": contract.training_job_arn(record.job_name, self.region)}
+
     def list(self, params: dict[str, Any]) -> dict[str, Any]:
         found = [self.checked(r) for r in job_records.all_jobs()]
         if params.get("NameContains"):
@@ -171,6 +196,9 @@ class SageMakerTraining(Service):
         if params.get("StatusEquals"):
             found = [r for r in found if r.status == params["StatusEquals"]]
         summaries = [self.summary(r) for r in found]
+        if params.get("WarmPoolStatusEquals"):
+            summaries = [s for s in summaries if (s.get("WarmPoolStatus") or {}).get("Status")
+                         == params["WarmPoolStatusEquals"]]
         for key, after in (("CreationTimeAfter", True), ("CreationTimeBefore", False),
                            ("LastModifiedTimeAfter", True), ("LastModifiedTimeBefore", False)):
             if isinstance(params.get(key), datetime):
@@ -234,6 +262,9 @@ class SageMakerTraining(Service):
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
+        pool = warm_pools.status(record.job_name)  # as it is now: reused or expired after job.json
+        if pool is not None:
+            doc["WarmPoolStatus"] = pool
         requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
         if requested:
             # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
@@ -252,6 +283,8 @@ class SageMakerTraining(Service):
                "LastModifiedTime": _time(described.get("LastModifiedTime") or record.modified)}
         if described.get("TrainingEndTime"):
             out["TrainingEndTime"] = _time(described["TrainingEndTime"])
+        if described.get("WarmPoolStatus"):
+            out["WarmPoolStatus"] = described["WarmPoolStatus"]
         return out
 
 

@@ -8,13 +8,14 @@ It imports no SageMaker SDK, so either major version can build on it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 
+from emulator.attempts import parse_injection
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
@@ -39,19 +40,23 @@ class LocalAws:
 
 
 def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, region: str | None, engine: str,
-              origin: str, gpus: str | None = None, cpus: str = "instance") -> LocalAws:
+              origin: str, gpus: str | None = None, cpus: str = "instance",
+              inject: Sequence[str] = ()) -> LocalAws:
     """The S3 root (`s3_root`, else $HETERO_EMU_S3_ROOT, else the default root, made if missing; a
     named root must exist), the region (else $AWS_REGION, $AWS_DEFAULT_REGION, us-west-2) and the
     boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`).
     `gpus` and `cpus` are every job's `--gpus` and `--cpus` (emulator/hardware.py); a word that is
-    not one of theirs is a UsageError here, before any job."""
+    not one of theirs is a UsageError here, before any job. `inject` is every job's `--inject`
+    (`spot-interruption@30s`, `platform-error@1m`; emulator/attempts.py), checked here as words and
+    against each job when it is created."""
     session = origin.split("(")[0]
     try:
         gpu_mode = None if gpus is None else parse_gpu_mode(gpus)
         cpu_mode = parse_cpu_mode(cpus)
+        injections = tuple(parse_injection(word) for word in ([inject] if isinstance(inject, str) else inject))
     except ValueError as err:
         raise UsageError(f"{session}: {err}", hint="gpus: auto, none, emulate, real or share; "
-                         "cpus: instance or machine") from None
+                         "cpus: instance or machine; inject: a list of KIND@TIME") from None
     with s3.given_root(s3_root, origin):
         root = s3.choose_root(None)
     if not root.named:
@@ -62,7 +67,8 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
                          "default root")
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
-                                 engine_name=engine, s3_origin=root.origin, gpus=gpu_mode, cpus=cpu_mode)
+                                 engine_name=engine, s3_origin=root.origin, gpus=gpu_mode, cpus=cpu_mode,
+                                 inject=injections)
     boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                  region_name=region)
     # Installed before any client exists: clients copy the session's handlers when they are made.

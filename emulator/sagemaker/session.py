@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +49,18 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     table that runs every ECR image as the project's training image (`emulator.aws.ecr_images`). `region`:
     the region the SDK resolves images and names buckets for (default $AWS_REGION,
     $AWS_DEFAULT_REGION, else us-west-2). `gpus` and `cpus`: every job's `hetero-emu run --gpus` and
-    `--cpus` (docs/gpus.md; `gpus="emulate"` shows GPU hosts their type's GPUs without CUDA). Other
+    `--cpus` (docs/gpus.md; `gpus="emulate"` shows GPU hosts their type's GPUs without CUDA). `inject`:
+    every job's `--inject`, e.g. `["spot-interruption@30s"]` (docs/service-features.md). Other
     keyword arguments go to `sagemaker.Session`
     (`default_bucket`, `default_bucket_prefix`, ...).
     """
 
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
                  region: str | None = None, engine: str = DEFAULT_ENGINE, poll_seconds: float = 0.2,
-                 gpus: str | None = None, cpus: str = "instance", **session_args: Any) -> None:
+                 gpus: str | None = None, cpus: str = "instance", inject: Sequence[str] = (),
+                 **session_args: Any) -> None:
         aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
-                        origin="EmulatorSession(s3_root=...)", gpus=gpus, cpus=cpus)
+                        origin="EmulatorSession(s3_root=...)", gpus=gpus, cpus=cpus, inject=inject)
         self.s3_root = aws.s3_root
         self.training = aws.training
         self.poll_seconds = poll_seconds

@@ -17,7 +17,7 @@ own boto3 session; the jobs' logs are found by job name, whichever session start
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from emulator.sagemaker.local import local_aws, telemetry_off
 class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
     """A v3 `Session` whose training jobs run on this machine's Docker engine.
 
-    `s3_root`, `images`, `region`, `engine`, `gpus` and `cpus` as for `EmulatorSession` (SDK v2): the folder
+    `s3_root`, `images`, `region`, `engine`, `gpus`, `cpus` and `inject` as for `EmulatorSession` (SDK v2): the folder
     s3://bucket/key maps to, ECR image names -> local images, the region the SDK names buckets
     and images for. Other keyword arguments go to the SDK's `Session` (`default_bucket`,
     `default_bucket_prefix`, ...).
@@ -40,9 +40,9 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
 
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
                  region: str | None = None, engine: str = DEFAULT_ENGINE, gpus: str | None = None,
-                 cpus: str = "instance", **session_args: Any) -> None:
+                 cpus: str = "instance", inject: Sequence[str] = (), **session_args: Any) -> None:
         aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
-                        origin="EmulatorSessionV3(s3_root=...)", gpus=gpus, cpus=cpus)
+                        origin="EmulatorSessionV3(s3_root=...)", gpus=gpus, cpus=cpus, inject=inject)
         self.s3_root = aws.s3_root
         self.training = aws.training
         super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),

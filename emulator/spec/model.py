@@ -277,6 +277,9 @@ class JobSpec:
     max_wait: int | None = None
     # ResourceConfig.KeepAlivePeriodInSeconds: the warm pool kept after the job (0: none).
     keep_alive_period_in_seconds: int = 0
+    # The request's fields a warm pool's later job must match besides the cluster (RoleArn, the
+    # volume, VpcConfig; emulator/warm_pools.py), as (name, JSON text).
+    pool_match: tuple[tuple[str, str], ...] = ()
     # RetryStrategy.MaximumRetryAttempts (the SDK's max_retry_attempts): None, no RetryStrategy.
     max_retry_attempts: int | None = None
     # The spot interruptions and platform errors this job is given on purpose (emulator/attempts.py).

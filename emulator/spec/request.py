@@ -219,7 +219,21 @@ def validate_request(raw: Mapping[str, Any], base_dir: Path, source: str | None 
     if passthrough:
         spec = replace(spec, hyperparameters={**spec.hyperparameters, **passthrough})
     given = raw.get("HyperParameters")
-    return replace(spec, request_hyperparameters=tuple(sorted(map(str, given))) if isinstance(given, dict) else ())
+    return replace(spec, request_hyperparameters=tuple(sorted(map(str, given))) if isinstance(given, dict) else (),
+                   pool_match=_pool_match(raw))
+
+
+def _pool_match(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The request's fields a later job must have the same of to reuse this job's warm pool, besides
+    its cluster (https://docs.aws.amazon.com/sagemaker/latest/dg/train-warm-pools.html, Matching
+    training jobs): the role, the volume, the VPC and the traffic encryption."""
+    given = raw.get("ResourceConfig")
+    resource: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    fields = {"RoleArn": raw.get("RoleArn"), "VpcConfig": raw.get("VpcConfig"),
+              "EnableInterContainerTrafficEncryption": raw.get("EnableInterContainerTrafficEncryption"),
+              "VolumeSizeInGB": resource.get("VolumeSizeInGB"), "VolumeKmsKeyId": resource.get("VolumeKmsKeyId")}
+    return tuple((name, json.dumps(value, sort_keys=True)) for name, value in sorted(fields.items())
+                 if value is not None)
 
 
 def _channel_names(value: Any) -> list[str]:

@@ -15,7 +15,10 @@ from testkit import hetero_emu, unique
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
-EPOCHS = 8
+# One epoch a second, and faults late enough that the first attempt has saved a checkpoint however
+# long the toolkit takes to start on a loaded machine (CI runs four Docker tests at once: 5 s was
+# once too short), and enough epochs that the second attempt cannot finish before the second.
+EPOCHS = 40
 # A resumable training script as people write them: rank 0 (the first host) saves a checkpoint at
 # the end of each epoch (written aside, then renamed, so a stop never leaves half a file); every host
 # resumes from the checkpoint it finds. Each host notes which attempt's /opt/ml it runs on.
@@ -56,7 +59,7 @@ def project(tmp_path: Path, name: str, **fields: object) -> Path:
 def test_a_spot_job_resumes_from_its_checkpoint_across_two_interruptions(tmp_path: Path) -> None:
     name = unique("spot-resume")
     spec = project(tmp_path, name, use_spot_instances=True, max_wait=600)
-    run = hetero_emu("run", spec, "--interrupt-at", "5s", "--interrupt-at", "11s", "--grace", "5", timeout=400)
+    run = hetero_emu("run", spec, "--interrupt-at", "15s", "--interrupt-at", "35s", "--grace", "5", timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (run.stdout + run.stderr).count("spot interruption (injected") == 2
 
@@ -89,13 +92,13 @@ def test_a_spot_job_resumes_from_its_checkpoint_across_two_interruptions(tmp_pat
 def test_a_platform_error_is_retried_as_the_retry_strategy_says(tmp_path: Path) -> None:
     name = unique("retry")
     spec = project(tmp_path, name, max_retry_attempts=1)
-    run = hetero_emu("run", spec, "--inject", "platform-error@4s", timeout=300)
+    run = hetero_emu("run", spec, "--inject", "platform-error@12s", timeout=400)
     assert run.returncode == 0, run.stdout + run.stderr
     doc = json.loads((tmp_path / "out" / name / "job.json").read_text())
     steps = [t["Status"] for t in doc["SecondaryStatusTransitions"]]
     assert steps.count("Restarting") == 1 and steps[-1] == "Completed"
     log = (tmp_path / "out" / name / "logs" / "algo-1.log").read_text()
-    assert re.search(r"algo-1 resuming from epoch [1-7]\b", log)
+    assert re.search(r"algo-1 resuming from epoch ([1-9]|[1-3][0-9])\n", log.replace("\r", ""))
 
 
 def test_an_injection_the_service_could_never_make_is_refused_with_exit_code_2(tmp_path: Path) -> None:

@@ -220,7 +220,9 @@ def test_a_small_tree_packs_silently(tmp_path: Path, three_hosts: list[Path], mo
     reporter = RecordingReporter()
     merge_tree(hosts_plan(*three_hosts), "model", tmp_path / "model.tar.gz", reporter)
     merge_copy(hosts_plan(*three_hosts), "model", tmp_path / "copy" / "model", reporter)
-    assert reporter.infos == [] and reporter.warnings == []
+    assert reporter.infos == []
+    # The only words are about the paths two hosts wrote differently (shared.txt, sub/deep.bin).
+    assert [w.split(" was written")[0] for w in reporter.warnings] == ["shared.txt", "shared.txt"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -258,6 +260,34 @@ def test_a_file_and_a_folder_of_one_name_keep_the_first_and_warn(tmp_path: Path)
 
     assert tree_contents(target) == {"ckpt": b"a file"}
     assert reporter.warnings == [f"1 file not copied to {target}: a file and a folder of the same name (ckpt/part-0)"]
+
+
+def test_hosts_writing_one_path_with_different_bytes_are_warned_about(tmp_path: Path) -> None:
+    """Three hosts, each its group's rank 0 under torch_distributed, save model/model.json: one file is
+    kept (the last host's) and the warning names the path, the hosts and the one kept."""
+    dirs = [tmp_path / "job" / "hosts" / f"algo-{i}" for i in (1, 2, 3)]
+    for i, host in enumerate(dirs, 1):
+        write(host / "model", {"model.json": f'{{"group": {i}}}', "same.bin": b"identical", f"own-{i}": "x"})
+    reporter = RecordingReporter()
+
+    archive = merge_tree(hosts_plan(*dirs), "model", tmp_path / "model.tar.gz", reporter)
+
+    assert tar_contents(archive)["model.json"] == b'{"group": 3}'
+    [warning] = reporter.warnings
+    assert warning.startswith("model.json was written by algo-1, algo-2, algo-3 with different contents: "
+                              "model.tar.gz keeps algo-3's")
+    assert "same.bin" not in warning  # the same bytes from every host lose nothing: no word
+    copied = merge_copy(hosts_plan(*dirs), "model", tmp_path / "out" / "model", RecordingReporter())
+    assert (copied / "model.json").read_text() == '{"group": 3}'
+
+
+def test_hosts_writing_distinct_paths_or_the_same_bytes_get_no_warning(tmp_path: Path) -> None:
+    dirs = [tmp_path / "job" / "hosts" / f"algo-{i}" for i in (1, 2)]
+    for i, host in enumerate(dirs, 1):
+        write(host / "model", {f"rank-{i}.pt": f"{i}", "config.json": "{}"})
+    reporter = RecordingReporter()
+    merge_tree(hosts_plan(*dirs), "model", tmp_path / "model.tar.gz", reporter)
+    assert reporter.warnings == []
 
 
 # --------------------------------------------------------------------------------------------------

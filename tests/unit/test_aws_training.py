@@ -288,3 +288,45 @@ def test_spot_with_max_wait_at_least_max_run_is_accepted(project: Path) -> None:
     sm.create_training_job(**request("spot-ok", EnableManagedSpotTraining=True,
                                      StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 600}))
     assert sm.describe_training_job(TrainingJobName="spot-ok")["StoppingCondition"]["MaxWaitTimeInSeconds"] == 600
+
+
+def test_warm_pool_status_and_update_training_job_answer_as_the_service(project: Path) -> None:
+    """A job's WarmPoolStatus in describe and in ListTrainingJobs (and its WarmPoolStatusEquals filter);
+    UpdateTrainingJob changes the keep-alive, 0 ends the pool, and anything else it is given is refused."""
+    from dataclasses import replace
+
+    from emulator import warm_pools
+    from emulator.spec import request as request_adapter
+
+    asked = request("pooled")
+    asked["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 600
+    spec = request_adapter.validate_request(asked, project)
+    job_dir = project / "out" / "pooled"
+    (job_dir / "logs").mkdir(parents=True)
+    job_records.record("pooled", job_dir, "Completed")
+    warm_pools.start(replace(spec, job_name="pooled"), "pooled", job_dir, ["algo-1", "algo-2"])
+    warm_pools.retain("pooled")
+    job_records.record("no-pool", project / "out" / "no-pool", "Completed")
+    sm = client(project)
+
+    described = sm.describe_training_job(TrainingJobName="pooled")
+    assert described["WarmPoolStatus"]["Status"] == "Available"
+    assert "WarmPoolStatus" not in sm.describe_training_job(TrainingJobName="no-pool")
+    listed = sm.list_training_jobs(WarmPoolStatusEquals="Available")["TrainingJobSummaries"]
+    assert [(s["TrainingJobName"], s["WarmPoolStatus"]["Status"]) for s in listed] == [("pooled", "Available")]
+
+    with pytest.raises(ClientError) as info:
+        sm.update_training_job(TrainingJobName="pooled", ResourceConfig={"KeepAlivePeriodInSeconds": 3601})
+    assert "between 0 and 3600" in info.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as info:
+        sm.update_training_job(TrainingJobName="pooled", ProfilerConfig={"ProfilingIntervalInMilliseconds": 500})
+    assert "ProfilerConfig is not emulated" in info.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as info:
+        sm.update_training_job(TrainingJobName="no-pool", ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+    assert "no warm pool" in info.value.response["Error"]["Message"]
+
+    answer = sm.update_training_job(TrainingJobName="pooled", ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+    assert answer["TrainingJobArn"].endswith(":training-job/pooled")
+    assert sm.describe_training_job(TrainingJobName="pooled")["WarmPoolStatus"]["Status"] == "Terminated"
+    assert not (job_dir / "warm-pool").exists()
+    assert sm.list_training_jobs(WarmPoolStatusEquals="Available")["TrainingJobSummaries"] == []

@@ -158,13 +158,47 @@ def test_a_slow_console_is_summarised_and_the_file_still_gets_every_byte(
     logs.close()
     assert log_bytes(plan, "algo-1") == block
     shown = [line for host, _, line in reporter.lines if host == "algo-1"]
-    not_shown = sum(int(w.split()[1].replace(",", "")) for w in reporter.warnings if w.startswith("algo-1:"))
+    not_shown = sum(int(w.split()[1].replace(",", "")) for w in reporter.warnings
+                    if w.startswith("algo-1:") and "not shown" in w)
     assert 0 < len(shown) < 20_000 and not_shown > 0
-    assert all("not shown (the console fell behind), see" in w and w.endswith("algo-1.log")
-               for w in reporter.warnings)
+    counts = [w for w in reporter.warnings if "not shown" in w]
+    assert counts and all("not shown (the console fell behind), see" in w and w.endswith("algo-1.log")
+                          for w in counts)
+    # The flood's last lines are always shown, after the count of what was not.
+    assert shown[-3:] == [f"line {i:07d} of a flood" for i in range(19_997, 20_000)]
+    assert reporter.warnings[-1] == "algo-1: the last lines of its output:"
     # The flooding host's backlog does not hide another host's line.
     assert ("algo-2", "ml.c5.xlarge", "a quiet host's line") not in reporter.lines  # group name, not type
     assert any(host == "algo-2" and line == "a quiet host's line" for host, _, line in reporter.lines)
+
+
+def test_a_flooded_hosts_last_lines_are_shown_when_the_job_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit's finding: under a flood the console dropped each host's last lines too (a final
+    "done" was missing). Every line after the backlog filled is dropped here; the last TAIL_LINES of
+    each stream are shown at the end, a line without a newline among them, and the count of lines not
+    shown leaves them out."""
+    monkeypatch.setattr(logs_module, "CONSOLE_BACKLOG", 100)
+    plan = plan_with(tmp_path, hosts=2)
+    reporter = RecordingReporter()
+    logs = LogCollector(plan, reporter)
+    # Hold the console thread back: everything after the first 100 bytes is over the backlog.
+    feed = logs._console
+    assert feed is not None
+    with feed._cond:
+        for i in range(500):
+            logs("j-algo-1", b"step %03d\n" % i)
+        logs("j-algo-1", b"training done")  # the last line, unterminated
+        for i in range(300):
+            logs("j-algo-2", b"ERR %03d\n" % i, logs_module.STDERR)
+    logs.close()
+    one = [line for host, _, line in reporter.lines if host == "algo-1"]
+    assert one[-logs_module.TAIL_LINES:] == [f"step {i:03d}" for i in range(491, 500)] + ["training done"]
+    two = [line for host, _, line in reporter.lines if host == "algo-2"]
+    assert two[-logs_module.TAIL_LINES:] == [f"ERR {i:03d}" for i in range(290, 300)]
+    not_shown = {w.split(":")[0]: int(w.split()[1].replace(",", "")) for w in reporter.warnings if "not shown" in w}
+    assert not_shown["algo-1"] + len(one) == 501 and not_shown["algo-2"] + len(two) == 300
+    assert log_bytes(plan, "algo-1").endswith(b"step 499\ntraining done")
 
 
 def test_tail_comes_from_the_files_bytes_even_when_the_console_dropped_them(

@@ -79,3 +79,47 @@ def test_a_session_with_an_unknown_gpus_word_is_refused_at_once(tmp_path: Path) 
     (tmp_path / "s3").mkdir()
     with pytest.raises(UsageError, match=r"EmulatorSession: 'cuda' is not a GPU mode: use one of auto, none, "):
         EmulatorSession(s3_root=tmp_path / "s3", gpus="cuda")
+
+
+def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`EmulatorSession(inject=["spot-interruption@30s"])` (docs/service-features.md): the driver runs
+    each job with it; a job it could never happen to (not on spot) is refused at CreateTrainingJob, and a
+    word that is no KIND@TIME when the session is made."""
+    import json
+    from datetime import datetime, timezone
+
+    from botocore.exceptions import ClientError
+
+    from emulator.attempts import Injection
+    from emulator.aws import driver
+    from emulator.errors import UsageError
+    from emulator.sagemaker import EmulatorSession
+
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "s3").mkdir()
+    session = EmulatorSession(s3_root=tmp_path / "s3", inject=["spot-interruption@30s", "platform-error@1m"])
+    ticket = tmp_path / "ticket.json"
+    driver.write_ticket(ticket, {}, tmp_path, (tmp_path / "s3", "test"), "docker", datetime.now(timezone.utc),
+                        hardware=session.training.hardware)
+    options = driver.run_options(json.loads(ticket.read_text()))
+    assert options.inject == (Injection(30, "spot-interruption"), Injection(60, "platform-error"))
+    assert driver.run_options({"CreationTime": datetime.now(timezone.utc).isoformat()}).inject is None
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    on_demand = {"TrainingJobName": "not-spot", "RoleArn": "arn:aws:iam::111122223333:role/x",
+                 "AlgorithmSpecification": {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "File"},
+                 "HyperParameters": {"sagemaker_program": '"train.py"',
+                                     "sagemaker_submit_directory": f'"{tmp_path / "code"}"'},
+                 "ResourceConfig": {"InstanceType": "ml.c5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+                 "OutputDataConfig": {"S3OutputPath": str(tmp_path / "out")},
+                 "StoppingCondition": {"MaxRuntimeInSeconds": 600}}
+    with pytest.raises(ClientError) as info:
+        session.sagemaker_client.create_training_job(**on_demand)
+    assert "the session's inject: spot-interruption@30s: only a managed spot training job is interrupted" in \
+        info.value.response["Error"]["Message"]
+
+    with pytest.raises(UsageError, match="is not KIND@TIME"):
+        EmulatorSession(s3_root=tmp_path / "s3", inject=["meteor@10s"])
