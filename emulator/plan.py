@@ -228,7 +228,7 @@ def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLay
             name: files[name]
             for name in channels
             if name not in piped and (name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
-                                      or spec.inputs[name].copied)
+                                      or spec.inputs[name].copied or spec.inputs[name].key_prefix)
         }
         host_pipes = {name: files[name] for name in channels if name in piped}
         layout.append(HostLayout(host, group_of[host], channels, host_shards, host_pipes))

@@ -197,6 +197,10 @@ class TrainingInput:
     # v3's entry command runs `chmod +x` on its driver script there, which a read-only mount refuses.
     # The user's data is never in such a channel: only the SDK writes below the job's own prefix.
     copied: bool = False
+    # An S3 URI that is a key prefix and not a folder (`s3://b/data/part-`): `source` is the folder
+    # the prefix ends in and `files` the keys under it that start with the prefix, each placed by its
+    # name there, as the service downloads every key that starts with an S3Prefix. Staged as a share.
+    key_prefix: bool = False
 
 
 @dataclass(frozen=True)

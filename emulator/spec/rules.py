@@ -522,7 +522,11 @@ class Validator(FieldReader):
         bucket itself, where `upload_data` also puts the data), nor is what the SDK uploads into the
         job's own prefix before the job (`emulator.staging.SDK_UPLOADS`: source/sourcedir.tar.gz). A
         generated job name is a new prefix, which nothing read can lie inside."""
-        readers = [("source_dir", code)] + [(f"inputs.{n}.s3_data", c.source) for n, c in inputs.items()]
+        readers: list[tuple[str, Path | None]] = [("source_dir", code)]
+        for n, c in inputs.items():
+            # A key prefix reads the entries that start with it, not the whole folder it ends in.
+            entries = sorted({c.source / key.split("/")[0] for key in c.files}) if c.key_prefix else [c.source]
+            readers += [(f"inputs.{n}.s3_data", entry) for entry in entries]
         for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint)):
             if written is None:
                 continue
@@ -806,8 +810,12 @@ class Validator(FieldReader):
         data = fields.data
         source = None
         if data is not None:
-            source = self.existing(self.local_path(data, path + ".s3_data", s3_root, "data"),
-                                   path + ".s3_data", "channel data")
+            resolved = self.local_path(data, path + ".s3_data", s3_root, "data")
+            prefixed = self.key_prefix_files(resolved, path + ".s3_data") if resolved in self.s3_uris else None
+            if prefixed is not None:
+                assert resolved is not None  # a prefix's files come from a resolved path
+                return self.channel(fields, data, resolved.parent, prefixed, key_prefix=True)
+            source = self.existing(resolved, path + ".s3_data", "channel data")
         if source is None:
             return None
         listing = self.no_special_files(source, path + ".s3_data", "a channel")
@@ -824,19 +832,37 @@ class Validator(FieldReader):
             # would give the script an empty stream it cannot tell from a broken one.
             self.fail(path + ".s3_data", f"{source} holds no file to stream in Pipe mode",
                       "put the channel's files there, or use input_mode: File for an empty folder")
-        return TrainingInput(
-            s3_data=data or "",
-            source=source,
-            distribution=fields.distribution,
-            input_mode=fields.input_mode,
-            content_type=fields.content_type,
-            instance_groups=fields.groups or (),
-            s3_data_type=fields.data_type,
-            record_wrapping=fields.wrapping,
-            files=files,
-            single_file=single_file,
-            links_out=listing.links_out,
-        )
+        return self.channel(fields, data, source, files, single_file=single_file, links_out=listing.links_out)
+
+    @staticmethod
+    def channel(fields: _ChannelFields, data: str, source: Path, files: tuple[str, ...],
+                **flags: bool) -> TrainingInput:
+        """The channel's TrainingInput: its checked fields, its data's place and files, and `flags`."""
+        return TrainingInput(s3_data=data, source=source, distribution=fields.distribution,
+                             input_mode=fields.input_mode, content_type=fields.content_type,
+                             instance_groups=fields.groups or (), s3_data_type=fields.data_type,
+                             record_wrapping=fields.wrapping, files=files, **flags)
+
+    def key_prefix_files(self, resolved: Path | None, path: str) -> tuple[str, ...] | None:
+        """The keys an S3Prefix that is not a folder stands for (`s3://b/data/part-`: every key under
+        data/ that starts with `part-`, `part-0.csv` and `part-1/x.csv` alike), as the service
+        downloads them: relative to the folder the prefix ends in. None when the prefix names a
+        folder, or a file no other key starts with (a channel of that folder or file, as before), or
+        matches nothing (then it is not found)."""
+        if resolved is None or self.probes.kind_of(resolved) == "dir" or self.probes.kind_of(resolved.parent) != "dir":
+            return None
+        stem = resolved.name
+        listing = self.probes.scan(resolved.parent)
+        files = tuple(key for key in listing.files if key.startswith(stem))
+        if not files or files == (stem,):
+            return None
+        bad = [f"{key} ({kind})" for key, kind in listing.special if key.startswith(stem)]
+        bad += [f"{key} ({why})" for key, why in listing.broken if key.startswith(stem)]
+        if bad:
+            self.fail(path, f"the key prefix {self.s3_uris[resolved]} takes in {bad[0]}, which is not a "
+                      "regular file an upload could read", "remove it, or give a prefix it does not start")
+            return None
+        return files
 
     def pipe_names(self, channels: Mapping[str, TrainingInput], job_mode: str) -> None:
         """A Pipe channel's FIFOs are `<channel>_<epoch>` beside the other channels' folders under

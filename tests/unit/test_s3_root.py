@@ -349,3 +349,73 @@ def test_unpack_keeps_members_inside(tmp_path: Path) -> None:
     assert sorted(p.relative_to(staging_target).as_posix() for p in staging_target.rglob("*")) == ["a", "a/b.py"]
 
 
+
+
+# --------------------------------------------------------------------------------------------------
+# S3Prefix: every key that starts with the prefix
+
+
+def prefix_bucket(project: Path) -> Path:
+    """my-bucket/data holding part-0.csv, part-1/x.csv, part-10.csv and other.csv."""
+    data = project / "s3" / "my-bucket" / "data"
+    for key in ("part-0.csv", "part-1/x.csv", "part-10.csv", "other.csv"):
+        (data / key).parent.mkdir(parents=True, exist_ok=True)
+        (data / key).write_text(key)
+    return data
+
+
+def test_an_s3prefix_that_is_no_folder_is_every_key_starting_with_it(project: Path, valid_raw: Raw,
+                                                                     tmp_path: Path) -> None:
+    """The audit's finding: `s3://b/data/part-` was refused, though the service downloads every key
+    that starts with it (placed by its name under data/) and the emulator's own S3 lists them."""
+    from emulator import staging
+
+    data = prefix_bucket(project)
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/data/part-"
+    valid_raw["output_path"] = str(tmp_path / "out")
+    spec = load_file(project, valid_raw, s3_root=project / "s3")
+    channel = spec.inputs["training"]
+    assert (channel.source, channel.files, channel.key_prefix) == (data, ("part-0.csv", "part-1/x.csv",
+                                                                        "part-10.csv"), True)
+    plan = make_plan(spec, "prefix-job", "spec", 0)
+    staging.stage(plan)
+    host = next(h for h in plan.hosts if "training" in h.channels)
+    mount = next(m for m in host.container.mounts if m.target == "/opt/ml/input/data/training")
+    seen = sorted(p.relative_to(mount.source).as_posix() for p in Path(mount.source).rglob("*") if p.is_file())
+    assert seen == ["part-0.csv", "part-1/x.csv", "part-10.csv"] and mount.read_only
+    assert (data / "other.csv").read_text() == "other.csv"  # the user's data is untouched
+    assert spec.inputs["training"].s3_data == "s3://my-bucket/data/part-"  # named as given
+
+
+@pytest.mark.parametrize(("uri", "files"), [
+    ("s3://my-bucket/data/part-", ("part-0.csv", "part-1/x.csv", "part-10.csv")),
+    ("s3://my-bucket/data/part-1", None),  # a folder: its contents, as the common `s3://b/train` means
+    ("s3://my-bucket/data/part-10.csv", None),  # one file no other key starts with: that file
+    ("s3://my-bucket/data", None),  # a folder: its contents, as before
+])
+def test_a_prefix_takes_exactly_the_keys_that_start_with_it(project: Path, valid_raw: Raw, uri: str,
+                                                            files: tuple[str, ...] | None) -> None:
+    prefix_bucket(project)
+    valid_raw["inputs"]["training"]["s3_data"] = uri
+    channel = load_file(project, valid_raw, s3_root=project / "s3").inputs["training"]
+    if files is None:
+        assert not channel.key_prefix
+    else:
+        assert channel.key_prefix and channel.files == files
+
+
+def test_a_prefix_no_key_starts_with_is_not_found(project: Path, valid_raw: Raw) -> None:
+    prefix_bucket(project)
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/data/nothing-"
+    [problem] = problems(project, valid_raw, s3_root=project / "s3")
+    assert "channel data not found: no prefix s3://my-bucket/data/nothing-" in problem
+
+
+def test_an_output_beside_a_prefixs_keys_is_no_overlap_and_one_among_them_is(project: Path, valid_raw: Raw) -> None:
+    prefix_bucket(project)
+    valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/data/part-"
+    valid_raw["output_path"] = "s3://my-bucket/data/results"
+    load_file(project, valid_raw, s3_root=project / "s3")  # data/results is not a key the prefix reads
+    valid_raw["checkpoint_s3_uri"] = "s3://my-bucket/data/part-1/ckpt"
+    found = problems(project, valid_raw, s3_root=project / "s3")
+    assert any("checkpoint_s3_uri" in p and "overlaps" in p for p in found)
