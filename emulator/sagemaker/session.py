@@ -19,6 +19,7 @@ when the job did not complete.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
+from emulator import job_records
 from emulator.aws.training import FINAL
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import ConsoleReporter
@@ -39,6 +41,8 @@ from emulator.tail import LogTail
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
+# Colour codes, in case the driver's reporter wrote any.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is untyped
@@ -85,11 +89,16 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         _say(secondary_training_status_message(description, None))
         record_dir = Path(self.training.found(job).job_dir)
         tail = LogTail(record_dir / "logs", _GroupOf(record_dir))
+        # The job's own warnings (a spec warning, an injected fault, a flood, a model file two hosts
+        # wrote) are said by its driver, in another process: its log file is where they reach fit().
+        warnings = DriverWarnings(job_records.state_dir() / "drivers" / f"{job}.log")
         printer = ConsoleReporter(colour=None)
         end = time.monotonic() + timeout if timeout else None
         last_dot = time.monotonic()
         while True:
             ended = description["TrainingJobStatus"] in FINAL
+            for line in warnings.poll():
+                print(line, flush=True)
             if logs:
                 self._print(printer, tail.poll(final=ended or not wait))
             if ended or not wait:
@@ -116,6 +125,27 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             printer.set_hosts(hosts)
         for host, group, line in lines:
             printer.log_line(host, group, line)
+
+
+class DriverWarnings:
+    """The `warning:` lines of a job's driver log, each once, as they are written (complete lines only:
+    the driver may be writing the rest of one)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def poll(self) -> list[str]:
+        try:
+            with self.path.open("rb") as log:
+                log.seek(self.offset)
+                data = log.read(1 << 20)
+        except OSError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        lines = (_ANSI.sub("", raw.decode("utf-8", errors="replace")) for raw in complete.splitlines())
+        return [line for line in lines if line.startswith("warning: ")]
 
 
 class _GroupOf:

@@ -244,3 +244,25 @@ def test_a_plain_boto3_create_training_job_request_runs(project: Path, session: 
     assert log_tagged(folder, "algo-2", "CHANNELS_JSON") == {"training": ["a.csv"]}
     assert log_tagged(folder, "algo-1", "CHANNELS_JSON") == {}
     assert described["ModelArtifacts"]["S3ModelArtifacts"] == f"s3://{DATA}/boto3-out/boto3-job/output/model.tar.gz"
+
+
+def test_the_jobs_warnings_and_a_sessions_injected_interruption_reach_the_fit_console(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's finding: warnings about a job reached only its driver's log, never `fit()`'s console.
+    A spot job without checkpoints (warned: it restarts from zero) under
+    `EmulatorSession(inject=["spot-interruption@8s"])` is interrupted once and completes; both warnings
+    are in what fit() printed."""
+    session = EmulatorSession(s3_root=project / "s3", inject=["spot-interruption@8s"])
+    estimator = Estimator(
+        image_uri=DEFAULT_IMAGE, entry_point="train.py", source_dir=str(project / "code"), role=ROLE,
+        sagemaker_session=session, base_job_name="spot-said", instance_count=1, instance_type=C5,
+        use_spot_instances=True, max_run=300, max_wait=600, environment={"SLEEP": "12"},
+    )
+    estimator.fit(logs=True)
+    printed = capsys.readouterr().out
+    assert "warning: use_spot_instances: managed spot training without checkpoint_s3_uri" in printed
+    assert "warning: spot interruption (injected: spot-interruption@8s)" in printed
+    job = estimator.latest_training_job
+    assert job is not None
+    steps = [t["Status"] for t in session.describe_training_job(job.name)["SecondaryStatusTransitions"]]
+    assert steps.count("Interrupted") == 1 and steps[-1] == "Completed"

@@ -123,3 +123,17 @@ def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_
 
     with pytest.raises(UsageError, match="is not KIND@TIME"):
         EmulatorSession(s3_root=tmp_path / "s3", inject=["meteor@10s"])
+
+
+def test_the_drivers_warnings_are_read_once_each_and_only_whole_lines(tmp_path: Path) -> None:
+    from emulator.sagemaker.session import DriverWarnings
+
+    log = tmp_path / "driver.log"
+    warnings = DriverWarnings(log)
+    assert warnings.poll() == []  # no log yet
+    log.write_bytes(b"[1] staging 2 hosts\nwarning: first\n\x1b[33mwarning:\x1b[0m coloured\nwarning: half")
+    assert warnings.poll() == ["warning: first", "warning: coloured"]
+    with log.open("ab") as out:
+        out.write(b" written\nalgo-1 | not a warning\n")
+    assert warnings.poll() == ["warning: half written"]
+    assert warnings.poll() == []
