@@ -489,6 +489,9 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
     if spec.checkpoint_s3_uri is not None:
         doc["CheckpointConfig"] = {"S3Uri": spec.checkpoint_uri or str(spec.checkpoint_s3_uri),
                                    "LocalPath": spec.checkpoint_local_path}
+    if spec.tensorboard_output_path is not None:
+        doc["TensorBoardOutputConfig"] = {"S3OutputPath": spec.tensorboard_uri or str(spec.tensorboard_output_path),
+                                          "LocalPath": spec.tensorboard_local_path}
     return doc
 
 

@@ -13,6 +13,9 @@ Only what a host wrote goes back, as the service uploads only files that changed
 downloaded: every host starts with the URI's checkpoints restored, and a host that never touched
 them (the one that is not rank 0) would otherwise copy its stale restored copy over the new one
 another host wrote.
+
+TensorBoard's output (TensorBoardOutputConfig) goes the same way to its S3 output path, while the job
+runs, from each host's TensorBoard folder (nothing is restored there before the job).
 """
 
 from __future__ import annotations
@@ -24,17 +27,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from emulator import hostfiles
-from emulator.plan import Plan
+from emulator.plan import Plan, tensorboard_folder
 
 SYNC_SECONDS = 1.0
 
 
 class LiveSync:
-    """One job's checkpoint folders, copied to its checkpoint URI as their files settle. `scan()` is
-    one look (the thread calls it every SYNC_SECONDS; tests call it directly)."""
+    """One job's checkpoint folders (or, with `folder` and `target`, another folder of each host's,
+    such as TensorBoard's), copied to the target as their files settle. `scan()` is one look (the
+    thread calls it every SYNC_SECONDS; tests call it directly)."""
 
-    def __init__(self, plan: Plan) -> None:
-        self.target = plan.spec.checkpoint_s3_uri
+    def __init__(self, plan: Plan, folder: str = "checkpoints", target: Path | None = None,
+                 what: str = "checkpoints") -> None:
+        self.folder = folder
+        self.what = what
+        self.target = plan.spec.checkpoint_s3_uri if folder == "checkpoints" and target is None else target
         self.hosts = [(h.name, Path(h.host_dir)) for h in plan.hosts]
         # (host, relative path) -> (size, mtime_ns) seen at the last look, and what was copied last;
         # the checkpoints restored before the hosts start count as copied (they came from the URI).
@@ -45,7 +52,7 @@ class LiveSync:
     def _states(self) -> Iterator[tuple[tuple[str, str], tuple[int, int]]]:
         """Every regular file of every host's checkpoint folder, with its (size, mtime_ns)."""
         for host, host_dir in self.hosts:
-            folder = hostfiles.host_path(host_dir, "checkpoints")
+            folder = hostfiles.host_path(host_dir, self.folder)
             if folder is None:
                 continue
             for relative, path in hostfiles.regular_files(folder):
@@ -67,7 +74,7 @@ class LiveSync:
         for (host, relative), state in list(self._states()):
             if self._copied.get((host, relative)) == state:
                 continue
-            folder = hostfiles.host_path(folders[host], "checkpoints")
+            folder = hostfiles.host_path(folders[host], self.folder)
             if folder is not None and not hostfiles.copy_regular_file_into(folder / relative, self.target, relative):
                 skipped.append(f"{host}:{relative}")
             self._copied[(host, relative)] = state
@@ -82,34 +89,46 @@ class LiveSync:
             self._seen[key] = state
             if settled and self._copied.get(key) != state:
                 host, relative = key
-                folder = hostfiles.host_path(folders[host], "checkpoints")
+                folder = hostfiles.host_path(folders[host], self.folder)
                 self.target.mkdir(parents=True, exist_ok=True)
                 if folder is not None and hostfiles.copy_regular_file_into(folder / relative, self.target, relative):
                     self.copies += 1
                 self._copied[key] = state
 
 
+def syncs(plan: Plan) -> list[LiveSync]:
+    """What the job copies while it runs: its checkpoints to the checkpoint URI and its TensorBoard
+    files to the TensorBoard output path, each when configured."""
+    found = [LiveSync(plan)] if plan.spec.checkpoint_s3_uri is not None else []
+    board = tensorboard_folder(plan.spec)
+    if board is not None:
+        found.append(LiveSync(plan, board, plan.spec.tensorboard_output_path, "TensorBoard files"))
+    return found
+
+
 @contextlib.contextmanager
-def live(plan: Plan) -> Iterator[LiveSync | None]:
-    """Sync the job's checkpoints while the block runs (nothing without a checkpoint URI); a sync that
-    fails (a full disk) stops syncing, never the job: the end-of-job copy says what it could not copy."""
-    if plan.spec.checkpoint_s3_uri is None:
-        yield None
+def live(plan: Plan) -> Iterator[list[LiveSync]]:
+    """Sync the job's checkpoints and TensorBoard files while the block runs (`syncs`; none, no
+    thread); a sync that fails (a full disk) stops syncing, never the job: the end-of-job copy says
+    what it could not copy."""
+    found = syncs(plan)
+    if not found:
+        yield found
         return
-    sync = LiveSync(plan)
     done = threading.Event()
 
     def loop() -> None:
         while not done.wait(SYNC_SECONDS):
             try:
-                sync.scan()
+                for sync in found:
+                    sync.scan()
             except OSError:
                 return
 
     thread = threading.Thread(target=loop, name="checkpoint-sync", daemon=True)
     thread.start()
     try:
-        yield sync
+        yield found
     finally:
         done.set()
         thread.join(timeout=30)

@@ -8,6 +8,7 @@ printed (`render`), diffed, golden-tested and executed by any backend.
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,8 @@ SSH_TARGET = "/root/.ssh"
 # (https://docs.aws.amazon.com/sagemaker/latest/dg/train-warm-pools.html, Using persistent cache).
 WARM_POOL_CACHE = "/opt/ml/sagemaker/warmpoolcache"
 WARM_POOL_FOLDER = "warm-pool"
+# A TensorBoard local path outside /opt/ml: the host folder mounted there.
+TENSORBOARD_FOLDER = "tensorboard"
 
 __all__ = ["Mount"]  # re-exported: the plan's mounts are `emulator.container.Mount`s
 
@@ -367,6 +370,9 @@ def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
               Mount(str(host_dir / "input" / "data"), INPUT_DATA, read_only=True)]
     if spec.checkpoint_local_path != CHECKPOINTS:
         mounts.append(Mount(str(host_dir / "checkpoints"), spec.checkpoint_local_path, read_only=False))
+    board = tensorboard_folder(spec)
+    if board == TENSORBOARD_FOLDER:  # a local path outside /opt/ml
+        mounts.append(Mount(str(host_dir / board), spec.tensorboard_local_path, read_only=False))
     for name in slot.channels:
         if name in slot.pipes:
             continue  # its FIFOs are made in the host's input/data folder, mounted above
@@ -494,6 +500,17 @@ def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> di
     """
     free = (str(a) for a in ipaddress.ip_network(subnet).hosts() if str(a) != gateway)
     return {host: next(free) for host in hosts}
+
+
+def tensorboard_folder(spec: JobSpec) -> str | None:
+    """Where a host's TensorBoard files are in its folder (`hosts/algo-N/...`), synced to the
+    TensorBoard output path while it runs; None without a TensorBoardOutputConfig. A local path
+    under /opt/ml is that folder of the host's /opt/ml; one outside it is mounted from
+    TENSORBOARD_FOLDER."""
+    if spec.tensorboard_output_path is None:
+        return None
+    local = os.path.normpath(spec.tensorboard_local_path)
+    return local[len(OPT_ML) + 1:] if local.startswith(OPT_ML + "/") else TENSORBOARD_FOLDER
 
 
 def staging_dir(job_dir: str, channel: str, host: str) -> Path:

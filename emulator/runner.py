@@ -289,8 +289,8 @@ class Run:
         self.fault: attempts.Injection | None = None  # set when one ends the current attempt
         self.first_t0: float | None = None  # the first attempt's hosts started (MaxWait counts from it)
         self.past_spans: list[Span] = []  # the timeline of the attempts before this one
-        # What copies the hosts' checkpoints to the checkpoint URI (None: the job has no checkpoint URI).
-        self.checkpoint_sync: checkpoints.LiveSync | None = None
+        # What copies the hosts' checkpoints (and TensorBoard files) to their URIs while they run.
+        self.syncs: list[checkpoints.LiveSync] = []
 
     def new_attempt(self) -> None:
         """Forget the last attempt's hosts: the next one runs new containers of the same names."""
@@ -459,9 +459,7 @@ class Run:
         a fresh /opt/ml with the checkpoints restored."""
         plan, reporter = self.plan, self.reporter
         self.fix_ownership()
-        clashes = self.sync_checkpoints()
-        if clashes:
-            reporter.warn(f"checkpoints not fully copied to {plan.spec.checkpoint_s3_uri}: {', '.join(clashes[:10])}")
+        self.sync_checkpoints()
         self.past_spans += self.timeline_spans(ran.t0, attempt=number)
         with reporter.task(f"removing the {len(self.created)} containers of attempt {number}"):
             self.backend.remove(plan)
@@ -485,8 +483,8 @@ class Run:
             # A swarm copies the image to its nodes and checks they see the job folder.
             self.backend.prepare(plan, reporter, self.options.grace)
             # Checkpoints are copied to the checkpoint URI while the hosts run (emulator/checkpoints.py).
-            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as sync:
-                self.checkpoint_sync = sync
+            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as syncs:
+                self.syncs = syncs
                 self.create_hosts(logs)
                 self.start_hosts(ran)
                 ran.status, ran.secondary, ran.reason = self.supervise(ran.t0, logs)
@@ -560,22 +558,24 @@ class Run:
             packing = time.monotonic()
             model, output = artifacts.collect(plan, reporter)
             packed, packing = self.now(), time.monotonic() - packing
-            clashes = self.sync_checkpoints()
+            self.sync_checkpoints()
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted while collecting the artifacts (the hosts had finished: {ran.status}): "
                               f"no job.json was written; the logs and each host's files are under "
                               f"{plan.job_dir}") from None
-        if clashes:
-            reporter.warn(f"checkpoints not fully copied back to {plan.spec.checkpoint_s3_uri}: "
-                          f"{', '.join(clashes[:10])}" + (" ..." if len(clashes) > 10 else ""))
         return Collected(model, output, packed, packing)
 
-    def sync_checkpoints(self) -> list[str]:
-        """The checkpoints the hosts wrote, copied back; what could not be copied, as text."""
-        try:
-            return self.checkpoint_sync.final() if self.checkpoint_sync is not None else []
-        except OSError as err:  # the checkpoint folder cannot be written: the job's outcome stands
-            return [str(err)[:500]]
+    def sync_checkpoints(self) -> None:
+        """The checkpoints (and TensorBoard files) the hosts wrote, copied to their URIs; what could not
+        be copied is warned about. A folder that cannot be written leaves the job's outcome as it is."""
+        for sync in self.syncs:
+            try:
+                clashes = sync.final()
+            except OSError as err:
+                clashes = [str(err)[:500]]
+            if clashes:
+                self.reporter.warn(f"{sync.what} not fully copied to {sync.target}: {', '.join(clashes[:10])}"
+                                   + (" ..." if len(clashes) > 10 else ""))
 
     def describe(self, ran: HostsOutcome, logs: LogCollector, end: datetime, collected: Collected) -> JobResult:
         """The job's result, its timeline.svg and job.json."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from emulator import hooks, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
-from emulator.plan import SSH_FOLDER, Plan, share_dir
+from emulator.plan import SSH_FOLDER, Plan, share_dir, tensorboard_folder
 from emulator.spec import s3
 from emulator.spec.rules import SDK_UPLOADS
 
@@ -160,7 +160,7 @@ def lay_out_hosts(plan: Plan, progress: Progress | None = None) -> None:
     count = _Count(per_host * len(plan.hosts) + sum(shares.values()), progress)
     for host in plan.hosts:
         root = Path(host.host_dir)
-        for folder in HOST_FOLDERS:
+        for folder in (*HOST_FOLDERS, *filter(None, [tensorboard_folder(spec)])):
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
             if name not in host.pipes:  # a Pipe channel has FIFOs there instead (emulator.pipes)

@@ -126,6 +126,7 @@ JOB_KEYS = (
     "output_path",
     "checkpoint_s3_uri",
     "checkpoint_local_path",
+    "tensorboard_output_config",
     "max_run",
     "enable_network_isolation",
     "disable_output_compression",
@@ -167,6 +168,10 @@ class InstanceGroup:
     # Not a SageMaker field: the node labels (key, value), sorted by key, a swarm node must have to
     # run the group's hosts (emulator.spec.placement). A tuple, so that the group stays hashable.
     placement: tuple[tuple[str, str], ...] = ()
+
+
+# TensorBoardOutputConfig.LocalPath's default (the SDK's TensorBoardOutputConfig too).
+DEFAULT_TENSORBOARD_PATH = "/opt/ml/output/tensorboard"
 
 
 @dataclass(frozen=True)
@@ -247,6 +252,11 @@ class JobSpec:
     output_s3_uri: str | None = None
     checkpoint_uri: str | None = None
     checkpoint_local_path: str = "/opt/ml/checkpoints"
+    # TensorBoardOutputConfig: where the TensorBoard files each host writes to `tensorboard_local_path`
+    # are copied while the job runs, as the checkpoints are (emulator/checkpoints.py); the URI as given.
+    tensorboard_output_path: Path | None = None
+    tensorboard_uri: str | None = None
+    tensorboard_local_path: str = DEFAULT_TENSORBOARD_PATH
     max_run: int = DEFAULT_MAX_RUN
     enable_network_isolation: bool = False
     # OutputDataConfig.CompressionType NONE (the SDK's name): model and output files written as they

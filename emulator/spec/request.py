@@ -44,6 +44,7 @@ REQUEST_KEYS = (
     "EnableNetworkIsolation",
     "EnableManagedSpotTraining",
     "RetryStrategy",
+    "TensorBoardOutputConfig",
 )
 UNUSED_KEYS = (
     "RoleArn",
@@ -54,7 +55,6 @@ UNUSED_KEYS = (
     "DebugRuleConfigurations",
     "ProfilerConfig",
     "ProfilerRuleConfigurations",
-    "TensorBoardOutputConfig",
     "ExperimentConfig",
     "RemoteDebugConfig",
     "InfraCheckConfig",
@@ -72,6 +72,7 @@ S3_SOURCE_KEYS = {"S3Uri": "s3_data", "S3DataType": "s3_data_type", "S3DataDistr
                   "InstanceGroupNames": "instance_groups", "AttributeNames": ""}
 OUTPUT_KEYS = ("S3OutputPath", "KmsKeyId", "CompressionType")
 CHECKPOINT_KEYS = ("S3Uri", "LocalPath")
+TENSORBOARD_KEYS = ("S3OutputPath", "LocalPath")
 STOPPING_KEYS = ("MaxRuntimeInSeconds", "MaxWaitTimeInSeconds", "MaxPendingTimeInSeconds")
 
 # The `sagemaker_*` hyperparameters the SDK's Framework estimator sets, read back into the spec.
@@ -107,6 +108,9 @@ _TOP = {
     "disable_output_compression": "OutputDataConfig.CompressionType",
     "checkpoint_s3_uri": "CheckpointConfig.S3Uri",
     "checkpoint_local_path": "CheckpointConfig.LocalPath",
+    "tensorboard_output_config": "TensorBoardOutputConfig",
+    "tensorboard_output_config.s3_output_path": "TensorBoardOutputConfig.S3OutputPath",
+    "tensorboard_output_config.container_local_output_path": "TensorBoardOutputConfig.LocalPath",
     "max_run": "StoppingCondition.MaxRuntimeInSeconds",
     "max_wait": "StoppingCondition.MaxWaitTimeInSeconds",
     "use_spot_instances": "EnableManagedSpotTraining",
@@ -150,6 +154,8 @@ class RequestNames:
             return f"ResourceConfig.InstanceGroups{index}" + (f".{_GROUP_FIELDS.get(rest, rest)}" if rest else "")
         if head == "distribution" and rest.startswith("instance_groups"):
             return "HyperParameters.sagemaker_distribution_instance_groups"
+        if path in _TOP:
+            return _TOP[path]  # a nested field the request names itself (TensorBoardOutputConfig.LocalPath)
         if head not in _TOP:
             return path
         if head in ("hyperparameters", "environment", "metric_definitions") and rest:
@@ -288,6 +294,11 @@ class _Converter:
         checkpoint = self.mapping(raw, "CheckpointConfig", CHECKPOINT_KEYS, "CheckpointConfig")
         out["checkpoint_s3_uri"] = self.uri(checkpoint, "S3Uri", "CheckpointConfig.S3Uri")
         out["checkpoint_local_path"] = checkpoint.get("LocalPath")
+        if raw.get("TensorBoardOutputConfig") is not None:
+            board = self.mapping(raw, "TensorBoardOutputConfig", TENSORBOARD_KEYS, "TensorBoardOutputConfig")
+            out["tensorboard_output_config"] = {
+                "s3_output_path": self.uri(board, "S3OutputPath", "TensorBoardOutputConfig.S3OutputPath"),
+                "container_local_output_path": board.get("LocalPath")}
         stopping = self.mapping(raw, "StoppingCondition", STOPPING_KEYS, "StoppingCondition")
         out["max_run"] = stopping.get("MaxRuntimeInSeconds")
         self.managed(raw, stopping, out)
@@ -561,6 +572,9 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
     if spec.checkpoint_s3_uri is not None:
         request["CheckpointConfig"] = {"S3Uri": _file_uri(spec.checkpoint_s3_uri),
                                        "LocalPath": spec.checkpoint_local_path}
+    if spec.tensorboard_output_path is not None:
+        request["TensorBoardOutputConfig"] = {"S3OutputPath": _file_uri(spec.tensorboard_output_path),
+                                              "LocalPath": spec.tensorboard_local_path}
     if spec.use_spot_instances:
         request["EnableManagedSpotTraining"] = True
         request["StoppingCondition"]["MaxWaitTimeInSeconds"] = spec.max_wait

@@ -41,6 +41,7 @@ from emulator.spec.model import (
     DEFAULT_LOG_LEVEL,
     DEFAULT_MAX_RUN,
     DEFAULT_REGION,
+    DEFAULT_TENSORBOARD_PATH,
     DISTRIBUTION_STRATEGIES,
     ENV_NAME_PATTERN,
     GROUP_KEYS,
@@ -109,6 +110,9 @@ class _Outputs(NamedTuple):
     checkpoint: Path | None
     checkpoint_local_path: str
     inputs: dict[str, TrainingInput]
+    tensorboard_text: str | None
+    tensorboard: Path | None
+    tensorboard_local_path: str
 
 
 class _ChannelFields(NamedTuple):
@@ -309,6 +313,10 @@ class Validator(FieldReader):
             checkpoint_uri=written.checkpoint_text if written.checkpoint_text and
             written.checkpoint_text.startswith("s3://") else None,
             checkpoint_local_path=written.checkpoint_local_path,
+            tensorboard_output_path=written.tensorboard,
+            tensorboard_uri=written.tensorboard_text if written.tensorboard_text and
+            written.tensorboard_text.startswith("s3://") else None,
+            tensorboard_local_path=written.tensorboard_local_path,
             max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
             enable_network_isolation=bool(isolation),
             disable_output_compression=bool(uncompressed),
@@ -407,13 +415,43 @@ class Validator(FieldReader):
             # Copied into every host before the job (copytree follows symlinks).
             self.no_special_files(checkpoint, "checkpoint_s3_uri", "checkpoints")
         ckpt_local = self.checkpoint_local_path(raw)
+        tb_text, tensorboard, tb_local = self.tensorboard(raw, s3_root)
         out_is_s3 = bool(out_text and out_text.startswith("s3://"))
         job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
-        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3)
+        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3,
+                        tensorboard=tensorboard)
         if job_prefix is not None:
             inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_prefix / SDK_CHANNELS) else c
                       for name, c in inputs.items()}
-        return _Outputs(out_text, output_path, ckpt_text, checkpoint, ckpt_local, inputs)
+        return _Outputs(out_text, output_path, ckpt_text, checkpoint, ckpt_local, inputs, tb_text, tensorboard,
+                        tb_local)
+
+    def tensorboard(self, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[str | None, Path | None, str]:
+        """`tensorboard_output_config: {s3_output_path, container_local_output_path}` (the SDK's
+        TensorBoardOutputConfig; the request's S3OutputPath and LocalPath): the folder the files go to,
+        one that can be made, and the absolute container path they are written to."""
+        field = "tensorboard_output_config"
+        config = self.typed(raw, field, field, (dict,))
+        if config is None:
+            return None, None, DEFAULT_TENSORBOARD_PATH
+        self.unknown_keys(config, ("s3_output_path", "container_local_output_path"), field + ".")
+        text = self.string(config, "s3_output_path", field + ".s3_output_path")
+        if text is None:
+            self.fail(field + ".s3_output_path", "missing", "where the TensorBoard files go: a folder or s3:// URI")
+            return None, None, DEFAULT_TENSORBOARD_PATH
+        target = self.local_path(text, field + ".s3_output_path", s3_root, "TensorBoard output")
+        self.creatable_folder(target, field + ".s3_output_path")
+        local = self.string(config, "container_local_output_path", field + ".container_local_output_path") \
+            or DEFAULT_TENSORBOARD_PATH
+        normal = os.path.normpath(local) if local.startswith("/") and "\0" not in local else None
+        if normal is None:
+            self.fail(field + ".container_local_output_path", "must be an absolute path inside the container")
+        elif normal in ("/", "/opt", "/opt/ml", "/opt/ml/output", "/opt/ml/output/data") or (
+                normal.startswith("/opt/ml/") and not normal.startswith("/opt/ml/output/")) or \
+                normal.startswith("/opt/ml/output/data/"):
+            self.fail(field + ".container_local_output_path", f"{local} would hide or sit inside /opt/ml's own "
+                      "folders", f"use {DEFAULT_TENSORBOARD_PATH} (the default) or a folder outside /opt/ml")
+        return text, target, local
 
     def checkpoint_local_path(self, raw: Mapping[str, Any]) -> str:
         """Where the checkpoints are in the container: an absolute path that hides none of /opt/ml's
@@ -512,7 +550,7 @@ class Validator(FieldReader):
 
     def no_overlap(
         self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput],
-        job_prefix: Path | None = None, s3_output: bool = False,
+        job_prefix: Path | None = None, s3_output: bool = False, tensorboard: Path | None = None,
     ) -> None:
         """What the job writes (output_path, checkpoints) must not lie inside what it reads, nor contain
         it: the user's code and data are never written, and must not see the job's own output.
@@ -527,7 +565,8 @@ class Validator(FieldReader):
             # A key prefix reads the entries that start with it, not the whole folder it ends in.
             entries = sorted({c.source / key.split("/")[0] for key in c.files}) if c.key_prefix else [c.source]
             readers += [(f"inputs.{n}.s3_data", entry) for entry in entries]
-        for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint)):
+        for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint),
+                                    ("tensorboard_output_config.s3_output_path", tensorboard)):
             if written is None:
                 continue
             for reader_name, read in readers:

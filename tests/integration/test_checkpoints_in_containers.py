@@ -60,3 +60,38 @@ def test_a_closed_checkpoint_is_at_the_uri_within_seconds_while_the_job_runs(tmp
         closed = float((notes / f"closed-{epoch}").read_text())
         assert seen - closed < 3.5, (epoch, seen - closed)
         assert (tmp_path / "ckpt" / f"epoch-{epoch}.ckpt").stat().st_size == 1 << 20
+
+
+# TensorBoard's event files, written where the SDK's TensorBoardOutputConfig says (here a folder
+# outside /opt/ml, as container_local_output_path allows), then 4 s of work.
+BOARD_SCRIPT = '''
+import os, time
+os.makedirs("/tmp/board/run-1", exist_ok=True)
+with open("/tmp/board/run-1/events.out.tfevents.1", "wb") as out:
+    out.write(b"scalars " * 1000)
+time.sleep(4)
+'''
+
+
+def test_tensorboard_files_reach_their_output_path_while_the_job_runs(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(BOARD_SCRIPT)
+    name = unique("tb-live")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job_name": name, "entry_point": "train.py", "source_dir": "code", "output_path": "out",
+        "tensorboard_output_config": {"s3_output_path": "board", "container_local_output_path": "/tmp/board"},
+        "instance_type": "ml.c5.xlarge", "instance_count": 1}))
+    done: list[JobResult] = []
+    runner = threading.Thread(target=lambda: done.append(run_job(load_spec_file(spec), RunOptions(),
+                                                                 reporter=RecordingReporter())))
+    runner.start()
+    copied = tmp_path / "board" / "run-1" / "events.out.tfevents.1"
+    try:
+        wait_for(lambda: copied.is_file() or bool(done), "the event file at the output path", timeout=120)
+        assert not done, "the TensorBoard file reached its output path only when the job ended"
+    finally:
+        runner.join(120)
+    (result,) = done
+    assert result.status == "Completed", result.failure_reason
+    assert copied.read_bytes() == b"scalars " * 1000

@@ -71,8 +71,29 @@ def test_no_link_is_followed(tmp_path: Path) -> None:
 
 def test_without_a_checkpoint_uri_nothing_runs(tmp_path: Path) -> None:
     plan = make_plan(spec_with(tmp_path, checkpoints=False), "ckpt-job")
-    with live(plan) as sync:
-        assert sync is None
+    with live(plan) as syncs:
+        assert syncs == []
+
+
+def test_tensorboard_files_reach_their_output_path_as_they_settle(tmp_path: Path) -> None:
+    """TensorBoardOutputConfig (the SDK's TensorBoardOutputConfig): each host's files under the local
+    path (default /opt/ml/output/tensorboard, in the host's folder) are copied while the job runs."""
+    from emulator.checkpoints import syncs
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print(1)\n")
+    raw = {"job_name": "tb-job", "entry_point": "train.py", "source_dir": "code", "output_path": "out",
+           "instance_type": "ml.c5.xlarge", "instance_count": 2,
+           "tensorboard_output_config": {"s3_output_path": "tb"}}
+    plan = make_plan(validate(raw, base_dir=tmp_path), "tb-job")
+    [board] = syncs(plan)
+    assert (board.folder, board.target) == ("output/tensorboard", tmp_path / "tb")
+    events = Path(plan.job_dir) / "hosts" / "algo-2" / "output" / "tensorboard" / "events.out.tfevents.1"
+    events.parent.mkdir(parents=True)
+    events.write_bytes(b"scalars")
+    board.scan()
+    board.scan()
+    assert (tmp_path / "tb" / "events.out.tfevents.1").read_bytes() == b"scalars"
 
 
 def test_every_hosts_files_reach_the_uri(tmp_path: Path) -> None:

@@ -267,3 +267,37 @@ def test_render_as_request_to_a_file(project: Path) -> None:
     assert outcome.code == 0 and json.loads(target.read_text())["TrainingJobName"] == "entry"
     outcome = run_cli(["render", str(project / "job.yaml"), "--as-request", "-o", str(target)])
     assert outcome.code == 2 and "exists" in outcome.output
+
+
+def test_tensorboard_output_config_is_synced_like_checkpoints(project: Path) -> None:
+    """TensorBoardOutputConfig was accepted and unused: now its S3OutputPath is where each host's files
+    under LocalPath go while the job runs, a LocalPath outside /opt/ml is mounted from the host's
+    folder, and the way back to a request keeps it."""
+    doc = request(TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/board", "LocalPath": "/tmp/board"})
+    spec = load(project, doc, s3_root=project / "s3")
+    assert spec.tensorboard_output_path == project / "s3" / "bucket" / "board"
+    assert (spec.tensorboard_uri, spec.tensorboard_local_path) == ("s3://bucket/board", "/tmp/board")
+    plan = make_plan(spec, "req-job", "spec", 0)
+    [mount] = [m for m in plan.hosts[0].container.mounts if m.target == "/tmp/board"]
+    assert mount.source.endswith("/hosts/algo-1/tensorboard") and not mount.read_only
+    assert request_from_spec(spec, "req-job")["TensorBoardOutputConfig"]["LocalPath"] == "/tmp/board"
+    default = load(project, request(TensorBoardOutputConfig={"S3OutputPath": "board"}))
+    assert default.tensorboard_local_path == "/opt/ml/output/tensorboard"
+    assert not [m for m in make_plan(default, "req-job", "spec", 0).hosts[0].container.mounts
+                if "tensorboard" in m.target]  # inside the host's /opt/ml already
+
+
+@pytest.mark.parametrize(("board", "fragment"), [
+    ({"LocalPath": "/tmp/x"}, "TensorBoardOutputConfig.S3OutputPath: missing"),
+    ({"S3OutputPath": "board", "LocalPath": "relative"}, "TensorBoardOutputConfig.LocalPath: must be an absolute"),
+    ({"S3OutputPath": "board", "LocalPath": "/opt/ml/model"}, "TensorBoardOutputConfig.LocalPath: /opt/ml/model "
+                                                             "would hide"),
+    ({"S3OutputPath": "data/train"}, "TensorBoardOutputConfig.S3OutputPath: "),
+])
+def test_a_bad_tensorboard_output_config_is_named_by_its_field(project: Path, board: dict[str, str],
+                                                               fragment: str) -> None:
+    doc = request(TensorBoardOutputConfig=board,
+                  InputDataConfig=[{"ChannelName": "train", "DataSource": {"S3DataSource": {
+                      "S3Uri": "data/train", "S3DataType": "S3Prefix"}}}])
+    found = problems(project, doc)
+    assert any(p.startswith(fragment) for p in found), found

@@ -1314,7 +1314,7 @@ def test_checkpoints_that_cannot_be_copied_back_warn_and_job_json_is_still_writt
 
     assert result.status == "Completed"
     assert job_json(result)["TrainingJobStatus"] == "Completed"
-    assert any("checkpoints not fully copied back" in w for w in reporter.warnings)
+    assert any("checkpoints not fully copied to" in w for w in reporter.warnings)
 
 
 # ---------------------------------------------------------------------------------------------------
