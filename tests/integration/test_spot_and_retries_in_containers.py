@@ -78,7 +78,9 @@ def test_a_spot_job_resumes_from_its_checkpoint_across_two_interruptions(tmp_pat
         # Three attempts: the second and third resume where the last checkpoint left off, and the
         # last one finishes; every epoch after a resume is the one after the checkpoint's.
         assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < EPOCHS, (host, resumed)
-        assert done[-1] == EPOCHS and set(done) == set(range(1, EPOCHS + 1)), (host, done)
+        # An epoch not seen done on a host can only be one a resume started after: the checkpoint
+        # (written by algo-1) got there while this host was stopped before it said so.
+        assert done[-1] == EPOCHS and set(range(1, EPOCHS + 1)) - set(done) <= set(resumed), (host, done, resumed)
         for epoch in resumed:
             assert f"{host} resuming from epoch {epoch}\n{host} epoch {epoch + 1} done" in log.replace("\r", "")
         # New hosts: the last attempt's /opt/ml holds nothing of the earlier ones'.
