@@ -109,8 +109,10 @@ class LogCollector:
                 # The complete lines, masked as one block: a multi-line secret printed whole is
                 # masked whole (each of its lines is a secret too, should it arrive in pieces).
                 self._write(host.name, data[:cut])
-        if self._console is not None:
-            self._console.feed(host, stream, chunk)
+            # Under the lock (a queue append): a chunk fed while close() runs would land after the
+            # console's end, and a host's very last line would be lost.
+            if self._console is not None:
+                self._console.feed(host, stream, chunk)
 
     def _cut(self, data: bytes) -> int:
         """How much of `data` can be masked and written now (see the module docstring)."""
