@@ -53,20 +53,15 @@ class ProgressReporter(Protocol):
 Listing = list[tuple[str, str, int]]  # (name in the artifact, path on disk, size when listed)
 
 
-def chosen_files(plan: Plan, relative: str) -> Listing:
-    """Every host's regular files under `/opt/ml/<relative>`, merged in host order, sorted by name.
+def chosen_files(plan: Plan, relative: str) -> tuple[Listing, dict[str, list[str]]]:
+    """Every host's regular files under `/opt/ml/<relative>`, merged in host order, sorted by name;
+    and the paths more than one host wrote with different bytes: path -> the hosts, in host order.
 
     Where two hosts wrote the same path, the later host wins, as later uploads of the same S3 key
     do. Only regular files, and no link followed (see `emulator.hostfiles`): the script owns the
     host's folder, and a link it planted (`/opt/ml/model -> /etc`) would resolve in the host's
     filesystem here. A FIFO or device is skipped, never read.
     """
-    return _merged(plan, relative)[0]
-
-
-def _merged(plan: Plan, relative: str) -> tuple[Listing, dict[str, list[str]]]:
-    """`chosen_files`, and the paths more than one host wrote with different bytes: path -> the
-    hosts, in host order (the last one's file is the one kept)."""
     chosen: dict[str, tuple[str, str, int]] = {}
     writers: dict[str, list[tuple[str, str]]] = {}
     for host in plan.hosts:
@@ -253,7 +248,7 @@ def merge_tree(plan: Plan, relative: str, archive: Path, progress: ProgressRepor
     Paths are relative to the folder, as the service packs /opt/ml/model. `progress` gets info lines
     for a large tree (`_Progress`).
     """
-    files, clashes = _merged(plan, relative)
+    files, clashes = chosen_files(plan, relative)
     _warn_clashes(progress, clashes, archive.name)
     archive.parent.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "packing", archive.name, files)
@@ -317,7 +312,7 @@ def merge_copy(plan: Plan, relative: str, target: Path, progress: ProgressReport
     Where one host left a file `a` and another a folder `a/` (S3 keys `a` and `a/b` can coexist, a
     folder cannot), the first in name order is kept and the other skipped with a warning.
     """
-    files, clashes = _merged(plan, relative)
+    files, clashes = chosen_files(plan, relative)
     _warn_clashes(progress, clashes, f"{target.parent.name}/{target.name}/")
     target.mkdir(parents=True, exist_ok=True)
     meter = _Progress(progress, "copying", f"{target.parent.name}/{target.name}/", files)

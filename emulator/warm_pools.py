@@ -17,8 +17,8 @@ A pool's life, in its job's record (`WarmPool`):
   removes it. The folders go with it.
 
 `ResourceRetainedBillableTimeInSeconds` is how long the pool was `Available` (DescribeTrainingJob's
-WarmPoolStatus). Expiry is checked whenever pools are looked at (a claim, describe, `ps`, `clean`):
-nothing has to run in the background for it.
+WarmPoolStatus). Expiry is checked whenever pools are looked at (a claim, `ps` and `clean` look at
+every pool, describe at its own job's): nothing has to run in the background for it.
 """
 
 from __future__ import annotations
@@ -247,10 +247,16 @@ def terminate(job: str | None = None, now: datetime | None = None) -> list[Pool]
 
 def status(job: str, now: datetime | None = None) -> dict[str, Any] | None:
     """DescribeTrainingJob's WarmPoolStatus of a job as it is now (None: the job asked for no pool),
-    every expired pool terminated first."""
+    its pool terminated first if it is past its keep-alive. Only this job's record is read: a
+    ListTrainingJobs describes every job, and looking at every pool for each would read every
+    record once per job."""
     now = now or datetime.now(timezone.utc)
-    expire(now)
     pool = find(job)
+    if pool is not None and pool.status == AVAILABLE and pool.now_status(now) == TERMINATED:
+        with _locked():
+            pool = find(job)  # again under the lock: another process may have ended or taken it
+            if pool is not None and pool.status == AVAILABLE and pool.now_status(now) == TERMINATED:
+                pool = _terminate(pool, now)
     return None if pool is None else pool.describe(now)
 
 

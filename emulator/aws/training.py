@@ -128,7 +128,7 @@ class SageMakerTraining(Service):
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(emulator.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
-        with open(folder / f"{name}.log", "wb") as log:
+        with open(driver_log(name), "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
@@ -232,7 +232,7 @@ class SageMakerTraining(Service):
         if record.status != Status.IN_PROGRESS or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
             return record
         # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
-        log = job_records.state_dir() / "drivers" / f"{record.job_name}.log"
+        log = driver_log(record.job_name)
         return job_records.end(record.job_name, Status.FAILED, f"the job's driver ended: {last_line(log)}") or record
 
     def driver_alive(self, name: str, pid: int) -> bool:
@@ -286,6 +286,11 @@ class SageMakerTraining(Service):
         if described.get("WarmPoolStatus"):
             out["WarmPoolStatus"] = described["WarmPoolStatus"]
         return out
+
+
+def driver_log(job: str) -> Path:
+    """The log of a job's driver: its console, warnings included (EmulatorSession's fit() prints those)."""
+    return job_records.state_dir() / "drivers" / f"{job}.log"
 
 
 def with_request(described: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,8 +31,7 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator import job_records
-from emulator.aws.training import FINAL
+from emulator.aws.training import FINAL, driver_log
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import ConsoleReporter
 from emulator.sagemaker.local import local_aws, telemetry_off
@@ -91,7 +90,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         tail = LogTail(record_dir / "logs", _GroupOf(record_dir))
         # The job's own warnings (a spec warning, an injected fault, a flood, a model file two hosts
         # wrote) are said by its driver, in another process: its log file is where they reach fit().
-        warnings = DriverWarnings(job_records.state_dir() / "drivers" / f"{job}.log")
+        warnings = DriverWarnings(driver_log(job))
         printer = ConsoleReporter(colour=None)
         end = time.monotonic() + timeout if timeout else None
         last_dot = time.monotonic()
