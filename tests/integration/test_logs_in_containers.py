@@ -256,3 +256,40 @@ def test_max_run_ending_a_flooding_job_keeps_every_byte(tmp_path: Path) -> None:
     assert written > 0
     assert digest(result.job_dir / "logs" / "algo-1.log") == expected(100 * MB, upto=written)
 
+
+
+def test_a_flooding_hosts_last_line_reaches_the_console(tmp_path: Path) -> None:
+    """The audit's finding: under a flood the console also dropped each host's last lines (a final
+    "done" was missing). Two hosts write 20 MB each, far faster than this slow console shows lines,
+    then one last line: the console says how many lines it did not show and still shows that line."""
+    from emulator.console import RecordingReporter
+
+    class SlowConsole(RecordingReporter):
+        def log_line(self, host: str, group: str, line: str) -> None:
+            time.sleep(0.0002)
+            super().log_line(host, group, line)
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "flood.py").write_text(textwrap.dedent('''
+        import json, os
+        host = json.load(open("/opt/ml/input/config/resourceconfig.json"))["current_host"]
+        block = (b"y" * 99 + b"\\n") * 10_000
+        for _ in range(20):
+            os.write(1, block)
+        print(f"{host} training done", flush=True)
+    '''))
+    raw = {"job_name": f"flood-end-{uuid.uuid4().hex[:8]}", "source_dir": "code",
+           "container_entry_point": ["python3", "/opt/ml/code/flood.py"],
+           "instance_groups": [{"instance_group_name": "g", "instance_type": "ml.c5.xlarge", "instance_count": 2}],
+           "output_path": str(tmp_path / "out")}
+    reporter = SlowConsole()
+    result = run_job(validate(raw, base_dir=tmp_path), RunOptions(grace=5), reporter=reporter)
+    assert result.status == "Completed"
+    assert any("not shown (the console fell behind)" in w for w in reporter.warnings)
+    for host in ("algo-1", "algo-2"):
+        log = (result.job_dir / "logs" / f"{host}.log").read_bytes()
+        assert log.endswith(f"{host} training done\n".encode()), log[-300:]
+        shown = [line for name, _, line in reporter.lines if name == host]
+        assert shown[-1] == f"{host} training done", (shown[-3:], reporter.warnings)
+        assert len(shown) < 200_001  # the flood was summarised, not shown line by line
