@@ -10,6 +10,7 @@ its job name (found by the engine's labels while its containers exist, else in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -565,3 +566,84 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
 
     recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
     return build(connect(), recipe, rebuild=rebuild, progress=progress, verbose=verbose)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What `serve` is about to serve, told to `ready` once the port is bound."""
+
+    url: str
+    region: str
+    s3_root: Path
+    token: str | None  # the page's token when the server is reachable beyond this machine
+    sdk_config: Path  # SAGEMAKER_USER_CONFIG_OVERRIDE for the SageMaker SDK (`sdk_config_for_serve`)
+
+
+def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = None, s3_root: Path | str | None = None,
+          credentials: str | None = None, stop_jobs_on_exit: bool = False, images: Mapping[str, str] | None = None,
+          engine_name: str = DEFAULT_ENGINE, ready: Callable[[Serving], None] = lambda serving: None) -> None:
+    """Serve every AWS operation the in-process session answers over HTTP (`AWS_ENDPOINT_URL`), and the
+    live page of each job, until Ctrl-C or SIGTERM (docs/serve.md). Jobs started through it run in
+    their own drivers and outlive the server, as on the service, unless `stop_jobs_on_exit`.
+
+    Beyond the loopback interface, `credentials` ("KEY:SECRET", else $HETERO_EMU_CREDENTIALS) are
+    required: every request's SigV4 signature is then checked with them, and the page asks for a token."""
+    import ipaddress
+    import secrets as random_secrets
+
+    try:
+        from emulator.aws.endpoint import Endpoint
+        from emulator.aws.sigv4 import Credentials
+        from emulator.sagemaker.local import local_aws, services
+        from emulator.serve import page, server
+    except ImportError as err:
+        raise UsageError(f"`serve` needs the serve extra ({err.name} is not installed)",
+                         hint="pip install 'hetero-emu[serve]'") from None
+    credentials = credentials or os.environ.get("HETERO_EMU_CREDENTIALS") or None
+    try:
+        local_only = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local_only = False
+    if not local_only and credentials is None:
+        raise UsageError(f"serving on {host} makes the endpoint reachable from other machines: give it credentials",
+                         hint="--credentials KEY:SECRET (or $HETERO_EMU_CREDENTIALS); clients then sign with them")
+    try:
+        checked = Credentials.parse(credentials) if credentials is not None else None
+    except ValueError as err:
+        raise UsageError(f"--credentials: {err}", hint="KEY:SECRET, e.g. --credentials emu:$(openssl rand -hex 16)") \
+            from None
+    aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine_name, origin="serve(s3_root=...)")
+    endpoint = Endpoint(services(aws.training, aws.s3_root, aws.region), aws.region, credentials=checked)
+    token = None if checked is None else random_secrets.token_urlsafe(16)
+    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training, engine_name), token=token))
+    sock = server.bind(host, port)
+    try:
+        shown = f"[{host}]" if ":" in host else host
+        config = sdk_config_for_serve(aws.region)
+        ready(Serving(f"http://{shown}:{sock.getsockname()[1]}", aws.region, aws.s3_root, token, config))
+        server.run(app, sock)
+    finally:
+        sock.close()
+        if stop_jobs_on_exit:
+            for name in list(aws.training.drivers):
+                with contextlib.suppress(Exception):
+                    aws.training.stop({"TrainingJobName": name})
+
+
+def sdk_config_for_serve(region: str) -> Path:
+    """A SageMaker SDK config file (the SDK reads it from $SAGEMAKER_USER_CONFIG_OVERRIDE) that names the
+    default bucket, as an account's would, and turns the SDK's telemetry off.
+
+    Why: with a plain `sagemaker.Session()`, `default_bucket()` asks STS for the account to name the
+    bucket, through a client the SDK makes with an explicit `endpoint_url` of STS's regional AWS host
+    (sagemaker/session.py `generate_default_sagemaker_bucket_name`, `utils.sts_regional_endpoint`),
+    which AWS_ENDPOINT_URL cannot override. Naming the bucket in the SDK's own config is the one way
+    that needs no code change: the SDK then never asks STS. The name is the one it would have built."""
+    from emulator.aws.sts import ACCOUNT
+
+    path = job_records.state_dir() / "serve" / "sagemaker-config.yaml"
+    text = ("# Written by `hetero-emu serve` for the SageMaker Python SDK (SAGEMAKER_USER_CONFIG_OVERRIDE).\n"
+            "SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n"
+            f"      Session:\n        DefaultS3Bucket: sagemaker-{region}-{ACCOUNT}\n")
+    job_records.write_atomically(path, text)
+    return path

@@ -794,6 +794,42 @@ def clean(
         typer.echo(f"left alone, a driver is running them: {', '.join(skipped)} (--job NAME or --all to remove)")
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="The address to listen on. Beyond 127.0.0.1 other machines "
+                                      "reach it, so --credentials are then required.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="The port (0: any free one).")] = 4590,
+    region: Annotated[str | None, typer.Option("--region", help="The region it serves (default: $AWS_REGION, "
+                                               "$AWS_DEFAULT_REGION, us-west-2); requests signed for another "
+                                               "get the service's error.", show_default=False)] = None,
+    credentials: Annotated[str | None, typer.Option(
+        "--credentials", metavar="KEY:SECRET", envvar="HETERO_EMU_CREDENTIALS", show_default=False,
+        help="Check every request's SigV4 signature with this access key and secret (clients set them as "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); the page then asks for the token printed at start.")] = None,
+    stop_jobs_on_exit: Annotated[bool, typer.Option("--stop-jobs-on-exit", help="Stop the jobs this server "
+                                                    "started when it stops (by default they run on to their end, "
+                                                    "as on the service).")] = False,
+    s3_root: S3RootOpt = None,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
+) -> None:
+    """An AWS endpoint for SageMaker training jobs, S3, CloudWatch (Logs), STS and IAM, and a live page
+    of each job, until Ctrl-C. Point any SDK or the AWS CLI at it: AWS_ENDPOINT_URL=http://127.0.0.1:4590
+    (docs/serve.md)."""
+
+    def ready(serving: api.Serving) -> None:
+        page = serving.url + "/" + (f"?token={serving.token}" if serving.token else "")
+        typer.echo(f"serving {serving.region} on {serving.url} (S3 root {serving.s3_root})\n"
+                   f"  export AWS_ENDPOINT_URL={serving.url} AWS_REGION={serving.region}"
+                   + ("" if credentials else " AWS_ACCESS_KEY_ID=emu AWS_SECRET_ACCESS_KEY=emu")
+                   + f"\n  export SAGEMAKER_USER_CONFIG_OVERRIDE={serving.sdk_config}  (the SageMaker SDK's "
+                   "default bucket named, so it never asks AWS's own STS host; docs/serve.md)"
+                   + f"\n  live page: {page}\n  Ctrl-C stops the server"
+                   + ("" if stop_jobs_on_exit else " (jobs it started run on)"))
+
+    api.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
+              stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready)
+
+
 @app.command("instance-types")
 def instance_types(
     family: Annotated[str | None, typer.Option("--family", help="Only this family, e.g. p3 or ml.p3.")] = None,

@@ -4,6 +4,9 @@ The job's Docker network encloses one box per instance group (its instance type 
 algo-N in the group's colour, `emulator.palette`); each input channel is a node outside it, with an
 edge to every group whose hosts get the channel (labelled with its S3 distribution and input mode);
 the group(s) the `distribution` applies to have a bold border and say the strategy and its launcher.
+How the hosts talk is drawn too: for a distribution over MPI, an edge "mpirun over ssh" from the host
+that runs `mpirun` to each other host it starts ranks on; for torch_distributed, a rendezvous node per
+torchrun world (its MASTER_ADDR:MASTER_PORT) with an edge from every host of that world.
 
 Built from the plan alone (pure): the same plan gives the same DOT text. Laying it out needs
 Graphviz's `dot` program, which `write` runs when it is there.
@@ -18,8 +21,8 @@ from pathlib import Path
 import graphviz
 
 from emulator import contract
-from emulator.palette import group_colours
-from emulator.plan import Plan
+from emulator.palette import Colour, group_colours
+from emulator.plan import Plan, mpi_hosts
 from emulator.spec.model import strategy_enabled
 
 DOT_FILE = "cluster.dot"
@@ -27,6 +30,12 @@ SVG_FILE = "cluster.svg"
 FONT = "Helvetica,Arial,sans-serif"
 INK = "#1f2328"
 MUTED = "#5f6670"
+# torchrun's rendezvous port on the world's first host: sagemaker_training/torch_distributed.py
+# `MASTER_PORT = "7777"`, passed as --master_port when the world has more than one host.
+TORCHRUN_PORT = 7777
+# A one-host world gets no --master_addr/--master_port from the toolkit (torch_distributed.py
+# `if num_hosts > 1: torchrun_cmd += multinode_options`): torchrun's own defaults, on the host itself.
+TORCHRUN_LOCAL = "127.0.0.1:29500"
 
 
 def _label(*lines: str, left: bool = False) -> str:
@@ -59,6 +68,24 @@ def distribution_groups(plan: Plan) -> tuple[str, ...]:
     if not strategy_enabled(block) and not any(strategy_enabled(b) for b in nested):
         return ()
     return distribution.instance_groups or tuple(g.name for g in plan.groups)
+
+
+def torchrun_worlds(plan: Plan) -> list[tuple[str, ...]]:
+    """The hosts of each torchrun world, the first being MASTER_ADDR; none without torch_distributed.
+
+    The toolkit's world is its `distribution_hosts` (sagemaker_training/environment.py): the hosts of
+    `sagemaker_distribution_instance_groups` in resourceconfig.json's group order, or, when the SDK
+    sends no such list, the host's own group (`get_distribution_instance_groups_from_resource_config`
+    names the current group). The SDK sends it for torch_distributed only beside smdistributed
+    (`contract.distribution_hyperparameters`), so usually every group is a world of its own."""
+    distribution = plan.spec.distribution
+    if distribution is None or not strategy_enabled(distribution.options.get("torch_distributed")):
+        return []
+    named = contract.distribution_hyperparameters(distribution, None).get("sagemaker_distribution_instance_groups")
+    if isinstance(named, list):
+        world = tuple(h for g in plan.groups if g.name in named for h in g.hosts)
+        return [world] if world else []
+    return [g.hosts for g in plan.groups if g.hosts]
 
 
 def channel_groups(plan: Plan, channel: str) -> list[str]:
@@ -100,8 +127,10 @@ def graph(plan: Plan) -> graphviz.Digraph:
                          **({"fontname": f"{FONT.split(',')[0]}-Bold"} if bold else {}))
                 for host in group.hosts:
                     box.node(f"host_{host}", _label(host, *_shares(plan, host)), color=colour.stroke)
+                _rendezvous_nodes(plan, group.hosts, box)
             if group.hosts:
                 cluster_of[group.name] = (cluster, f"host_{group.hosts[0]}")
+        _rendezvous_nodes(plan, None, network)
     for index, (name, channel) in enumerate(spec.inputs.items()):
         node = f"channel_{index}"
         files = len(channel.files)
@@ -111,7 +140,41 @@ def graph(plan: Plan) -> graphviz.Digraph:
             cluster, inside = cluster_of[group_name]
             dot.edge(node, inside, lhead=cluster,
                      label=_label(channel.distribution, spec.channel_mode(name)))
+    _talk_edges(plan, dot, colours)
     return dot
+
+
+def _rendezvous_node(index: int) -> str:
+    return f"rendezvous_{index}"
+
+
+def _rendezvous_nodes(plan: Plan, group_hosts: tuple[str, ...] | None, graph: graphviz.Digraph) -> None:
+    """The rendezvous node of each torchrun world: inside the box of the group that holds the whole
+    world (`group_hosts`), or in the network (None) for a world that spans groups."""
+    for index, world in enumerate(torchrun_worlds(plan)):
+        inside_one = any(set(world) <= set(g.hosts) for g in plan.groups)
+        if (group_hosts is None and inside_one) or (group_hosts is not None and not set(world) <= set(group_hosts)):
+            continue
+        where = (f"{world[0]}:{TORCHRUN_PORT} (MASTER_ADDR:MASTER_PORT)" if len(world) > 1
+                 else f"{TORCHRUN_LOCAL} on {world[0]} (a world of one)")
+        graph.node(_rendezvous_node(index), _label("torchrun rendezvous", where),
+                   shape="box", style="rounded,filled,dashed", fillcolor="white", color=INK, fontsize="10")
+
+
+def _talk_edges(plan: Plan, dot: graphviz.Digraph, colours: Mapping[str, Colour]) -> None:
+    """How the hosts talk: mpirun's ssh from its host to each other rank host, and every torchrun
+    world's hosts to their rendezvous."""
+    stroke = {h: colours[g.name].stroke for g in plan.groups for h in g.hosts}
+    ranks = mpi_hosts(plan)
+    # The toolkit's MasterRunner runs mpirun on the first of `distribution_hosts`, which starts orted
+    # on the others over ssh (sagemaker_training/mpi.py `MasterRunner`, `WorkerRunner`).
+    for host in ranks[1:]:
+        dot.edge(f"host_{ranks[0]}", f"host_{host}", label="mpirun over ssh", color=stroke[ranks[0]],
+                 fontcolor=stroke[ranks[0]], style="bold")
+    for index, world in enumerate(torchrun_worlds(plan)):
+        for host in world:
+            dot.edge(f"host_{host}", _rendezvous_node(index), label="torchrun rendezvous", color=stroke[host],
+                     fontcolor=stroke[host], style="dashed")
 
 
 def _shares(plan: Plan, host: str) -> Iterable[str]:

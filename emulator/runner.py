@@ -332,6 +332,7 @@ class Run:
             # staging.stage removed its half-made job folder on the way out.
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
                               f"job folder {plan.job_dir} was removed") from None
+        self.write_cluster_dot()
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
         self.creation = self.options.created or self.began
         self.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=self.creation)
@@ -922,6 +923,16 @@ class Run:
                            [*self.past_spans, *self.timeline_spans(t0)], groups, failed)
         except OSError as err:
             self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
+
+    def write_cluster_dot(self) -> None:
+        """cluster.dot in the job folder (the diagram `render` draws), for `hetero-emu serve`'s job page.
+        A picture for the page only: whatever goes wrong costs a warning, never the job."""
+        try:
+            from emulator import diagram
+
+            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(diagram.graph(self.plan).source)
+        except Exception as err:  # nothing about the picture may fail the job
+            self.reporter.warn(f"cluster.dot not written: {err}")
 
     def write_metrics_chart(self, start: datetime) -> None:
         """metrics.svg beside timeline.svg when the job has metric definitions; like the timeline, a

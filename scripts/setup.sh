@@ -10,6 +10,11 @@ command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 # Graphviz's dot draws render's cluster.svg (emulator/diagram.py); the tests require it in CI.
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
+# `hetero-emu serve` is tested with Debian's AWS CLI v2 and, for the live page, its chromium driven by
+# Selenium through chromium-driver (tests/integration/test_serve_*.py).
+[ -x /usr/bin/aws ] || need_apt+=(awscli)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]} (apt)"
   sudo_cmd=""

@@ -72,9 +72,13 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                  region_name=region)
     # Installed before any client exists: clients copy the session's handlers when they are made.
-    stub.install(boto_session, [training, S3(root.path, region=region), STS(), IAM(), Logs(region=region),
-                                CloudWatch()])
+    stub.install(boto_session, services(training, root.path, region))
     return LocalAws(root.path, region, training, boto_session)
+
+
+def services(training: SageMakerTraining, s3_root: Path, region: str) -> list[stub.Service]:
+    """Every service the emulator answers, in process (`stub.install`) and over HTTP (`hetero-emu serve`)."""
+    return [training, S3(s3_root, region=region), STS(), IAM(), Logs(region=region), CloudWatch()]
 
 
 def telemetry_off(config: dict[str, Any] | None) -> dict[str, Any]:

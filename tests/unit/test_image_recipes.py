@@ -253,7 +253,8 @@ def test_pyproject_lists_every_package_and_maps_images() -> None:
     assert set(config["packages"]) == on_disk | {"emulator.images", "emulator.compose_templates"}
     assert config["package-dir"] == {"emulator.images": "images", "emulator.compose_templates": "compose-templates"}
     # Every package-data glob matches a file: a glob that matches nothing ships nothing, silently.
-    folders = {"emulator": ROOT / "emulator", **{name: ROOT / path for name, path in config["package-dir"].items()}}
+    folders = {**{name: ROOT / name.replace(".", "/") for name in config["packages"]},
+               **{name: ROOT / path for name, path in config["package-dir"].items()}}
     for package, globs in config["package-data"].items():
         for glob in globs:
             assert any(p.is_file() for p in folders[package].glob(glob)), f"{package}: {glob}"

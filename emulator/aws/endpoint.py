@@ -1,0 +1,261 @@
+"""One AWS endpoint for every service the emulator answers: an HTTP request in, the answer out.
+
+The operations are the very ones the in-process session answers (`emulator.aws.stub` installs the
+same `Service` objects inside botocore); only the transport differs. Here a request is read with its
+service's wire protocol (`emulator.aws.wire`), the operation runs, and its answer (or its `ApiError`)
+is written back in the same protocol, so botocore, the AWS CLI or any other SDK reads it as AWS's.
+
+Which service a request is for, in the order the clients make it plain:
+
+1. the SigV4 credential scope (`Authorization: AWS4-HMAC-SHA256 Credential=KEY/DATE/REGION/SERVICE/...`,
+   or `X-Amz-Credential` in a presigned URL): its service is the signing name (`monitoring` is
+   CloudWatch);
+2. `X-Amz-Target: <targetPrefix>.<Operation>` (the JSON protocol: SageMaker, CloudWatch Logs);
+3. `smithy-protocol: rpc-v2-cbor` with `/service/<name>/operation/<op>` (CloudWatch in recent SDKs);
+4. a form with `Action` and `Version` (the query protocol: STS, IAM, CloudWatch's older one);
+5. anything else is S3 (an anonymous request, or a presigned one).
+
+When the server was given credentials, each request's signature is checked first
+(`emulator.aws.sigv4`). A request signed for another region gets the error the service gives in that
+case, which botocore's S3 client follows to the right region by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import botocore.session
+from botocore.model import OperationModel, ServiceModel
+
+from emulator.aws import sigv4
+from emulator.aws.stub import ApiError, Operation, Service, as_output
+from emulator.aws.wire import HttpRequest, HttpResponse, WireError, json_rpc, query, rest_xml, rpc_cbor
+
+log = logging.getLogger(__name__)
+
+# SigV4 signing names that are not the botocore service name.
+SIGNING_NAMES = {"monitoring": "cloudwatch"}
+# Services without regions: their requests are signed for us-east-1 wherever the client is.
+GLOBAL = frozenset({"iam"})
+SCOPE = re.compile(r"Credential=([^/,\s]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request")
+CBOR_PATH = re.compile(r"^/service/([^/]+)/operation/([^/?]+)$")
+
+
+class Endpoint:
+    """Answers HTTP requests with `services` (the same objects the in-process session uses), in
+    `region`. `credentials`: when given, every request must be signed with them."""
+
+    def __init__(self, services: Sequence[Service], region: str, *,
+                 credentials: sigv4.Credentials | None = None) -> None:
+        self.region = region
+        self.credentials = credentials
+        self.operations: dict[str, Mapping[str, Operation]] = {s.name: s.operations() for s in services}
+        loader = botocore.session.get_session()
+        self.models: dict[str, ServiceModel] = {name: loader.get_service_model(name) for name in self.operations}
+        self._targets = {m.metadata.get("targetPrefix"): name for name, m in self.models.items()
+                         if m.metadata.get("targetPrefix")}
+        self._versions = {m.api_version: name for name, m in self.models.items()}
+
+    # ----------------------------------------------------------------------------------------------
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        """The answer to one request, never an exception: a request that cannot be read, an operation
+        that is not emulated, a wrong signature or a failing operation each get the service's error."""
+        service, protocol = self.identify(request)
+        try:
+            if service not in self.models:
+                raise WireError("UnknownOperationException" if protocol == "json" else "InvalidAction",
+                                f"hetero-emu serve does not emulate the {service!r} service; it answers "
+                                f"{', '.join(sorted(self.models))}")
+            self.check_signature(request, service)
+            return self._call(service, protocol, request)
+        except _S3RegionError as err:
+            return self.wrong_s3_region(self.error(service, protocol, err.code, err.message, err.status, request))
+        except (ApiError, WireError, sigv4.SignatureError) as err:
+            code, message, status = _error_parts(err)
+            return self.error(service, protocol, code, message, status, request)
+        except Exception as err:  # a bug of ours: the client gets a 500 in its own shape, the server goes on
+            log.exception("%s %s failed", request.method, request.path)
+            return self.error(service, protocol, "InternalFailure", f"hetero-emu serve failed: {err!r}", 500, request)
+
+    def too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
+        service, protocol = self.identify(request)
+        if service == "s3":
+            return self.error(service, protocol, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+                              f"allowed size ({limit:,} bytes on this server)", 400, request)
+        return self.error(service, protocol, "RequestEntityTooLarge", f"The request body exceeds {limit:,} bytes",
+                          413, request)
+
+    def malformed(self, request: HttpRequest, message: str) -> HttpResponse:
+        service, protocol = self.identify(request)
+        return self.error(service, protocol, "IncompleteBody" if service == "s3" else "SerializationException",
+                          message, 400, request)
+
+    # ----------------------------------------------------------------------------------------------
+
+    def identify(self, request: HttpRequest) -> tuple[str, str]:
+        """(service, protocol) of a request; see the module docstring for the order."""
+        headers = request.headers
+        scope = _scope(request)
+        target = headers.get("x-amz-target", "")
+        service = SIGNING_NAMES.get(scope[3], scope[3]) if scope else None
+        if target:
+            service = service or self._targets.get(target.split(".", 1)[0], target.split(".", 1)[0])
+            return service, "json"
+        if headers.get("smithy-protocol") == "rpc-v2-cbor":
+            found = CBOR_PATH.match(request.path)
+            named = found.group(1) if found else ""
+            return service or self._targets.get(named, named), "cbor"
+        form = dict(query.read_form(request)) if _is_form(request) else {}
+        if "Action" in form:
+            version = form.get("Version", "")
+            return service or self._versions.get(version, f"an API of version {version!r}"), "query"
+        if service is None or service == "s3":
+            return "s3", "rest-xml"
+        return service, _protocol_of(self.models, service)
+
+    def check_signature(self, request: HttpRequest, service: str) -> None:
+        scope = _scope(request)
+        if self.credentials is not None:
+            sigv4.verify(request, self.credentials, family=_family(service))
+        if scope is None or service in GLOBAL:
+            return
+        region = scope[2]
+        if region != self.region:
+            if service == "s3":
+                raise _S3RegionError(region, self.region)
+            raise ApiError("InvalidSignatureException", f"Credential should be scoped to a valid region, not "
+                           f"'{region}'. This endpoint serves '{self.region}' (hetero-emu serve --region).", 403)
+
+    def _call(self, service: str, protocol: str, request: HttpRequest) -> HttpResponse:
+        model = self.models[service]
+        bucket = key = None
+        if protocol == "rest-xml":
+            bucket, key = rest_xml.address(request)
+            name = rest_xml.operation_name(model, request)
+        elif protocol == "json":
+            name = json_rpc.operation_name(model, request)
+        elif protocol == "cbor":
+            name = rpc_cbor.operation_name(model, request)
+        else:
+            name = query.operation_name(dict(query.read_form(request)))
+        if name not in model.operation_names:
+            raise _unknown(service, protocol, name)
+        operation_model = model.operation_model(name)
+        handler = self.operations[service].get(name)
+        if handler is None:
+            raise _not_emulated(service, protocol, name, self.operations[service])
+        if protocol == "rest-xml":
+            params = rest_xml.parse_request(operation_model, request, bucket, key)
+        elif protocol == "json":
+            params = json_rpc.parse_request(operation_model, request)
+        elif protocol == "cbor":
+            params = rpc_cbor.parse_request(operation_model, request)
+        else:
+            params = query.parse_request(operation_model, query.read_form(request))
+        answer = as_output(handler(params), operation_model.output_shape)
+        return self._serialize(protocol, operation_model, answer)
+
+    @staticmethod
+    def _serialize(protocol: str, operation_model: OperationModel, answer: dict[str, Any]) -> HttpResponse:
+        if protocol == "rest-xml":
+            # S3's answers may set their status there (206 for a range, 204 for a delete).
+            return rest_xml.serialize_response(operation_model, answer)
+        answer = {k: v for k, v in answer.items() if k != "ResponseMetadata"}
+        if protocol == "json":
+            return json_rpc.serialize_response(operation_model, answer)
+        if protocol == "cbor":
+            return rpc_cbor.serialize_response(operation_model, answer)
+        return query.serialize_response(operation_model, answer)
+
+    def error(self, service: str, protocol: str, code: str, message: str, status: int,
+              request: HttpRequest) -> HttpResponse:
+        if protocol == "rest-xml":
+            return rest_xml.serialize_error(code, message, status, resource=request.path, method=request.method)
+        model = self.models.get(service) or self.models.get("sagemaker")
+        assert model is not None
+        if protocol == "json":
+            return json_rpc.serialize_error(model, code, message, status)
+        if protocol == "cbor":
+            return rpc_cbor.serialize_error(model, code, message, status)
+        return query.serialize_error(model, code, message, status)
+
+
+    def wrong_s3_region(self, response: HttpResponse) -> HttpResponse:
+        """S3's answer to a request signed for another region names the right one, in a `Region`
+        element and the `x-amz-bucket-region` header; botocore's S3 client then signs again for it
+        by itself (botocore/utils.py `S3RegionRedirectorv2`)."""
+        if isinstance(response.body, bytes):
+            response.body = response.body.replace(b"</Message>", f"</Message><Region>{self.region}</Region>".encode())
+            response.headers["content-length"] = str(len(response.body))
+        response.headers["x-amz-bucket-region"] = self.region
+        return response
+
+
+class _S3RegionError(ApiError):
+    def __init__(self, asked: str, served: str) -> None:
+        super().__init__("AuthorizationHeaderMalformed", f"The authorization header is malformed; the region "
+                         f"'{asked}' is wrong; expecting '{served}'", 400)
+
+
+def _error_parts(err: Exception) -> tuple[str, str, int]:
+    if isinstance(err, ApiError):
+        return err.code, err.message, err.status
+    if isinstance(err, WireError):
+        return err.code, err.message, err.status
+    assert isinstance(err, sigv4.SignatureError)
+    return err.code, err.message, err.status
+
+
+def _unknown(service: str, protocol: str, name: str) -> WireError:
+    if protocol == "query":
+        return WireError("InvalidAction", f"The action {name} is not valid for this web service ({service}).", 400)
+    return WireError("UnknownOperationException", f"{service} has no operation {name!r}", 400)
+
+
+def _not_emulated(service: str, protocol: str, name: str, known: Mapping[str, Operation]) -> WireError:
+    message = (f"hetero-emu does not emulate {service}:{name}; it answers {service}'s "
+               f"{', '.join(sorted(known))}")
+    if protocol == "rest-xml":
+        return WireError("NotImplemented", message, 501)
+    if protocol == "query":
+        return WireError("InvalidAction", message, 400)
+    return WireError("UnknownOperationException", message, 400)
+
+
+def _scope(request: HttpRequest) -> tuple[str, str, str, str] | None:
+    """(access key, date, region, service) of a signed request."""
+    found = SCOPE.search(request.headers.get("authorization", ""))
+    if found:
+        return found.group(1), found.group(2), found.group(3), found.group(4)
+    for name, value in request.query:
+        if name == "X-Amz-Credential":
+            parts = value.split("/")
+            if len(parts) == 5:
+                return parts[0], parts[1], parts[2], parts[3]
+    return None
+
+
+def _is_form(request: HttpRequest) -> bool:
+    kind = request.headers.get("content-type", "")
+    return (request.method == "POST" and kind.startswith("application/x-www-form-urlencoded")) or any(
+        name == "Action" for name, _ in request.query)
+
+
+def _protocol_of(models: Mapping[str, ServiceModel], service: str) -> str:
+    model = models.get(service)
+    if model is None:
+        return "query"
+    return {"rest-xml": "rest-xml", "json": "json", "query": "query"}.get(model.protocol, "json")
+
+
+def _family(service: str) -> str:
+    return {"s3": "s3", "sts": "query", "iam": "query"}.get(service, "json")
+
+
+def _request_id() -> str:
+    return uuid.uuid4().hex.upper()[:16]

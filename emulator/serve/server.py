@@ -1,0 +1,237 @@
+"""The HTTP server of `hetero-emu serve`: AWS requests to the endpoint (`emulator.aws.endpoint`), a
+browser's requests to the live page (`emulator.serve.page`), on one port.
+
+Starlette and Uvicorn (the `serve` extra) because they are the best-kept small ASGI pair: Uvicorn's
+HTTP/1.1 parser bounds request lines and headers, Starlette streams request and response bodies, and
+neither pulls in more than a few packages. The operations themselves are blocking (files, the
+engine), so each request's work runs in Starlette's thread pool; the event loop only moves bytes.
+
+Which side a request is for: anything an AWS SDK sends is signed (an `Authorization` header or a
+presigned query) or carries an AWS header (`X-Amz-Target`, `X-Amz-Date`, `smithy-protocol`, ...);
+a browser's request carries none. Unmarked requests for the page's own paths (`/`, `/jobs/...`,
+`/_hetero-emu/...`) go to the page, every other one to the endpoint (an anonymous S3 request).
+
+Bodies are read in chunks into a spooled temporary file (in memory up to SPOOL_IN_MEMORY, then on
+disk), so a 1 GiB upload never sits in memory, and a body over the limit is refused as soon as it
+passes it, in the service's own error shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import io
+import socket
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Router
+from starlette.types import Receive, Scope, Send
+
+from emulator.aws.endpoint import Endpoint
+from emulator.aws.wire import HttpRequest, HttpResponse
+from emulator.errors import EnvironmentProblem
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 4590
+# The largest request body accepted: a single PutObject or UploadPart of 1 GiB (S3 allows 5 GiB; the
+# SDKs switch to multipart uploads far below that).
+BODY_LIMIT = 1024**3
+SPOOL_IN_MEMORY = 8 * 1024**2
+# Uvicorn's bound on a request's line and headers while they are parsed (h11's incomplete event).
+HEADER_LIMIT = 64 * 1024
+PAGE_PREFIXES = ("/jobs/", "/_hetero-emu/")
+AWS_HEADERS = ("authorization", "x-amz-target", "x-amz-date", "x-amz-content-sha256", "smithy-protocol",
+               "amz-sdk-invocation-id", "x-amz-security-token")
+AWS_QUERY = ("X-Amz-Credential", "X-Amz-Signature", "Action")
+
+
+def for_aws(method: str, path: str, headers: Any, query: Any) -> bool:
+    """Whether a request is an AWS API call rather than a browser's request for the page."""
+    if any(name in headers for name in AWS_HEADERS) or any(name in query for name in AWS_QUERY):
+        return True
+    if path == "/" or path.startswith(PAGE_PREFIXES):
+        return method not in ("GET", "HEAD", "POST") or (method == "POST" and not path.startswith("/jobs/"))
+    return True
+
+
+@dataclass
+class _Spooled:
+    body: Any  # bytes, or a file positioned at its start
+    sha256: str
+
+
+class App:
+    """The ASGI application: AWS requests to `endpoint`, the rest to `page` routes."""
+
+    def __init__(self, endpoint: Endpoint, page: Sequence[BaseRoute] = (), body_limit: int = BODY_LIMIT) -> None:
+        self.endpoint = endpoint
+        self.body_limit = body_limit
+        self.page = Router(routes=list(page))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self.page(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not for_aws(request.method, request.url.path, request.headers, request.query_params):
+            await self.page(scope, receive, send)
+            return
+        response = await self.answer(request)
+        await response(scope, receive, send)
+
+    async def answer(self, request: Request) -> Response:
+        head = HttpRequest(method=request.method, path=scope_path(request.scope),
+                           query=[(k, v) for k, v in request.query_params.multi_items()],
+                           headers={k.lower(): v for k, v in request.headers.items()},
+                           host=(request.headers.get("host") or "").rsplit(":", 1)[0])
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.body_limit:
+            return _response(self.endpoint.too_large(head, self.body_limit))
+        try:
+            spooled = await self._read_body(request)
+        except _TooLarge:
+            return _response(self.endpoint.too_large(head, self.body_limit))
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody is listening; the server goes on
+        head.body = spooled.body
+        head.payload_sha256 = spooled.sha256
+        if _aws_chunked(head.headers):
+            try:
+                head.body = await run_in_threadpool(unchunk, spooled.body)
+            except ValueError as err:
+                return _response(self.endpoint.malformed(head, f"the aws-chunked body cannot be read: {err}"))
+            finally:
+                if not isinstance(spooled.body, bytes):
+                    spooled.body.close()
+            spooled = _Spooled(head.body, spooled.sha256)
+        try:
+            answer = await run_in_threadpool(self.endpoint.handle, head)
+        finally:
+            if not isinstance(spooled.body, bytes):
+                spooled.body.close()
+        return _response(answer)
+
+    async def _read_body(self, request: Request) -> _Spooled:
+        digest = hashlib.sha256()
+        size = 0
+        spool: Any = None
+        small = bytearray()
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.body_limit:
+                if spool is not None:
+                    spool.close()
+                raise _TooLarge
+            digest.update(chunk)
+            if spool is None and len(small) + len(chunk) <= SPOOL_IN_MEMORY:
+                small += chunk
+                continue
+            if spool is None:
+                spool = tempfile.SpooledTemporaryFile(max_size=0)  # noqa: SIM115 - closed by answer()
+                spool.write(small)
+            spool.write(chunk)
+        if spool is None:
+            return _Spooled(bytes(small), digest.hexdigest())
+        spool.seek(0)
+        return _Spooled(spool, digest.hexdigest())
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _aws_chunked(headers: dict[str, str]) -> bool:
+    """A body in SigV4's chunked framing (what the Java and JavaScript SDKs send to S3 over HTTP):
+    https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html"""
+    return ("aws-chunked" in headers.get("content-encoding", "")
+            or headers.get("x-amz-content-sha256", "").startswith("STREAMING-"))
+
+
+def unchunk(body: Any) -> Any:
+    """The data of an aws-chunked body (`SIZE-HEX[;chunk-signature=...]\\r\\nDATA\\r\\n` ... `0...`,
+    then optional trailers), in a new spooled file; ValueError when the framing is broken."""
+    source = io.BytesIO(body) if isinstance(body, bytes) else body
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115 - the request's body now
+    while True:
+        line = source.readline(4096)
+        if not line.endswith(b"\r\n"):
+            out.close()
+            raise ValueError("a chunk header is not a line")
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            out.close()
+            raise ValueError(f"a chunk size is not hexadecimal: {line[:40]!r}") from None
+        if size == 0:
+            break  # what follows are trailers (checksums), which the data does not include
+        data = source.read(size)
+        if len(data) != size or source.read(2) != b"\r\n":
+            out.close()
+            raise ValueError("a chunk is shorter than its size")
+        out.write(data)
+    out.seek(0)
+    return out
+
+
+def scope_path(scope: Scope) -> str:
+    """The path as the client sent it, percent-encoding kept: S3 keys are signed and parsed in that form."""
+    raw = scope.get("raw_path")
+    if raw:
+        return bytes(raw).split(b"?", 1)[0].decode("latin-1")
+    return str(scope.get("path", "/"))
+
+
+def _response(answer: HttpResponse) -> Response:
+    if isinstance(answer.body, (bytes, bytearray)):
+        return Response(content=bytes(answer.body), status_code=answer.status, headers=answer.headers)
+    return StreamingResponse(_closing(answer.body), status_code=answer.status, headers=answer.headers)
+
+
+def _closing(chunks: Any) -> Iterator[bytes]:
+    """The chunks of a streamed answer; whatever ends the stream (the end, a client that went away),
+    the file behind it is closed."""
+    try:
+        yield from chunks
+    finally:
+        close = getattr(chunks, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a port in use is one clear message."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise EnvironmentProblem(f"cannot serve on {host}:{port}: the port is in use",
+                                     hint="stop what listens there, or choose another port with --port") from None
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise EnvironmentProblem(f"cannot serve on {host}:{port}: no interface of this machine has that "
+                                     "address", hint="--host 127.0.0.1, or an address of this machine") from None
+        raise EnvironmentProblem(f"cannot serve on {host}:{port}: {err.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def run(app: App, sock: socket.socket) -> None:
+    """Serve on `sock` until Ctrl-C or SIGTERM (Uvicorn's own handling: open requests finish first)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            h11_max_incomplete_event_size=HEADER_LIMIT, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
