@@ -182,6 +182,7 @@ def main() -> None:
         pool = {"max_pool_connections": 64, "retries": {"max_attempts": 1}}
 
         # The baseline: the in-process session, the same calls answered inside botocore.
+        (tmp / "s3-in-process").mkdir()
         aws = local_aws(s3_root=tmp / "s3-in-process", images=None, region="us-west-2", engine="docker",
                         origin="benchmark")
         local_lock = threading.Lock()

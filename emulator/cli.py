@@ -819,7 +819,8 @@ def serve(
     def ready(serving: api.Serving) -> None:
         page = serving.url + "/" + (f"?token={serving.token}" if serving.token else "")
         typer.echo(f"serving {serving.region} on {serving.url} (S3 root {serving.s3_root})\n"
-                   f"  export AWS_ENDPOINT_URL={serving.url} AWS_REGION={serving.region}"
+                   f"  export AWS_ENDPOINT_URL={serving.url} AWS_REGION={serving.region} "
+                   f"AWS_DEFAULT_REGION={serving.region}"
                    + ("" if credentials else " AWS_ACCESS_KEY_ID=emu AWS_SECRET_ACCESS_KEY=emu")
                    + f"\n  export SAGEMAKER_USER_CONFIG_OVERRIDE={serving.sdk_config}  (the SageMaker SDK's "
                    "default bucket named, so it never asks AWS's own STS host; docs/serve.md)"

@@ -90,6 +90,11 @@ class Endpoint:
         return self.error(service, protocol, "RequestEntityTooLarge", f"The request body exceeds {limit:,} bytes",
                           413, request)
 
+    def headers_too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
+        service, protocol = self.identify(request)
+        return self.error(service, protocol, "RequestHeaderSectionTooLarge", "Your request header section "
+                          f"exceeds the maximum allowed size ({limit:,} bytes on this server)", 400, request)
+
     def malformed(self, request: HttpRequest, message: str) -> HttpResponse:
         service, protocol = self.identify(request)
         return self.error(service, protocol, "IncompleteBody" if service == "s3" else "SerializationException",

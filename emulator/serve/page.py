@@ -182,6 +182,7 @@ class LiveJobs:
         self._svg: dict[Path, tuple[tuple[int, int], str | None]] = {}
         # job folder -> (its host folders, each host's group, type and group index), read once staged
         self._layouts: dict[Path, tuple[list[Path], dict[str, tuple[str, str, int]]]] = {}
+        self._seen_running: dict[str, float] = {}  # container -> when a look first saw it running
 
     # -- jobs and their folders
 
@@ -265,10 +266,15 @@ class LiveJobs:
             if state.error == "container disappeared":
                 word = "removed"
             elif state.running:
-                word = "running" if state.started_at is not None else "created"
+                word = "running"
             else:
                 word = _ended_word(state.exit_code, "exited")
-            out.append(HostState(host, group, itype, word, state.exit_code, _from_epoch(state.started_at),
+            # The engine's list of running containers carries no start time (only an inspect does, which
+            # it saves for the hosts that exited): until then, the first look that saw it running.
+            started = state.started_at
+            if started is None and state.running:
+                started = self._seen_running.setdefault(container, time.time())
+            out.append(HostState(host, group, itype, word, state.exit_code, _from_epoch(started),
                                  _from_epoch(state.finished_at), index))
         return out
 

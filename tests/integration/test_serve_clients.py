@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,12 +25,14 @@ SDK3_PYTHON = REPO / ".venv-sdk3" / "bin" / "python"
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 G1, G2 = "instance_group_1", "instance_group_2"
 SCRIPT = textwrap.dedent('''
+    # What the service writes on every host, read without the toolkit (a ContainerEntrypoint job has none).
     import json, os
-    env = json.loads(os.environ["SM_TRAINING_ENV"])
-    print(f"HOST {env['current_host']} {env['current_instance_group']} channels={sorted(env['channel_input_dirs'])}",
-          flush=True)
+    config = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+    host, group = config["current_host"], config["current_group_name"]
+    channels = sorted(os.listdir("/opt/ml/input/data")) if os.path.isdir("/opt/ml/input/data") else []
+    print(f"HOST {host} {group} channels={[c for c in channels if c != 'code']}", flush=True)
     os.makedirs("/opt/ml/model", exist_ok=True)
-    open(f"/opt/ml/model/{env['current_host']}.txt", "w").write("trained")
+    open(f"/opt/ml/model/{host}.txt", "w").write("trained")
     if os.environ.get("SLEEP"):
         import time
         time.sleep(float(os.environ["SLEEP"]))
@@ -94,6 +95,8 @@ def test_sdk_v3_model_trainer_with_a_plain_session(tmp_path: Path) -> None:
     with running_server(tmp_path / "server") as server:
         folder = project(tmp_path, server)
         out = run_client(server, SDK3_PYTHON, f'''
+            import logging, sys
+            logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s: %(message)s")
             from sagemaker.core.training.configs import Compute, InputData, InstanceGroup, S3DataSource, SourceCode
             from sagemaker.train import ModelTrainer
 
@@ -112,20 +115,28 @@ def test_sdk_v3_model_trainer_with_a_plain_session(tmp_path: Path) -> None:
             job.refresh()
             print("STATUS", job.training_job_status, job.model_artifacts.s3_model_artifacts)
         ''', folder)
+        (tmp_path / "v3-output.txt").write_text(out)
         assert "STATUS Completed s3://" in out, out[-3000:]
-        assert "HOST algo-1 instance_group_1 channels=['training']" in out
+        # v3 hands its driver scripts to every host as a channel of their own (sm_drivers).
+        assert "HOST algo-1 instance_group_1 channels=['sm_drivers', 'training']" in out, tmp_path / "v3-output.txt"
+        assert "HOST algo-2 instance_group_2 channels=['sm_drivers']" in out
+
+
+# Debian's AWS CLI v2 (scripts/setup.sh installs the awscli package), not a pip-installed v1 that may
+# come first on PATH.
+AWS_CLI = "/usr/bin/aws"
 
 
 def aws(server: Server, *args: str, cwd: Path) -> str:
-    done = subprocess.run(["aws", "--endpoint-url", server.url, *args], cwd=cwd, env=server.client_env(),
+    done = subprocess.run([AWS_CLI, "--endpoint-url", server.url, *args], cwd=cwd, env=server.client_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"aws {' '.join(args)}: {done.stderr[-2000:]}"
     return done.stdout
 
 
 def test_the_aws_cli_runs_a_job_and_reads_its_logs_and_model(tmp_path: Path) -> None:
-    cli = shutil.which("aws")
-    assert cli, "Debian's awscli is missing: scripts/setup.sh installs it"
+    assert Path(AWS_CLI).is_file(), "Debian's awscli is missing: scripts/setup.sh installs it"
+    assert "aws-cli/2." in subprocess.run([AWS_CLI, "--version"], capture_output=True, text=True).stdout
     with running_server(tmp_path / "server") as server:
         folder = project(tmp_path, server)
         (folder / "upload").mkdir()
@@ -192,14 +203,18 @@ def start_sleeping_job(server: Server, name: str) -> Any:
         ResourceConfig={"InstanceType": "ml.c5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
         StoppingCondition={"MaxRuntimeInSeconds": 600}, Environment={"SLEEP": "300"})
     deadline = time.monotonic() + 120
-    while sagemaker.describe_training_job(TrainingJobName=name)["SecondaryStatus"] != "Training":
-        assert time.monotonic() < deadline, "the job did not start training"
+    while (described := sagemaker.describe_training_job(TrainingJobName=name))["SecondaryStatus"] != "Training":
+        assert described["TrainingJobStatus"] == "InProgress", described.get("FailureReason")
+        assert time.monotonic() < deadline, f"the job did not start training: {described['SecondaryStatus']}"
         time.sleep(1)
     return sagemaker
 
 
+RUNNING = ("InProgress", "Stopping")
+
+
 def job_status(state_dir: Path, name: str) -> str:
-    return str(json.loads((state_dir / "jobs" / f"{name}.json").read_text())["status"])
+    return str(json.loads((state_dir / "jobs" / f"{name}.json").read_text())["TrainingJobStatus"])
 
 
 def test_ctrl_c_leaves_a_running_job_to_its_driver(tmp_path: Path) -> None:
@@ -212,7 +227,7 @@ def test_ctrl_c_leaves_a_running_job_to_its_driver(tmp_path: Path) -> None:
                              text=True, timeout=120, env={**os.environ, "HETERO_EMU_STATE_DIR": str(server.state_dir)})
     assert stopped.returncode == 0, stopped.stderr
     deadline = time.monotonic() + 120
-    while job_status(server.state_dir, "outlives-server") == "InProgress" and time.monotonic() < deadline:
+    while job_status(server.state_dir, "outlives-server") in RUNNING and time.monotonic() < deadline:
         time.sleep(1)
     assert job_status(server.state_dir, "outlives-server") == "Stopped"
 
@@ -223,6 +238,6 @@ def test_stop_jobs_on_exit_stops_the_jobs_it_started(tmp_path: Path) -> None:
         code, output = server.stop()
         assert code in (0, 130) and "Traceback" not in output, output
     deadline = time.monotonic() + 120
-    while job_status(server.state_dir, "ends-with-server") == "InProgress" and time.monotonic() < deadline:
+    while job_status(server.state_dir, "ends-with-server") in RUNNING and time.monotonic() < deadline:
         time.sleep(1)
     assert job_status(server.state_dir, "ends-with-server") == "Stopped"

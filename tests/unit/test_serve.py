@@ -271,3 +271,28 @@ def test_the_ready_line_says_what_to_export(server: Server) -> None:
     said = "\n".join(server.lines)
     assert f"export AWS_ENDPOINT_URL={server.url}" in said
     assert json.dumps(server.region).strip('"') in said
+
+
+def test_keys_cannot_leave_the_s3_root(server: Server, tmp_path: Path) -> None:
+    """`..`, encoded or not, and a link in the root to a folder outside it: refused, nothing read."""
+    (tmp_path / "secret.txt").write_text("not for the endpoint")
+    (server.s3_root / "escape-here").mkdir()
+    (server.s3_root / "escape-here" / "link").symlink_to(tmp_path)
+    host, port = server.url.removeprefix("http://").split(":")
+    for path in ("/escape-here/../../secret.txt", "/escape-here/%2E%2E/%2E%2E/secret.txt",
+                 "/escape-here/link/secret.txt"):
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            raw.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: AWS4-HMAC-SHA256 "
+                        "Credential=emu/20261204/us-west-2/s3/aws4_request, SignedHeaders=host, Signature=0\r\n\r\n"
+                        .encode())
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        assert answer.split(b" ", 2)[1] in (b"400", b"403"), (path, answer[:300])
+        assert b"not for the endpoint" not in answer
+
+
+def test_a_header_section_over_the_limit_is_refused(server: Server) -> None:
+    answer = requests.get(f"{server.url}/any-bucket/key", headers={"X-Amz-Date": "20261204T000000Z",
+                                                                   "X-Padding": "a" * 100_000}, timeout=10)
+    assert answer.status_code == 400 and b"RequestHeaderSectionTooLarge" in answer.content
