@@ -8,6 +8,8 @@ answered inside the process, `emulator.aws.stub`), the strongest baseline: the s
 no HTTP at all. Printed: requests per second, p50/p99 latency per operation, S3 MB/s, the ratio of
 each to the baseline, failed requests (must be 0), and the jobs' final statuses (must be
 Completed). The server is stopped with SIGINT at the end and the script checks nothing of it is left.
+"GetLogEvents" is a DescribeLogStreams then a GetLogEvents (two requests, counted as one call), as the
+SDKs read a job's log.
 
     python benchmarks/serve_load.py [--clients 50] [--seconds 30] [--jobs 4] [--hosts 4] [--upload-mib 1024]
 
@@ -77,8 +79,7 @@ def load(make: Callable[[str], Any], names: list[str], clients: int, seconds: fl
         calls: list[tuple[str, Callable[[], Any]]] = [
             ("DescribeTrainingJob", lambda: sagemaker.describe_training_job(TrainingJobName=name)),
             ("ListTrainingJobs", lambda: sagemaker.list_training_jobs(MaxResults=50)),
-            ("GetLogEvents", lambda: logs.get_log_events(
-                logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=_stream(logs, name), limit=100)),
+            ("GetLogEvents", lambda: read_log(logs, name)),
         ]
         i = 0
         while time.monotonic() < stop_at:
@@ -121,17 +122,15 @@ def load(make: Callable[[str], Any], names: list[str], clients: int, seconds: fl
             "upload_mb_s": upload.stat().st_size / MIB / upload_seconds[0] if upload_seconds else 0.0}
 
 
-_streams: dict[str, str] = {}
-
-
-def _stream(logs: Any, job: str) -> str:
-    if job not in _streams:
-        found = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs",
-                                          logStreamNamePrefix=f"{job}/")["logStreams"]
-        if not found:
-            return f"{job}/algo-1-0"
-        _streams[job] = found[0]["logStreamName"]
-    return _streams[job]
+def read_log(logs: Any, job: str) -> Any:
+    """GetLogEvents on the job's first host stream; DescribeLogStreams until there is one (a job still
+    staging has none yet, as on the service)."""
+    found = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs",
+                                      logStreamNamePrefix=f"{job}/")["logStreams"]
+    if not found:
+        return None
+    return logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs",
+                               logStreamName=found[0]["logStreamName"], limit=100)
 
 
 def wait_all(make: Callable[[str], Any], names: list[str]) -> dict[str, str]:
@@ -147,7 +146,7 @@ def wait_all(make: Callable[[str], Any], names: list[str]) -> dict[str, str]:
 
 
 def report(label: str, result: dict[str, Any], base: dict[str, Any] | None) -> None:
-    print(f"\n{label}: {result['rps']:.0f} requests/s, S3 upload {result['upload_mb_s']:.0f} MB/s, "
+    print(f"\n{label}: {result['rps']:.0f} calls/s, S3 upload {result['upload_mb_s']:.0f} MB/s, "
           f"{len(result['failures'])} failed" + (f" (first: {result['failures'][0]})" if result["failures"] else ""))
     for op, values in sorted(result["latencies"].items()):
         values = sorted(values)
@@ -160,7 +159,7 @@ def report(label: str, result: dict[str, Any], base: dict[str, Any] | None) -> N
             line += f"  (in-process p50 {b50:.1f} ms: x{p50 / b50:.1f})"
         print(line)
     if base is not None:
-        print(f"  requests/s vs in-process: {result['rps'] / base['rps']:.2f}; S3 upload vs in-process: "
+        print(f"  calls/s vs in-process: {result['rps'] / base['rps']:.2f}; S3 upload vs in-process: "
               f"{result['upload_mb_s'] / max(base['upload_mb_s'], 1e-9):.2f}")
 
 

@@ -115,8 +115,8 @@ def test_the_page_follows_a_job_live_in_a_real_browser(tmp_path: Path, browser: 
         wait_for(lambda: state("algo-1") == "running" and state("algo-2") == "running", "both hosts running")
         wait_for(lambda: "algo-2 says step" in browser.find_element(By.ID, "logs").text, "a host's log line")
         wait_for(lambda: browser.find_element(By.ID, "status").text == "Completed", "the job completed")
-        wait_for(lambda: all(exit_code(h) == "0" and state(h) in ("exited", "removed", "completed")
-                             for h in ("algo-1", "algo-2")), "both hosts ended with exit code 0", 30)
+        wait_for(lambda: all(exit_code(h) == "0" and state(h) == "completed" for h in ("algo-1", "algo-2")),
+                 "both hosts completed with exit code 0", 30)
         assert "algo-1 finished its steps" in browser.find_element(By.ID, "logs").text
         bars = browser.find_elements(By.CSS_SELECTOR, "#timeline svg rect")
         assert bars, "no timeline bars"
