@@ -4,7 +4,7 @@ Both loaders hand the rules the real filesystem (`probes.DISK`) unless a caller 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,38 @@ def validate(raw: Mapping[str, Any], base_dir: Path, source: str | None = None, 
         kind = with_article(type_name(raw))
         raise SpecError([Problem("", f"the spec must be a mapping of keys to values, got {kind}",
                                  "see docs/spec.md")], source)
+    unencodable = list(_unencodable(raw, ""))
+    if unencodable:
+        # Only the Python API can pass these (a YAML file is UTF-8): every file the plan writes would fail.
+        raise SpecError([Problem(field or "(top level)", "holds text UTF-8 cannot encode (a lone surrogate)",
+                                 "pass text decoded from a real encoding") for field in unencodable], source)
     v = Validator(base_dir, probes)
     spec = v.job(raw)
     if v.problems or spec is None:
         raise SpecError(v.problems, source)
     return spec
+
+
+def _unencodable(value: Any, field: str) -> Iterator[str]:
+    """The fields (in the spec's own notation) whose key or text holds a lone surrogate."""
+    if isinstance(value, str):
+        if not _encodable(value):
+            yield field
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            name = f"{field}.{key}" if field else str(key)
+            if isinstance(key, str) and not _encodable(key):
+                yield field or "(top level)"
+            else:
+                yield from _unencodable(item, name)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _unencodable(item, f"{field}[{i}]")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

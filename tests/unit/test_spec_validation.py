@@ -1045,3 +1045,16 @@ def test_default_output_next_to_a_lone_entry_script_is_fine(valid_raw: Raw, load
     valid_raw["entry_point"] = "code/train.py"
     valid_raw["output_path"] = "./code/out"  # beside the script, which alone is the code
     assert load(valid_raw).output_path.name == "out"
+
+
+def test_text_utf8_cannot_encode_is_named_by_its_field(tmp_path: Path) -> None:
+    """A lone surrogate (only the Python API can pass one) would fail every file the plan writes."""
+    from emulator.errors import SpecError
+    from emulator.spec import validate
+
+    raw = {"job_name": "j", "entry_point": "t.py", "output_path": str(tmp_path),
+           "instance_groups": [{"instance_group_name": "\ud800", "instance_type": "ml.c5.xlarge",
+                                "instance_count": 1}]}
+    with pytest.raises(SpecError) as caught:
+        validate(raw, base_dir=tmp_path)
+    assert [p.path for p in caught.value.problems] == ["instance_groups[0].instance_group_name"]
