@@ -90,7 +90,10 @@ def parse_request(operation_model: OperationModel, request: HttpRequest) -> dict
     shape = operation_model.input_shape
     if shape is None:  # an operation without input: whatever the body holds means nothing
         return {}
-    params: dict[str, Any] = JSON_VALUES.read(value, shape, "")
+    try:
+        params: dict[str, Any] = JSON_VALUES.read(value, shape, "")
+    except RecursionError:  # a recursive shape nested deeper than Python recurses
+        raise WireError("SerializationException", "The request body nests too deep") from None
     return params
 
 

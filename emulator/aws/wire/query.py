@@ -122,7 +122,10 @@ def parse_request(operation_model: OperationModel, form: Iterable[tuple[str, str
         if key in ("Action", "Version") and key not in shape.members:
             continue
         root.add(key.split("."), value)
-    params: dict[str, Any] = _read_structure(root, shape, "")
+    try:
+        params: dict[str, Any] = _read_structure(root, shape, "")
+    except RecursionError:  # a recursive shape, named with more dots than Python recurses
+        raise WireError("ValidationError", "The form's names nest too deep") from None
     return params
 
 

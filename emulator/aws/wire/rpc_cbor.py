@@ -1,8 +1,8 @@
 """Smithy RPC v2 CBOR on the server's side: one of CloudWatch's three protocols (its model lists
 `smithy-rpc-v2-cbor`, `json`, `query`). botocore 1.44 itself speaks JSON to CloudWatch (its priority
-list, `botocore.utils.PRIORITY_ORDERED_SUPPORTED_PROTOCOLS`, puts `json` first), but other SDKs
-built on the same model pick CBOR, and botocore's `RpcV2CBORSerializer`/`RpcV2CBORParser` are the
-reference here.
+list, `botocore.utils.PRIORITY_ORDERED_SUPPORTED_PROTOCOLS`, puts `json` first), but a client that
+takes the model's first protocol speaks CBOR; botocore's `RpcV2CBORSerializer`/`RpcV2CBORParser`
+are the reference here.
 
 A request is `POST /service/<ServiceName>/operation/<Operation>` (the service's `targetPrefix` as
 its name) with the header `smithy-protocol: rpc-v2-cbor` and one CBOR map as the body
