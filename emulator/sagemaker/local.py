@@ -8,6 +8,7 @@ It imports no SageMaker SDK, so either major version can build on it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
-from emulator.aws.training import SageMakerTraining
+from emulator.aws.training import SageMakerTraining, driver_log
 from emulator.errors import UsageError
 from emulator.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.spec import s3
@@ -89,3 +90,59 @@ def telemetry_off(config: dict[str, Any] | None) -> dict[str, Any]:
     modules = config.setdefault("SageMaker", {}).setdefault("PythonSDK", {}).setdefault("Modules", {})
     modules["TelemetryOptOut"] = True
     return config
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class DriverWarnings:
+    """The `warning:` lines of a job's driver log, each once, as they are written (complete lines only:
+    the driver may be writing the rest of one)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def poll(self) -> list[str]:
+        try:
+            with self.path.open("rb") as log:
+                log.seek(self.offset)
+                data = log.read(1 << 20)
+        except OSError:
+            return []
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        lines = (_ANSI.sub("", raw.decode("utf-8", errors="replace")) for raw in complete.splitlines())
+        return [line for line in lines if line.startswith("warning: ")]
+
+
+class LogsWithWarnings:
+    """A CloudWatch Logs client that also prints each job's driver warnings (`DriverWarnings`) when
+    the job's log streams are read, for SDK v3: its `train(logs=True)` reads the streams with a client
+    it holds (`sagemaker.core.utils.logs.CloudWatchLogsClient`) and nothing else, so that read is the
+    one moment a v3 user's console is being written for the job. The job is the stream name's first
+    part (`JOB/algo-1-...`); every other call goes to the client unchanged."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._warnings: dict[str, DriverWarnings] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def describe_log_streams(self, **params: Any) -> Any:
+        self._say(str(params.get("logStreamNamePrefix") or ""))
+        return self._client.describe_log_streams(**params)
+
+    def get_log_events(self, **params: Any) -> Any:
+        self._say(str(params.get("logStreamName") or ""))
+        return self._client.get_log_events(**params)
+
+    def _say(self, stream: str) -> None:
+        job = stream.split("/", 1)[0]
+        if not job:
+            return
+        if job not in self._warnings:
+            self._warnings[job] = DriverWarnings(driver_log(job))
+        for line in self._warnings[job].poll():
+            print(line, flush=True)

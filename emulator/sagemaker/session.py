@@ -19,7 +19,6 @@ when the job did not complete.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -34,14 +33,13 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 from emulator.aws.training import FINAL, driver_log
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import ConsoleReporter
-from emulator.sagemaker.local import local_aws, telemetry_off
+from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
 from emulator.tail import LogTail
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
 # Colour codes, in case the driver's reporter wrote any.
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is untyped
@@ -124,27 +122,6 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             printer.set_hosts(hosts)
         for host, group, line in lines:
             printer.log_line(host, group, line)
-
-
-class DriverWarnings:
-    """The `warning:` lines of a job's driver log, each once, as they are written (complete lines only:
-    the driver may be writing the rest of one)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def poll(self) -> list[str]:
-        try:
-            with self.path.open("rb") as log:
-                log.seek(self.offset)
-                data = log.read(1 << 20)
-        except OSError:
-            return []
-        complete = data[:data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        lines = (_ANSI.sub("", raw.decode("utf-8", errors="replace")) for raw in complete.splitlines())
-        return [line for line in lines if line.startswith("warning: ")]
 
 
 class _GroupOf:

@@ -26,7 +26,7 @@ from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.utils.logs import CloudWatchLogsClient
 
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.sagemaker.local import local_aws, telemetry_off
+from emulator.sagemaker.local import LogsWithWarnings, local_aws, telemetry_off
 
 
 class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
@@ -47,7 +47,9 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
         self.training = aws.training
         super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),
                          **session_args)
-        use_logs_client(aws.boto_session.client("logs"))
+        # Wrapped: the job's driver warnings (a fault injected, a flood, clashing model files) are
+        # printed as train(logs=True) reads the job's streams, as EmulatorSession's fit() prints them.
+        use_logs_client(LogsWithWarnings(aws.boto_session.client("logs")))
 
 
 def use_logs_client(client: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,7 +127,7 @@ def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_
 
 
 def test_the_drivers_warnings_are_read_once_each_and_only_whole_lines(tmp_path: Path) -> None:
-    from emulator.sagemaker.session import DriverWarnings
+    from emulator.sagemaker.local import DriverWarnings
 
     log = tmp_path / "driver.log"
     warnings = DriverWarnings(log)
@@ -137,3 +138,36 @@ def test_the_drivers_warnings_are_read_once_each_and_only_whole_lines(tmp_path: 
         out.write(b" written\nalgo-1 | not a warning\n")
     assert warnings.poll() == ["warning: half written"]
     assert warnings.poll() == []
+
+
+def test_sdk_v3s_log_reads_print_the_jobs_driver_warnings_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """SDK v3's train(logs=True) reads the job's streams through the client EmulatorSessionV3 gives it
+    (the SDK itself is in .venv-sdk3): that client prints the job's driver warnings as it reads."""
+    from emulator.aws.training import driver_log
+    from emulator.sagemaker.local import LogsWithWarnings
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Recording:
+        def describe_log_streams(self, **params: Any) -> dict[str, Any]:
+            calls.append(("describe_log_streams", params))
+            return {"logStreams": []}
+
+        def get_log_events(self, **params: Any) -> dict[str, Any]:
+            calls.append(("get_log_events", params))
+            return {"events": []}
+
+        def meta(self) -> str:
+            return "passed through"
+
+    log = driver_log("v3-job")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("[1] staging\nwarning: model.json was written by algo-1, algo-2 with different contents\n")
+    logs = LogsWithWarnings(Recording())
+    logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="v3-job/")
+    logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName="v3-job/algo-1-1")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["warning: model.json was written by algo-1, algo-2 with different contents"]
+    assert [name for name, _ in calls] == ["describe_log_streams", "get_log_events"]
+    assert calls[1][1]["logStreamName"] == "v3-job/algo-1-1"
+    assert logs.meta() == "passed through"
