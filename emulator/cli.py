@@ -822,8 +822,8 @@ def serve(
                    f"  export AWS_ENDPOINT_URL={serving.url} AWS_REGION={serving.region} "
                    f"AWS_DEFAULT_REGION={serving.region}"
                    + ("" if credentials else " AWS_ACCESS_KEY_ID=emu AWS_SECRET_ACCESS_KEY=emu")
-                   + f"\n  export SAGEMAKER_USER_CONFIG_OVERRIDE={serving.sdk_config}  (the SageMaker SDK's "
-                   "default bucket named, so it never asks AWS's own STS host; docs/serve.md)"
+                   + f"\n  export SAGEMAKER_USER_CONFIG_OVERRIDE={serving.sdk_config}  # the SageMaker SDK's "
+                   "default bucket, so it never asks AWS's STS (docs/serve.md)"
                    + f"\n  live page: {page}\n  Ctrl-C stops the server"
                    + ("" if stop_jobs_on_exit else " (jobs it started run on)"))
 

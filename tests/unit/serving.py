@@ -33,7 +33,7 @@ class Server:
     def exported(self) -> dict[str, str]:
         """The variables the server's first lines tell the user to export."""
         pairs = [word.split("=", 1) for line in self.lines if line.strip().startswith("export ")
-                 for word in line.split() if "=" in word]
+                 for word in line.split("#", 1)[0].split() if "=" in word]
         return dict((k, v) for k, v in pairs)
 
     def client_env(self, **extra: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ issue names. No Docker: the training jobs' own tests are in tests/integration/te
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 import subprocess
@@ -267,10 +266,16 @@ def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path) -> None:
         requests.get(running.url, timeout=5)
 
 
-def test_the_ready_line_says_what_to_export(server: Server) -> None:
-    said = "\n".join(server.lines)
-    assert f"export AWS_ENDPOINT_URL={server.url}" in said
-    assert json.dumps(server.region).strip('"') in said
+def test_the_ready_lines_can_be_pasted_into_a_shell(server: Server) -> None:
+    exports = [line for line in server.lines if line.strip().startswith("export ")]
+    shell = subprocess.run(["bash", "-c", "\n".join(exports) + "\nenv"], capture_output=True, text=True,
+                           timeout=30, check=True)
+    env = dict(line.split("=", 1) for line in shell.stdout.splitlines() if "=" in line)
+    assert env["AWS_ENDPOINT_URL"] == server.url
+    # botocore reads AWS_DEFAULT_REGION; other SDKs AWS_REGION.
+    assert env["AWS_DEFAULT_REGION"] == env["AWS_REGION"] == server.region
+    assert Path(env["SAGEMAKER_USER_CONFIG_OVERRIDE"]).is_file()
+    assert env["AWS_ACCESS_KEY_ID"] == "emu"
 
 
 def test_keys_cannot_leave_the_s3_root(server: Server, tmp_path: Path) -> None:
