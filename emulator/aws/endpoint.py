@@ -26,10 +26,9 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import botocore.session
-from botocore.model import OperationModel, ServiceModel
+from botocore.model import ServiceModel
 
 from emulator.aws import sigv4
 from emulator.aws.stub import ApiError, Operation, Service, as_output
@@ -42,6 +41,8 @@ SIGNING_NAMES = {"monitoring": "cloudwatch"}
 # Services without regions: their requests are signed for us-east-1 wherever the client is.
 GLOBAL = frozenset({"iam"})
 SCOPE = re.compile(r"Credential=([^/,\s]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request")
+# The protocols whose codecs read a request and name its operation alike (json_rpc, rpc_cbor).
+RPC = {"json": json_rpc, "cbor": rpc_cbor}
 CBOR_PATH = re.compile(r"^/service/([^/]+)/operation/([^/?]+)$")
 
 
@@ -139,15 +140,15 @@ class Endpoint:
     def _call(self, service: str, protocol: str, request: HttpRequest) -> HttpResponse:
         model = self.models[service]
         bucket = key = None
+        form: list[tuple[str, str]] = []
         if protocol == "rest-xml":
             bucket, key = rest_xml.address(request)
             name = rest_xml.operation_name(model, request)
-        elif protocol == "json":
-            name = json_rpc.operation_name(model, request)
-        elif protocol == "cbor":
-            name = rpc_cbor.operation_name(model, request)
+        elif protocol == "query":
+            form = query.read_form(request)  # once: it holds the operation's name and its parameters
+            name = query.operation_name(dict(form))
         else:
-            name = query.operation_name(dict(query.read_form(request)))
+            name = RPC[protocol].operation_name(model, request)
         if name not in model.operation_names:
             raise _unknown(service, protocol, name)
         operation_model = model.operation_model(name)
@@ -156,26 +157,15 @@ class Endpoint:
             raise _not_emulated(service, protocol, name, self.operations[service])
         if protocol == "rest-xml":
             params = rest_xml.parse_request(operation_model, request, bucket, key)
-        elif protocol == "json":
-            params = json_rpc.parse_request(operation_model, request)
-        elif protocol == "cbor":
-            params = rpc_cbor.parse_request(operation_model, request)
+        elif protocol == "query":
+            params = query.parse_request(operation_model, form)
         else:
-            params = query.parse_request(operation_model, query.read_form(request))
+            params = RPC[protocol].parse_request(operation_model, request)
         answer = as_output(handler(params), operation_model.output_shape)
-        return self._serialize(protocol, operation_model, answer)
-
-    @staticmethod
-    def _serialize(protocol: str, operation_model: OperationModel, answer: dict[str, Any]) -> HttpResponse:
-        if protocol == "rest-xml":
-            # S3's answers may set their status there (206 for a range, 204 for a delete).
-            return rest_xml.serialize_response(operation_model, answer)
-        answer = {k: v for k, v in answer.items() if k != "ResponseMetadata"}
-        if protocol == "json":
-            return json_rpc.serialize_response(operation_model, answer)
-        if protocol == "cbor":
-            return rpc_cbor.serialize_response(operation_model, answer)
-        return query.serialize_response(operation_model, answer)
+        # Each codec drops ResponseMetadata; S3's reads its status there (206 for a range, 204 for a delete).
+        codec = rest_xml if protocol == "rest-xml" else query if protocol == "query" else RPC[protocol]
+        response: HttpResponse = codec.serialize_response(operation_model, answer)
+        return response
 
     def error(self, service: str, protocol: str, code: str, message: str, status: int,
               request: HttpRequest) -> HttpResponse:
@@ -183,12 +173,9 @@ class Endpoint:
             return rest_xml.serialize_error(code, message, status, resource=request.path, method=request.method)
         model = self.models.get(service) or self.models.get("sagemaker")
         assert model is not None
-        if protocol == "json":
-            return json_rpc.serialize_error(model, code, message, status)
-        if protocol == "cbor":
-            return rpc_cbor.serialize_error(model, code, message, status)
-        return query.serialize_error(model, code, message, status)
-
+        codec = query if protocol == "query" else RPC[protocol]
+        response: HttpResponse = codec.serialize_error(model, code, message, status)
+        return response
 
     def wrong_s3_region(self, response: HttpResponse) -> HttpResponse:
         """S3's answer to a request signed for another region names the right one, in a `Region`

@@ -64,7 +64,7 @@ def for_aws(method: str, path: str, headers: Any, query: Any) -> bool:
 @dataclass
 class _Spooled:
     body: Any  # bytes, or a file positioned at its start
-    sha256: str
+    sha256: str  # hex, or "" when no signature will be checked (the endpoint has no credentials)
 
 
 class App:
@@ -123,7 +123,9 @@ class App:
         return _response(answer)
 
     async def _read_body(self, request: Request) -> _Spooled:
-        digest = hashlib.sha256()
+        # The body's hash is only for a signature check (emulator/aws/sigv4.py): without credentials a
+        # 1 GiB upload need not spend seconds of CPU on it.
+        digest = hashlib.sha256() if self.endpoint.credentials is not None else None
         size = 0
         spool: Any = None
         small = bytearray()
@@ -133,7 +135,8 @@ class App:
                 if spool is not None:
                     spool.close()
                 raise _TooLarge
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             if spool is None and len(small) + len(chunk) <= SPOOL_IN_MEMORY:
                 small += chunk
                 continue
@@ -142,9 +145,9 @@ class App:
                 spool.write(small)
             spool.write(chunk)
         if spool is None:
-            return _Spooled(bytes(small), digest.hexdigest())
+            return _Spooled(bytes(small), digest.hexdigest() if digest is not None else "")
         spool.seek(0)
-        return _Spooled(spool, digest.hexdigest())
+        return _Spooled(spool, digest.hexdigest() if digest is not None else "")
 
 
 class _TooLarge(Exception):

@@ -67,11 +67,18 @@ def operation_name(service_model: ServiceModel, request: HttpRequest) -> str:
     if not target:
         raise WireError("UnknownOperationException", f"The request has no X-Amz-Target header: a "
                         f"{service_model.service_name} request names its operation as {prefix}.<Operation>")
-    if given != prefix:
-        raise WireError("UnknownOperationException", f"Operation {target} is not supported: it is not an operation "
-                        f"of {service_model.service_name}, whose operations are {prefix}.<Operation>")
+    return checked_operation(service_model, given, name, shown=target, form=f"{prefix}.<Operation>")
+
+
+def checked_operation(service_model: ServiceModel, given: str, name: str, *, shown: str, form: str) -> str:
+    """`name` when `given` is the service's target prefix and the model has that operation; else the
+    service's UnknownOperationException naming what was asked (`shown`) and how it is asked (`form`).
+    The JSON and CBOR protocols name an operation by the same two parts."""
+    if given != service_model.metadata.get("targetPrefix", ""):
+        raise WireError("UnknownOperationException", f"Operation {shown} is not supported: it is not an operation "
+                        f"of {service_model.service_name}, whose operations are {form}")
     if name not in service_model.operation_names:
-        raise WireError("UnknownOperationException", f"Operation {target} is not supported: "
+        raise WireError("UnknownOperationException", f"Operation {shown} is not supported: "
                         f"{service_model.service_name} has no operation {name!r}")
     return name
 

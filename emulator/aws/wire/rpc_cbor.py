@@ -42,6 +42,7 @@ from botocore.model import OperationModel, ServiceModel, Shape
 from emulator.aws.wire import HttpRequest, HttpResponse, WireError, body_bytes
 from emulator.aws.wire.json_rpc import (
     Values,
+    checked_operation,
     error_shape,
     query_error_header,
     request_id,
@@ -62,13 +63,8 @@ def operation_name(service_model: ServiceModel, request: HttpRequest) -> str:
         raise WireError("UnknownOperationException", f"{request.path!r} names no operation: RPC v2 CBOR requests "
                         f"go to /service/{prefix}/operation/<Operation>")
     service, name = unquote(found.group(1)), unquote(found.group(2))
-    if service != prefix:
-        raise WireError("UnknownOperationException", f"Operation {service}.{name} is not supported: "
-                        f"{service_model.service_name}'s operations are /service/{prefix}/operation/<Operation>")
-    if name not in service_model.operation_names:
-        raise WireError("UnknownOperationException", f"Operation {service}.{name} is not supported: "
-                        f"{service_model.service_name} has no operation {name!r}")
-    return name
+    return checked_operation(service_model, service, name, shown=f"{service}.{name}",
+                             form=f"/service/{prefix}/operation/<Operation>")
 
 
 def parse_request(operation_model: OperationModel, request: HttpRequest) -> dict[str, Any]:
