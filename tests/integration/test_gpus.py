@@ -140,6 +140,7 @@ def test_by_default_a_script_choosing_cuda_from_sm_num_gpus_takes_its_cpu_path_a
     assert default.status == "Completed", default.failure_reason
     text = (default.job_dir / "logs" / "algo-2.log").read_text()
     assert "DEVICE dnn_group 0 cpu False" in text and "SUM dnn_group 3.0" in text
+    assert "DEVICE data_group 0 cpu False" in (default.job_dir / "logs" / "algo-1.log").read_text()
     # Emulated: the count reaches the script, CUDA does not; the script's cuda path fails as it would
     # on a machine without CUDA.
     emulated = run_job(load_spec_file(write_again(tmp_path, unique("gpus-emulated"))), RunOptions(gpus="emulate"),
@@ -148,8 +149,9 @@ def test_by_default_a_script_choosing_cuda_from_sm_num_gpus_takes_its_cpu_path_a
     text = (emulated.job_dir / "logs" / "algo-2.log").read_text()
     assert f"DEVICE dnn_group {GPUS} cuda False" in text
     assert "RuntimeError: Found no NVIDIA driver on your system" in text
-    data_text = (emulated.job_dir / "logs" / "algo-1.log").read_text()
-    assert "DEVICE data_group 0 cpu False" in data_text
+    # Not asked of the emulated run's CPU host: algo-2's failure stops it, and under load that can be
+    # before its script prints (CI saw it). That CPU types see no GPU under emulate is
+    # test_emulated_gpus_give_the_services_mpi_launch_shape_and_cpu_hosts_none's.
 
 
 def write_again(tmp_path: Path, name: str) -> Path:
