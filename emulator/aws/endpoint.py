@@ -31,6 +31,7 @@ import botocore.session
 from botocore.model import ServiceModel
 
 from emulator.aws import sigv4
+from emulator.aws.s3 import S3
 from emulator.aws.stub import ApiError, Operation, Service, as_output
 from emulator.aws.wire import HttpRequest, HttpResponse, WireError, json_rpc, query, rest_xml, rpc_cbor
 
@@ -60,28 +61,51 @@ class Endpoint:
         self._targets = {m.metadata.get("targetPrefix"): name for name, m in self.models.items()
                          if m.metadata.get("targetPrefix")}
         self._versions = {m.api_version: name for name, m in self.models.items()}
+        # The S3 roots' paths (as given and with links resolved, longest first): never in a message.
+        roots = {str(p) for s in services if isinstance(s, S3) for p in (s.root, s.root.resolve())}
+        self.private_roots = sorted((r.rstrip("/") for r in roots if r.rstrip("/")), key=len, reverse=True)
 
     # ----------------------------------------------------------------------------------------------
 
     def handle(self, request: HttpRequest) -> HttpResponse:
         """The answer to one request, never an exception: a request that cannot be read, an operation
         that is not emulated, a wrong signature or a failing operation each get the service's error."""
-        service, protocol = self.identify(request)
+        try:
+            service, protocol = self.identify(request)
+        except Exception as err:  # noqa: BLE001 - a bug of ours: still an answer, in the commonest shape
+            return self.failed(request, err, ("s3", "rest-xml"))
         try:
             if service not in self.models:
                 raise WireError("UnknownOperationException" if protocol == "json" else "InvalidAction",
                                 f"hetero-emu serve does not emulate the {service!r} service; it answers "
                                 f"{', '.join(sorted(self.models))}")
             self.check_signature(request, service)
-            return self._call(service, protocol, request)
+            return _inert(self._call(service, protocol, request))
         except _S3RegionError as err:
             return self.wrong_s3_region(self.error(service, protocol, err.code, err.message, err.status, request))
         except (ApiError, WireError, sigv4.SignatureError) as err:
             code, message, status = _error_parts(err)
             return self.error(service, protocol, code, message, status, request)
-        except Exception as err:  # a bug of ours: the client gets a 500 in its own shape, the server goes on
-            log.exception("%s %s failed", request.method, request.path)
-            return self.error(service, protocol, "InternalFailure", f"hetero-emu serve failed: {err!r}", 500, request)
+        except Exception as err:  # noqa: BLE001 - a bug of ours: the client gets a 500 in its own shape
+            return self.failed(request, err, (service, protocol))
+
+    def failed(self, request: HttpRequest, err: BaseException,
+               identified: tuple[str, str] | None = None) -> HttpResponse:
+        """The answer to a request the server itself failed on: a 500 in the service's shape whose
+        message names only a request ID, and the traceback in the server's log under that ID. The
+        exception's text is not sent: it may hold a host path or a piece of another request (the
+        services' own 500s say no more: S3's `InternalError` "We encountered an internal error.
+        Please try again.", https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html)."""
+        try:
+            service, protocol = identified or self.identify(request)
+        except Exception:  # noqa: BLE001 - the request cannot even be told apart: S3's shape
+            service, protocol = "s3", "rest-xml"
+        # The ID in the form its protocol's codec writes (S3: 16 hex digits; the others: a UUID).
+        rid = uuid.uuid4().hex[:16].upper() if protocol == "rest-xml" else str(uuid.uuid4())
+        log.error("request %s: %s %s failed", rid, request.method, request.path, exc_info=err)
+        code = "InternalError" if protocol == "rest-xml" else "InternalFailure"
+        message = f"We encountered an internal error (request ID {rid}; the server's log has the details)."
+        return _with_request_id(self.error(service, protocol, code, message, 500, request), rid)
 
     def too_large(self, request: HttpRequest, limit: int) -> HttpResponse:
         service, protocol = self.identify(request)
@@ -116,7 +140,12 @@ class Endpoint:
             found = CBOR_PATH.match(request.path)
             named = found.group(1) if found else ""
             return service or self._targets.get(named, named), "cbor"
-        form = dict(query.read_form(request)) if _is_form(request) else {}
+        try:
+            form = dict(query.read_form(request)) if _is_form(request) else {}
+        except WireError:
+            # A form that cannot be read (not UTF-8) is still a form: the query protocol's error says
+            # so when `_call` reads it again. Which query service is unknown without its Action.
+            return service or "sts", "query"
         if "Action" in form:
             version = form.get("Version", "")
             return service or self._versions.get(version, f"an API of version {version!r}"), "query"
@@ -169,13 +198,25 @@ class Endpoint:
 
     def error(self, service: str, protocol: str, code: str, message: str, status: int,
               request: HttpRequest) -> HttpResponse:
+        """The service's error answer. Its message names objects as S3 names them (`s3://bucket/key`),
+        never by where they lie on this machine: a path under the S3 root, which an operation's
+        message may name (a spec's check, the local filesystem's error), is written as its URI."""
+        message = self.without_paths(message)
         if protocol == "rest-xml":
-            return rest_xml.serialize_error(code, message, status, resource=request.path, method=request.method)
+            return _inert(rest_xml.serialize_error(code, message, status, resource=request.path,
+                                                   method=request.method))
         model = self.models.get(service) or self.models.get("sagemaker")
         assert model is not None
         codec = query if protocol == "query" else RPC[protocol]
         response: HttpResponse = codec.serialize_error(model, code, message, status)
-        return response
+        return _inert(response)
+
+    def without_paths(self, message: str) -> str:
+        """`message` with each path under the S3 root written as its s3:// URI, and the root itself
+        as "the S3 root"."""
+        for root in self.private_roots:
+            message = message.replace(root + "/", "s3://").replace(root, "the S3 root")
+        return message
 
     def wrong_s3_region(self, response: HttpResponse) -> HttpResponse:
         """S3's answer to a request signed for another region names the right one, in a `Region`
@@ -249,5 +290,27 @@ def _family(service: str) -> str:
     return {"s3": "s3", "sts": "query", "iam": "query"}.get(service, "json")
 
 
-def _request_id() -> str:
-    return uuid.uuid4().hex.upper()[:16]
+# What every answer carries so that a browser never runs what it holds on the server's origin (where
+# the live page is): an object stored as text/html or image/svg+xml opened by a presigned URL, or a
+# message echoing a key. `sandbox` gives the document an opaque origin with scripts, forms and
+# plugins off (https://developer.mozilla.org/docs/Web/HTTP/Headers/Content-Security-Policy/sandbox);
+# `nosniff` keeps the browser to the Content-Type sent. SDKs ignore both headers.
+INERT_HEADERS = {"content-security-policy": "sandbox", "x-content-type-options": "nosniff"}
+
+
+def _inert(response: HttpResponse) -> HttpResponse:
+    response.headers.update(INERT_HEADERS)
+    return response
+
+
+def _with_request_id(response: HttpResponse, rid: str) -> HttpResponse:
+    """`response` naming `rid` as its request ID (header and body) instead of the one its codec made,
+    so that the ID in the message is the one botocore reports (ResponseMetadata.RequestId). Both IDs
+    have one length, so a body's lengths (Content-Length, CBOR's string heads) stay right."""
+    for header in ("x-amzn-requestid", "x-amz-request-id"):
+        made = response.headers.get(header)
+        if made:
+            response.headers[header] = rid
+            if isinstance(response.body, bytes):
+                response.body = response.body.replace(made.encode(), rid.encode())
+    return response

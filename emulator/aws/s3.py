@@ -36,6 +36,7 @@ import http.client
 import io
 import ipaddress
 import json
+import logging
 import os
 import re
 import shutil
@@ -57,6 +58,8 @@ from emulator.aws.stub import ApiError, Operation, Service
 from emulator.spec.s3 import BUCKET_PATTERN
 from emulator.spec.wording import preview
 
+log = logging.getLogger(__name__)
+
 UPLOADS = ".hetero-emu-uploads"  # under the root, beside the buckets
 TEMP_PREFIX = ".hetero-emu-"  # a temporary file inside a bucket's folder (never listed)
 CHUNK = 1 << 20
@@ -73,6 +76,10 @@ HEAD_OPERATIONS = frozenset({"HeadObject", "HeadBucket"})
 RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+# A Content-Type kept for an object: printable text of a header's length, no line breaks (a value
+# given in-process, not through an HTTP parser, is checked here before `serve` sends it as a header).
+_HEADER_TEXT = re.compile(r"[\x20-\x7e\u0080-\uffff]{1,1024}")
+TYPES = "types"  # under UPLOADS: the objects' Content-Types
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 _PART_FILE = re.compile(r"(\d{5})\.([0-9a-f]{32})")
 
@@ -281,9 +288,15 @@ def _answering(name: str, operation: Operation) -> Operation:
             try:
                 return operation(params)
             except PermissionError as err:
-                raise ApiError("AccessDenied", f"Access Denied: the local S3 root refused it ({err})", 403) from None
+                log.warning("%s: the local S3 root refused it: %s", name, err)
+                raise ApiError("AccessDenied", f"Access Denied: the local S3 root refused it ({err.strerror})",
+                               403) from None
             except OSError as err:
-                raise ApiError("InternalError", f"The local S3 root failed: {err}", 500) from None
+                # The file's path stays in the log of whoever runs the root: S3's messages name buckets
+                # and keys, and `serve` answers clients who need not know where the root lies.
+                log.warning("%s: the local S3 root failed: %s", name, err)
+                raise ApiError("InternalError", "We encountered an internal error. Please try again. (The local "
+                               f"S3 root failed: {err.strerror or type(err).__name__}.)", 500) from None
         except ApiError as err:
             if name not in HEAD_OPERATIONS:
                 raise
@@ -358,14 +371,14 @@ class S3(Service):
             raise ApiError("InvalidBucketName", f"The specified bucket is not valid: {preview(name)}: {problem}")
         folder = os.path.join(self.root, str(name))
         if os.path.lexists(folder) and not os.path.isdir(folder):
-            raise ApiError("BucketAlreadyExists", f"The requested bucket name is not available: {folder} exists on "
-                           "the local S3 root and is not a folder", 409)
+            raise ApiError("BucketAlreadyExists", f"The requested bucket name is not available: {name} is a file "
+                           "on the local S3 root, not a folder", 409)
         os.makedirs(self.root, exist_ok=True)
         try:
             os.mkdir(folder)
         except FileExistsError:
             raise ApiError("BucketAlreadyOwnedByYou", "Your previous request to create the named bucket succeeded "
-                           f"and you already own it ({folder})", 409) from None
+                           f"and you already own it ({name})", 409) from None
         return {"Location": f"/{name}"}
 
     # ----------------------------------------------------------------------------------------------
@@ -376,7 +389,7 @@ class S3(Service):
         etag = self._etag(path, status)
         _preconditions(params, etag, status)
         window = _byte_range(params.get("Range"), status.st_size)
-        return self._described(status, etag, window)
+        return self._described(status, etag, window, self._content_type(path, status))
 
     def get_object(self, params: dict[str, Any]) -> dict[str, Any]:
         path, _ = self._object(params)
@@ -391,7 +404,7 @@ class S3(Service):
         except BaseException:
             file.close()
             raise
-        answer = self._described(status, etag, window)
+        answer = self._described(status, etag, window, self._content_type(path, status))
         if window is None:
             answer["Body"] = StreamingBody(file, status.st_size)
         else:
@@ -409,7 +422,8 @@ class S3(Service):
             if self._etag(*self._object(params)).strip('"') not in wanted and "*" not in wanted:
                 raise _precondition_failed()
         temp, digest = self._receive_body(params)
-        _, etag = self._store(temp, bucket, parts, digest, exclusive=params.get("IfNoneMatch") == "*")
+        target, etag = self._store(temp, bucket, parts, digest, exclusive=params.get("IfNoneMatch") == "*")
+        self._keep_content_type(target, params.get("ContentType"))
         return {"ETag": etag}
 
     def copy_object(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -424,9 +438,14 @@ class S3(Service):
             raise ApiError("InvalidRequest", "This copy request is illegal because it is trying to copy an object to "
                            "itself without changing the object's metadata, storage class, website redirect location "
                            "or encryption attributes.")
+        # The copy keeps the source's Content-Type unless the request replaces its metadata (CopyObject,
+        # x-amz-metadata-directive: https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html).
+        kind = params.get("ContentType") if params.get("MetadataDirective") == "REPLACE" else \
+            self._content_type(source_path, source_status)
         with open(source_path, "rb") as file:
             temp, digest, _ = self._receive(_chunks(file))
         target, etag = self._store(temp, bucket, parts, digest)
+        self._keep_content_type(target, kind)
         return {"CopyObjectResult": {"ETag": etag, "LastModified": _when(os.stat(target).st_mtime)}}
 
     def delete_object(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -623,7 +642,7 @@ class S3(Service):
         folder = os.path.join(self._uploads(), upload_id)
         os.mkdir(folder)
         with open(os.path.join(folder, "upload.json"), "w", encoding="utf-8") as out:
-            json.dump({"Bucket": params["Bucket"], "Key": params["Key"]}, out)
+            json.dump({"Bucket": params["Bucket"], "Key": params["Key"], "ContentType": params.get("ContentType")}, out)
         return {"Bucket": params["Bucket"], "Key": params["Key"], "UploadId": upload_id}
 
     def upload_part(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -676,7 +695,9 @@ class S3(Service):
                 raise ApiError("EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size "
                                f"(part {number} is {size} bytes; every part but the last is at least 5 MiB)")
         temp, digest, _ = self._receive(_joined(chosen))
-        _, etag = self._store(temp, bucket, key_parts(params.get("Key")), digest)
+        target, etag = self._store(temp, bucket, key_parts(params.get("Key")), digest)
+        with open(os.path.join(folder, "upload.json"), encoding="utf-8") as file:
+            self._keep_content_type(target, json.load(file).get("ContentType"))
         shutil.rmtree(folder, ignore_errors=True)
         return {"Location": f"https://{params['Bucket']}.s3.{self.region}.amazonaws.com/{params['Key']}",
                 "Bucket": params["Bucket"], "Key": params["Key"], "ETag": etag}
@@ -699,7 +720,8 @@ class S3(Service):
                 upload = json.load(file)
         except (FileNotFoundError, ValueError):
             raise missing from None
-        if upload != {"Bucket": params.get("Bucket"), "Key": params.get("Key")}:
+        if not isinstance(upload, dict) or (upload.get("Bucket"), upload.get("Key")) != (params.get("Bucket"),
+                                                                                           params.get("Key")):
             raise missing
         return folder
 
@@ -737,12 +759,12 @@ class S3(Service):
             raise ApiError("InvalidBucketName", f"The specified bucket is not valid: {preview(name)}: {problem}")
         folder = os.path.join(self.root, str(name))
         if not os.path.isdir(folder):
-            raise ApiError("NoSuchBucket", f"The specified bucket does not exist: {name} (no folder {folder} on the "
-                           "local S3 root)", 404)
+            raise ApiError("NoSuchBucket", f"The specified bucket does not exist: {name} (no folder of that name on "
+                           "the local S3 root)", 404)
         real = os.path.realpath(folder)
         if not self._inside(real, self._top()):
-            raise ApiError("AccessDenied", f"Access Denied: the bucket folder {folder} is a link to {real}, outside "
-                           f"the S3 root {self.root}", 403)
+            raise ApiError("AccessDenied", f"Access Denied: the bucket {name} is a link leading outside the local "
+                           "S3 root", 403)
         return real
 
     def _object(self, params: Mapping[str, Any]) -> tuple[str, os.stat_result]:
@@ -755,8 +777,8 @@ class S3(Service):
         path = os.path.join(bucket, *parts)
         real = os.path.realpath(path)
         if not self._inside(real, self._top()):
-            raise ApiError("AccessDenied", f"Access Denied: {preview(key)} is a link to {real}, outside the S3 root "
-                           f"{self.root}", 403)
+            raise ApiError("AccessDenied", f"Access Denied: {preview(key)} is a link leading outside the local S3 "
+                           "root", 403)
         try:
             status = os.stat(real)
         except (FileNotFoundError, NotADirectoryError):
@@ -776,8 +798,8 @@ class S3(Service):
                 os.mkdir(step)
             real = os.path.realpath(step)
             if not self._inside(real, top):
-                raise ApiError("AccessDenied", f"Access Denied: {step} is a link to {real}, outside the S3 root "
-                               f"{self.root}", 403)
+                raise ApiError("AccessDenied", f"Access Denied: the key prefix {preview('/'.join(parts[:depth + 1]))} "
+                               "is a link leading outside the local S3 root", 403)
             if not os.path.isdir(real):
                 raise ApiError("InvalidArgument", f"The key prefix {'/'.join(parts[:depth + 1])!r} is an object (a "
                                "file) on the local S3 root, so no key can lie under it")
@@ -808,11 +830,12 @@ class S3(Service):
         parent = os.path.dirname(path)
         real = os.path.realpath(parent)
         if not self._inside(real, self._top()):
-            raise ApiError("AccessDenied", f"Access Denied: {parent} is a link to {real}, outside the S3 root "
-                           f"{self.root}", 403)
+            raise ApiError("AccessDenied", f"Access Denied: the folder of {preview(key)} is a link leading outside "
+                           "the local S3 root", 403)
         if parts[-1] != "" and os.path.lexists(path) and not os.path.isdir(path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+            _discard(self._type_file(path))
         folder = parent if parts[-1] != "" else path.rstrip("/")
         while folder.startswith(bucket + os.sep):
             try:
@@ -920,14 +943,51 @@ class S3(Service):
             self._md5s[signature] = digest
         return f'"{digest}"'
 
-    def _described(self, status: os.stat_result, etag: str, window: tuple[int, int] | None) -> dict[str, Any]:
+    # Content-Types: S3 keeps the one a PutObject, CreateMultipartUpload or CopyObject gave and sends
+    # it back with GetObject and HeadObject. The root's files carry none, so each is kept in a small
+    # file under UPLOADS named by the object's path, with the identity of the file it was given for:
+    # a file rewritten by anything else (a job's output) is binary/octet-stream again, not whatever
+    # an earlier upload to that key said.
+
+    def _type_file(self, path: str) -> str:
+        digest = hashlib.sha256(os.fsencode(path)).hexdigest()
+        return os.path.join(self.root, UPLOADS, TYPES, digest[:2], digest)
+
+    def _keep_content_type(self, path: str, kind: object) -> None:
+        record = self._type_file(path)
+        if not isinstance(kind, str) or not kind or kind == DEFAULT_CONTENT_TYPE or not _HEADER_TEXT.fullmatch(kind):
+            _discard(record)  # a type that cannot be a header's value is not kept: the default it is
+            return
+        os.makedirs(os.path.dirname(record), exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=os.path.dirname(record), prefix="type-")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump({"ContentType": kind, "File": list(_signature(os.stat(path)))}, out)
+            os.replace(temp, record)
+        except BaseException:
+            _discard(temp)
+            raise
+
+    def _content_type(self, path: str, status: os.stat_result) -> str:
+        try:
+            with open(self._type_file(path), encoding="utf-8") as file:
+                kept = json.load(file)
+        except (OSError, ValueError):
+            return DEFAULT_CONTENT_TYPE
+        if not isinstance(kept, dict) or kept.get("File") != list(_signature(status)):
+            return DEFAULT_CONTENT_TYPE
+        kind = kept.get("ContentType")
+        return kind if isinstance(kind, str) and _HEADER_TEXT.fullmatch(kind) else DEFAULT_CONTENT_TYPE
+
+    def _described(self, status: os.stat_result, etag: str, window: tuple[int, int] | None,
+                   content_type: str = DEFAULT_CONTENT_TYPE) -> dict[str, Any]:
         """HeadObject's and GetObject's answer but the body: the whole object, or a byte range (206)."""
         length = status.st_size if window is None else window[1] - window[0] + 1
         modified = _when(status.st_mtime)
-        headers = {"content-length": str(length), "etag": etag, "content-type": DEFAULT_CONTENT_TYPE,
+        headers = {"content-length": str(length), "etag": etag, "content-type": content_type,
                    "accept-ranges": "bytes", "last-modified": formatdate(modified.timestamp(), usegmt=True)}
         answer: dict[str, Any] = {"AcceptRanges": "bytes", "LastModified": modified, "ContentLength": length,
-                                  "ETag": etag, "ContentType": DEFAULT_CONTENT_TYPE, "Metadata": {}}
+                                  "ETag": etag, "ContentType": content_type, "Metadata": {}}
         if window is not None:
             answer["ContentRange"] = headers["content-range"] = f"bytes {window[0]}-{window[1]}/{status.st_size}"
         answer["ResponseMetadata"] = _metadata(200 if window is None else 206, headers)

@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Router
 from starlette.types import Receive, Scope, Send
 
@@ -74,24 +77,33 @@ class App:
         self.endpoint = endpoint
         self.body_limit = body_limit
         self.page = Router(routes=list(page))
+        # A page route's HTTPException (StaticFiles' 404 for a file it does not have, a 405) is its
+        # status; without this, Starlette's Router lets it through and Uvicorn answers 500.
+        self._page = ExceptionMiddleware(self.page, handlers={HTTPException: _http_error})
+        # The last resort: whatever still escapes is a bare 500 ("Internal Server Error", never the
+        # traceback: debug is off), and Uvicorn logs the traceback once.
+        self._guarded = ServerErrorMiddleware(self._dispatch)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
                 await self.page(scope, receive, send)
             return
+        await self._guarded(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         if not for_aws(request.method, request.url.path, request.headers, request.query_params):
-            await self.page(scope, receive, send)
+            await self._page(scope, receive, send)
             return
-        response = await self.answer(request)
+        try:
+            response = await self.answer(request)
+        except Exception as err:  # noqa: BLE001 - a bug of ours, answered in the service's shape
+            response = _response(self.endpoint.failed(_head(request), err))
         await response(scope, receive, send)
 
     async def answer(self, request: Request) -> Response:
-        head = HttpRequest(method=request.method, path=scope_path(request.scope),
-                           query=[(k, v) for k, v in request.query_params.multi_items()],
-                           headers={k.lower(): v for k, v in request.headers.items()},
-                           host=(request.headers.get("host") or "").rsplit(":", 1)[0])
+        head = _head(request)
         # Uvicorn's httptools parser takes headers of any size: the limit is kept here.
         if sum(len(k) + len(v) for k, v in request.scope["headers"]) > HEADER_LIMIT:
             return _response(self.endpoint.headers_too_large(head, HEADER_LIMIT))
@@ -152,6 +164,20 @@ class App:
 
 class _TooLarge(Exception):
     pass
+
+
+def _head(request: Request) -> HttpRequest:
+    """The request as the endpoint reads it, without its body yet."""
+    return HttpRequest(method=request.method, path=scope_path(request.scope),
+                       query=[(k, v) for k, v in request.query_params.multi_items()],
+                       headers={k.lower(): v for k, v in request.headers.items()},
+                       host=(request.headers.get("host") or "").rsplit(":", 1)[0])
+
+
+def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return PlainTextResponse(exc.detail, exc.status_code,
+                             headers={**(exc.headers or {}), "X-Content-Type-Options": "nosniff"})
 
 
 def _aws_chunked(headers: dict[str, str]) -> bool:
