@@ -35,12 +35,13 @@ from emulator.spec import request, s3
 
 def write_ticket(path: Path, raw: dict[str, Any], base_dir: Path, s3_root: tuple[Path, str], engine_name: str,
                  created: datetime, overrides: dict[str, Any] | None = None,
-                 images: Mapping[str, str] | None = None, hardware: Mapping[str, str | None] | None = None) -> None:
+                 images: Mapping[str, str] | None = None, hardware: Mapping[str, str | None] | None = None,
+                 host_paths: list[str] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"Request": raw, "BaseDir": str(base_dir), "S3Root": str(s3_root[0]),
                                 "S3Origin": s3_root[1], "Engine": engine_name, "CreationTime": created.isoformat(),
                                 "Overrides": overrides or {}, "Images": dict(images or {}),
-                                "Hardware": dict(hardware or {})}, sort_keys=True))
+                                "Hardware": dict(hardware or {}), "HostPaths": host_paths}, sort_keys=True))
 
 
 def run_options(ticket: Mapping[str, Any]) -> RunOptions:
@@ -59,8 +60,10 @@ def main(argv: list[str]) -> int:
     name = str(ticket["Request"].get("TrainingJobName"))
     try:
         with s3.given_root(ticket["S3Root"], ticket["S3Origin"]):
+            # Checked again under the creator's HostPaths: a link may have changed since the create.
             spec = request.validate_request(ticket["Request"], Path(ticket["BaseDir"]), "CreateTrainingJob",
-                                            ticket.get("Overrides"))
+                                            ticket.get("Overrides"),
+                                            host_paths=request.HostPaths.from_json(ticket.get("HostPaths")))
         result = api.run(spec, run_options(ticket), engine_name=ticket["Engine"],
                          reporter=ConsoleReporter(colour=False))
     except (KeyboardInterrupt, Interrupted):

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 import botocore.session
 from botocore.model import ServiceModel
 
-from emulator.aws import sigv4
+from emulator.aws import sigv4, validation
 from emulator.aws.s3 import S3
 from emulator.aws.stub import ApiError, Operation, Service, as_output
 from emulator.aws.wire import HttpRequest, HttpResponse, WireError, json_rpc, query, rest_xml, rpc_cbor
@@ -56,6 +56,7 @@ class Endpoint:
         self.region = region
         self.credentials = credentials
         self.operations: dict[str, Mapping[str, Operation]] = {s.name: s.operations() for s in services}
+        self.own_patterns = {s.name: s.own_patterns for s in services}
         loader = botocore.session.get_session()
         self.models: dict[str, ServiceModel] = {name: loader.get_service_model(name) for name in self.operations}
         self._targets = {m.metadata.get("targetPrefix"): name for name, m in self.models.items()
@@ -190,6 +191,11 @@ class Endpoint:
             params = query.parse_request(operation_model, form)
         else:
             params = RPC[protocol].parse_request(operation_model, request)
+        # The model's constraints, checked before any handler as each service checks them: a value
+        # past them is the service's 400, never a handler's surprise (emulator/aws/validation.py).
+        found = validation.problems(operation_model, params, self.own_patterns[service])
+        if found:
+            raise ApiError(*validation.error(service, found))
         answer = as_output(handler(params), operation_model.output_shape)
         # Each codec drops ResponseMetadata; S3's reads its status there (206 for a range, 204 for a delete).
         codec = rest_xml if protocol == "rest-xml" else query if protocol == "query" else RPC[protocol]

@@ -206,7 +206,8 @@ def _size(path: Path) -> int:
 def _index_token(token: object) -> int:
     if token is None:
         return 0
-    if isinstance(token, str) and token.isdigit():
+    # The index this service gave: ASCII digits only (str.isdigit takes other scripts' digits too).
+    if isinstance(token, str) and token.isascii() and token.isdigit():
         return int(token)
     raise ApiError("InvalidParameterException", "The specified nextToken is invalid.")
 

@@ -46,6 +46,10 @@ class Service:
     """The operations one AWS service answers locally, by botocore operation name."""
 
     name = ""  # botocore's service name: "sagemaker", "s3", "sts", "logs"
+    # Shape names whose model pattern the service checks itself, by a rule of its own, so the
+    # endpoint's model check (emulator/aws/validation.py) leaves them to it: SageMaker's `S3Uri`
+    # when `serve --allow-host-path` lets a request name a folder under a root given at start.
+    own_patterns: frozenset[str] = frozenset()
 
     def operations(self) -> Mapping[str, Operation]:
         raise NotImplementedError

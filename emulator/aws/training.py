@@ -56,8 +56,15 @@ class SageMakerTraining(Service):
     def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
                  engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None,
                  s3_origin: str = "the session's s3_root", gpus: GpuMode | None = None,
-                 cpus: CpuMode = "instance", inject: tuple[Injection, ...] = ()) -> None:
+                 cpus: CpuMode = "instance", inject: tuple[Injection, ...] = (),
+                 host_paths: request.HostPaths = request.ANY_PATH) -> None:
         self.s3_root = s3_root
+        # Which local paths a request may name (emulator/spec/request.py `HostPaths`): any, for the
+        # user's own process; S3 URIs and the --allow-host-path roots for `hetero-emu serve`.
+        self.host_paths = host_paths
+        if host_paths.roots:
+            # The model's S3Uri pattern would refuse a path under a root; the policy decides instead.
+            self.own_patterns = frozenset({"S3Uri"})
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
@@ -107,19 +114,22 @@ class SageMakerTraining(Service):
         overrides = self.region_override(raw)
         try:
             with s3.given_root(self.s3_root, self.s3_origin):
-                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides)
+                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides,
+                                                host_paths=self.host_paths)
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
         if self.inject and (found := attempts.problems(self.inject, spec.max_run, spec.use_spot_instances)):
             raise ApiError("ValidationException", f"the session's inject: {found[0]}")
         job_dir = spec.output_path / name
         if staging.folder_taken(job_dir, spec.output_s3_uri is not None):
-            raise ApiError("ResourceInUse", f"the output folder {job_dir} of a training job named {name} exists "
+            # Named as the request wrote it: the folder's path on this machine is the server's business.
+            written = str((raw.get("OutputDataConfig") or {}).get("S3OutputPath") or spec.output_path).rstrip("/")
+            raise ApiError("ResourceInUse", f"the output {written}/{name} of a training job named {name} exists "
                            "already (an earlier job's output is never overwritten): choose another job name")
         created = datetime.now(timezone.utc)
         ticket = folder / f"{name}.json"
         driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
-                            overrides, self.images, self.hardware)
+                            overrides, self.images, self.hardware, self.host_paths.to_json())
         transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),
@@ -208,7 +218,7 @@ class SageMakerTraining(Service):
         sort_key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(str(params.get("SortBy")),
                                                                                "CreationTime")
         summaries.sort(key=lambda s: s[sort_key], reverse=params.get("SortOrder") == "Descending")
-        start = int(params.get("NextToken") or 0)
+        start = _page_start(params.get("NextToken"), len(summaries))
         size = int(params.get("MaxResults") or 10)
         page = summaries[start:start + size]
         out: dict[str, Any] = {"TrainingJobSummaries": [{k: v.isoformat() if isinstance(v, datetime) else v
@@ -303,6 +313,18 @@ def with_request(described: Mapping[str, Any], asked: Mapping[str, Any]) -> dict
         here = doc.get(key)
         doc[key] = {**here, **value} if isinstance(value, Mapping) and isinstance(here, Mapping) else value
     return doc
+
+
+def _page_start(token: Any, count: int) -> int:
+    """Where a page starts: its NextToken is the index ListTrainingJobs gave. Any other token is the
+    service's ValidationException (its words as reported by users and mirrored by moto:
+    https://github.com/getmoto/moto/pull/4256), never a failure of ours."""
+    if token is None or token == "":
+        return 0
+    if isinstance(token, str) and token.isascii() and token.isdigit() and int(token) <= count:
+        return int(token)
+    raise ApiError("ValidationException", f'Invalid pagination token because "{str(token)[:200]}" is not a '
+                   "NextToken this ListTrainingJobs returned.")
 
 
 def _time(text: Any) -> datetime:

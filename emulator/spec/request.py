@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from emulator.contract import hyperparameters as encoded_hyperparameters
 from emulator.errors import Problem, SpecError
 from emulator.spec.model import JobSpec
-from emulator.spec.paths import BadPath, parse_uri
+from emulator.spec.paths import BadPath, parse_uri, resolve_path
 from emulator.spec.probes import DISK, Probes
 from emulator.spec.rules import Validator
 from emulator.spec.wording import key_text, preview, type_name
@@ -88,6 +88,69 @@ DERIVED_KEYS = ("sagemaker_job_name", "sagemaker_instance_type")
 
 # An S3 URI as the service accepts it: a bucket name of 3-63 lowercase letters, digits, dots and hyphens.
 S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?", re.DOTALL)
+
+# The request's S3 locations the emulator does not use (Debugger and Profiler), checked all the same:
+# a request names no host path the server was not told it may.
+UNUSED_LOCATIONS = (("DebugHookConfig", "S3OutputPath"), ("ProfilerConfig", "S3OutputPath"))
+UNUSED_LOCATION_LISTS = (("DebugRuleConfigurations", "S3OutputPath"), ("ProfilerRuleConfigurations", "S3OutputPath"))
+REMOTE_SCHEMES = ("s3://", "https://")
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """Which of this machine's files a request may name where the service takes an S3 URI (a
+    channel, the output, checkpoints, TensorBoard, Debugger and Profiler output, the code).
+
+    `roots` None (the default): any local path or file:// URI, relative ones against the caller's
+    folder. This is for code that runs as its user already (`EmulatorSession`, `hetero-emu run`),
+    where naming a folder is the user's own business. A tuple: only s3:// and https:// locations
+    (the service's own rule, the `S3Uri` pattern `(https|s3)://([^/]+)/?(.*)`,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_S3DataSource.html), and a local path
+    only when, with its links and `..` resolved, it lies under one of the roots: `hetero-emu serve`,
+    which answers whoever reaches its port and would otherwise read (a channel of /etc) and write
+    (an output path anywhere) as the server's user, takes `--allow-host-path DIR` for them."""
+
+    roots: tuple[Path, ...] | None = None
+
+    @classmethod
+    def only(cls, roots: Iterable[Path | str] = ()) -> HostPaths:
+        """S3 locations, and local paths under `roots` (resolved now: a root is a real folder)."""
+        return cls(tuple(resolve_path(Path.cwd(), str(root)) for root in roots))
+
+    @classmethod
+    def from_json(cls, value: object) -> HostPaths:
+        """Back from `to_json` (a job driver's ticket)."""
+        return cls(None if not isinstance(value, list) else tuple(Path(str(root)) for root in value))
+
+    def to_json(self) -> list[str] | None:
+        return None if self.roots is None else [str(root) for root in self.roots]
+
+    @property
+    def any_path(self) -> bool:
+        return self.roots is None
+
+    def problem(self, text: str, base_dir: Path, probes: Probes = DISK) -> str | None:
+        """Why a request may not name `text` as a location, or None."""
+        if self.roots is None or text.lower().startswith(REMOTE_SCHEMES):
+            return None
+        if "://" in text and not text.startswith("file://"):
+            return f"{preview(text)} is not an S3 URI (s3:// or https://)"
+        if not self.roots:
+            return f"{preview(text)} is not an S3 URI (s3:// or https://): this server reads and writes no host paths"
+        try:
+            local = parse_uri(text)[1] if text.startswith("file://") else text
+            resolved = probes.resolve(base_dir, local or ".")
+        except BadPath as err:
+            return f"{preview(text)} is {err}"
+        if any(resolved.is_relative_to(root) for root in self.roots):
+            return None
+        return (f"{preview(text)} is not an S3 URI, and not under a folder this server was started with "
+                "--allow-host-path for (links and '..' resolved)")
+
+
+# The user's own process: a request may name any local path.
+ANY_PATH = HostPaths()
+HOST_PATH_HINT = "upload the data to the server's S3 (aws s3 cp/sync) and name its s3://bucket/key"
 
 # Internal (YAML spec) field -> the request's field.
 _TOP = {
@@ -211,12 +274,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def validate_request(raw: Mapping[str, Any], base_dir: Path, source: str | None = None,
-                     overrides: Mapping[str, Any] | None = None, probes: Probes = DISK) -> JobSpec:
+                     overrides: Mapping[str, Any] | None = None, probes: Probes = DISK,
+                     host_paths: HostPaths = ANY_PATH) -> JobSpec:
     """Check a request against every rule at once; return the JobSpec or raise SpecError. `overrides`
-    are internal fields (job_name, output_path) that replace the request's, as the CLI options do."""
+    are internal fields (job_name, output_path) that replace the request's, as the CLI options do.
+    `host_paths`: which local paths the request may name (any, unless the caller is a server)."""
     channels = _channel_names(raw.get("InputDataConfig"))
     v = Validator(base_dir, probes, field_name=RequestNames(channels), hyperparameters_encoded=True)
-    internal, passthrough = _Converter(v, base_dir).job(raw)
+    converter = _Converter(v, base_dir, host_paths)
+    internal, passthrough = converter.job(raw)
+    if converter.refused:
+        # A host path the request may not name: the rules would look at it (does it exist, what is
+        # in it), so they do not run; the problems so far are the answer.
+        raise SpecError(v.problems, source)
     if overrides:
         internal.update(overrides)
     spec = v.job(internal)
@@ -253,9 +323,19 @@ class _Converter:
     """The request -> the internal mapping. Problems only the request can have (its shapes, both
     instance styles, data sources, the code's location) are recorded here in the request's words."""
 
-    def __init__(self, v: Validator, base_dir: Path) -> None:
+    def __init__(self, v: Validator, base_dir: Path, host_paths: HostPaths = ANY_PATH) -> None:
         self.v = v
         self.base_dir = base_dir
+        self.host_paths = host_paths
+        self.refused = False  # the request names a host path it may not
+
+    def host_path_allowed(self, value: object, path: str) -> bool:
+        """Whether the request may name `value` at `path` (`HostPaths`); if not, the problem is recorded."""
+        problem = self.host_paths.problem(value, self.base_dir, self.v.probes) if isinstance(value, str) else None
+        if problem is not None:
+            self.v.fail(path, problem, HOST_PATH_HINT)
+            self.refused = True
+        return problem is None
 
     def mapping(self, raw: Mapping[str, Any], key: str, allowed: tuple[str, ...] | Mapping[str, str],
                 path: str) -> dict[str, Any]:
@@ -287,6 +367,11 @@ class _Converter:
         self.channels(raw, out)
         output = self.mapping(raw, "OutputDataConfig", OUTPUT_KEYS, "OutputDataConfig")
         out["output_path"] = self.uri(output, "S3OutputPath", "OutputDataConfig.S3OutputPath")
+        if out["output_path"] is None and not self.host_paths.any_path:
+            # Without it the job would write to "output" in the server's own folder; the API requires it.
+            v.fail("OutputDataConfig.S3OutputPath", "missing", "where the job's model and output go: s3://bucket/prefix")
+            self.refused = True
+        self.unused_locations(raw)
         compression = output.get("CompressionType")
         if compression not in (None, "GZIP", "NONE"):
             v.fail("OutputDataConfig.CompressionType", f"must be GZIP or NONE, got {preview(compression)}")
@@ -315,14 +400,30 @@ class _Converter:
         out["max_retry_attempts"] = retry.get("MaximumRetryAttempts")
 
     def uri(self, raw: Mapping[str, Any], key: str, path: str) -> Any:
-        """An S3 URI field: s3://bucket/key (under the local S3 root), or a local path or file:// URI."""
+        """An S3 URI field: s3://bucket/key (under the local S3 root), or a local path or file:// URI
+        where `host_paths` allows it."""
         value = raw.get(key)
         if isinstance(value, str) and value[:3].lower() == "s3:" and not S3_URI.fullmatch(value):
             self.v.fail(path, f"{preview(value)} is not a well-formed S3 URI",
                         "s3://bucket/key, the bucket 3-63 lowercase letters, digits, '.' and '-'; or a local "
                         "path or file:// URI")
             return None
+        if not self.host_path_allowed(value, path):
+            return None
         return value
+
+    def unused_locations(self, raw: Mapping[str, Any]) -> None:
+        """The Debugger's and Profiler's S3 locations: unused here, but a request still names no host
+        path it may not."""
+        for key, member in UNUSED_LOCATIONS:
+            config = raw.get(key)
+            if isinstance(config, Mapping):
+                self.host_path_allowed(config.get(member), f"{key}.{member}")
+        for key, member in UNUSED_LOCATION_LISTS:
+            items = raw.get(key)
+            for i, config in enumerate(items if isinstance(items, list) else []):
+                if isinstance(config, Mapping):
+                    self.host_path_allowed(config.get(member), f"{key}[{i}].{member}")
 
     def resources(self, raw: Mapping[str, Any], out: dict[str, Any]) -> None:
         v = self.v
@@ -460,10 +561,16 @@ class _Converter:
         where = sdk.pop("sagemaker_submit_directory", None)
         out["entry_point"] = program
         if where is None:
+            if isinstance(program, str) and not self.host_paths.any_path:
+                # Without a submit directory the program is a script on this machine (the SDK uploads
+                # a lone entry_point so): a host path like any other.
+                self.host_path_allowed(program, "HyperParameters.sagemaker_program")
             return
         path = "HyperParameters.sagemaker_submit_directory"
         if not isinstance(where, str) or not where.strip():
             self.v.fail(path, f"must be a folder, path or URI, got {preview(where)}")
+            return
+        if not self.host_path_allowed(where, path):
             return
         if where[:3].lower() == "s3:" or where.endswith((".tar.gz", ".tgz")):
             out["source_dir"] = where  # sourcedir.tar.gz: the rules map it under the S3 root and check it
@@ -618,4 +725,5 @@ def dumps_request(request: Mapping[str, Any]) -> str:
     return json.dumps(request, indent=2) + "\n"
 
 
-__all__ = ["dumps_request", "is_request", "load_request", "read_input", "request_from_spec", "validate_request"]
+__all__ = ["ANY_PATH", "HostPaths", "dumps_request", "is_request", "load_request", "read_input", "request_from_spec",
+           "validate_request"]
