@@ -40,10 +40,13 @@ TORCHRUN_LOCAL = "127.0.0.1:29500"
 
 def _label(*lines: str, left: bool = False) -> str:
     """Lines as one DOT label: each line's backslashes kept as text (a group may be named `a\\nb`),
-    joined by DOT's centred line break (`left`: left-justified ones)."""
-    if left:
-        return "".join(graphviz.escape(line) + r"\l" for line in lines)
-    return r"\n".join(graphviz.escape(line) for line in lines)
+    joined by DOT's centred line break (`left`: left-justified ones). Always a quoted string, never
+    an HTML-like label: the graphviz package writes a value in `<...>` unquoted, as HTML, unless it is
+    marked `nohtml` (graphviz/quoting.py `quote`), and joining lines drops `escape`'s mark."""
+    joined = "".join(graphviz.escape(line) + r"\l" for line in lines) if left else \
+        r"\n".join(graphviz.escape(line) for line in lines)
+    label: str = graphviz.nohtml(joined)
+    return label
 
 
 def launcher(plan: Plan) -> str:

@@ -41,6 +41,11 @@ class JobRecord:
         return list(value) if isinstance(value, list) else []
 
 
+# The record's field with the cluster's diagram as DOT text (emulator/diagram.py, written by the run
+# once the hosts are staged), which `hetero-emu serve`'s page draws: not a DescribeTrainingJob field.
+CLUSTER_DOT = "ClusterDot"
+
+
 def _path(job_name: str) -> Path:
     # Job names match ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}: safe as a file name as they are.
     return state_dir() / "jobs" / f"{job_name}.json"

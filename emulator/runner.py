@@ -279,6 +279,9 @@ class Run:
         self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
         self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
         self.training_start: datetime | None = None  # TrainingStartTime: the hosts run
+        # The cluster's diagram (DOT), kept in the job's record for `serve`'s page: the record lies in
+        # the state folder, out of reach of S3, which can overwrite anything in an s3:// job folder.
+        self.cluster_dot: str | None = None
         self.stopping = False  # asked to stop (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`)
         # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
         ranks = mpi_hosts(plan)
@@ -413,6 +416,7 @@ class Run:
                     SecondaryStatusTransitions=self.transitions,
                     CreationTime=(self.creation or self.began or self.now()).isoformat(),
                     **({"TrainingStartTime": self.training_start.isoformat()} if self.training_start else {}),
+                    **({job_records.CLUSTER_DOT: self.cluster_dot} if self.cluster_dot else {}),
                     # Who runs it: `logs --follow` ends when this process is gone, even if it never said.
                     Driver=current_driver())
 
@@ -925,12 +929,14 @@ class Run:
             self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
 
     def write_cluster_dot(self) -> None:
-        """cluster.dot in the job folder (the diagram `render` draws), for `hetero-emu serve`'s job page.
-        A picture for the page only: whatever goes wrong costs a warning, never the job."""
+        """cluster.dot in the job folder (the diagram `render` draws), and the same text in the job's
+        record, which `hetero-emu serve`'s job page draws. A picture only: whatever goes wrong costs a
+        warning, never the job."""
         try:
             from emulator import diagram
 
-            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(diagram.graph(self.plan).source)
+            self.cluster_dot = diagram.graph(self.plan).source
+            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(self.cluster_dot)
         except Exception as err:  # nothing about the picture may fail the job
             self.reporter.warn(f"cluster.dot not written: {err}")
 

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode
+from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -45,7 +46,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from emulator import contract, diagram, hostfiles, job_records
+from emulator import contract, hostfiles, job_records
 from emulator import metrics as metrics_module
 from emulator.aws.stub import ApiError
 from emulator.backend import Backend
@@ -86,6 +87,18 @@ EVENT_LINES = 2000
 FINAL_STATUSES = ("Completed", "Failed", "Stopped")
 # The newest jobs the index lists (each is described: job.json read).
 INDEX_JOBS = 200
+# How many drawn diagrams LiveJobs keeps (one per job the page showed, about 10 KB each).
+SVG_CACHE = 256
+# What `inert_svg` lets through of Graphviz's SVG: the elements and attributes it writes for shapes,
+# text and tooltips, and the ids and classes it gives them itself.
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"
+SVG_ELEMENTS = frozenset({"svg", "g", "title", "polygon", "polyline", "path", "ellipse", "text"})
+SVG_ATTRIBUTES = frozenset({"width", "height", "viewBox", "id", "class", "transform", "fill", "stroke", "points",
+                            "d", "cx", "cy", "rx", "ry", "x", "y", "text-anchor", "font-family", "font-size",
+                            "font-weight", "font-style", "stroke-width", "stroke-dasharray", "fill-opacity",
+                            "stroke-opacity"})
+SVG_ID = re.compile(r"(graph|node|edge|clust)[0-9]{1,6}")
+SVG_CLASSES = frozenset({"graph", "node", "edge", "cluster"})
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 
@@ -158,11 +171,13 @@ class JobSource(Protocol):
         ...
 
     def diagram_svg(self, name: str) -> str | None:
-        """The cluster diagram as SVG; None without one (or without Graphviz)."""
+        """The cluster diagram as SVG that holds only shapes and text (`inert_svg`); None without one
+        (or without Graphviz)."""
         ...
 
     def diagram_dot(self, name: str) -> str | None:
-        """The cluster diagram's DOT text; None before the job folder has one."""
+        """The cluster diagram's DOT text, made by the emulator from the job's plan; None before the
+        run has staged the hosts."""
         ...
 
 
@@ -179,7 +194,7 @@ class LiveJobs:
         self.training = training
         self.engine_name = engine_name
         self._backend: Backend | None = None
-        self._svg: dict[Path, tuple[tuple[int, int], str | None]] = {}
+        self._svg: dict[str, str | None] = {}  # the SHA-256 of a DOT text -> its SVG
         # job folder -> (its host folders, each host's group, type and group index), read once staged
         self._layouts: dict[Path, tuple[list[Path], dict[str, tuple[str, str, int]]]] = {}
         self._seen_running: dict[str, float] = {}  # container -> when a look first saw it running
@@ -367,41 +382,65 @@ class LiveJobs:
         return metrics_module.read(self._record(name).job_dir)
 
     def diagram_dot(self, name: str) -> str | None:
-        path = self._record(name).job_dir / diagram.DOT_FILE
-        text = hostfiles.read_text_bounded(path, 4 << 20)
-        return text or None
+        """The DOT text the run made from the job's plan and keeps in the job's record
+        (`job_records.CLUSTER_DOT`), never the job folder's cluster.dot: for an s3:// output that
+        folder lies under the S3 root, where any S3 client can put a cluster.dot or cluster.svg of
+        its own (with a `javascript:` link, say)."""
+        text = self._record(name).doc.get(job_records.CLUSTER_DOT)
+        return text if isinstance(text, str) and text else None
 
     def diagram_svg(self, name: str) -> str | None:
-        """cluster.dot drawn by Graphviz's `dot -Tsvg` (run once per version of the file)."""
-        path = self._record(name).job_dir / diagram.DOT_FILE
-        try:
-            stat = path.stat()
-        except OSError:
+        """The recorded DOT drawn by Graphviz's `dot -Tsvg` (once per text), if only shapes and text."""
+        dot = self.diagram_dot(name)
+        if dot is None:
             return None
-        key = (stat.st_mtime_ns, stat.st_size)
-        cached = self._svg.get(path)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        svg = draw_svg(path)
-        self._svg[path] = (key, svg)
-        return svg
+        key = hashlib.sha256(dot.encode("utf-8", "surrogatepass")).hexdigest()
+        if key not in self._svg:
+            if len(self._svg) >= SVG_CACHE:
+                self._svg.clear()
+            self._svg[key] = draw_svg(dot)
+        return self._svg[key]
 
 
-def draw_svg(dot_file: Path, program: str = "dot") -> str | None:
-    """The SVG Graphviz draws of a DOT file, without its XML prolog (to sit inside HTML); None when
-    Graphviz is not installed or fails."""
+def draw_svg(dot: str, program: str = "dot") -> str | None:
+    """The SVG Graphviz draws of DOT text, as `inert_svg` writes it again (to sit inside HTML); None
+    when Graphviz is not installed or fails, or draws more than shapes and text."""
     found = shutil.which(program)
     if found is None:
         return None
     try:
-        done = subprocess.run([found, "-Tsvg", str(dot_file)], capture_output=True, timeout=30, check=False)
+        done = subprocess.run([found, "-Tsvg"], input=dot.encode("utf-8", "replace"), capture_output=True,
+                              timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
         return None
     text = done.stdout.decode("utf-8", errors="replace")
     start = text.find("<svg")
-    return text[start:] if start >= 0 else None
+    return inert_svg(text[start:]) if start >= 0 else None
+
+
+def inert_svg(text: str) -> str | None:
+    """Graphviz's SVG written again from its parsed elements, if they are only what Graphviz draws for
+    `emulator.diagram` (groups, shapes, text, tooltips) with Graphviz's own ids and classes; None for
+    anything else. The page embeds the SVG in its HTML, so nothing in it may act: a DOT `URL` or
+    `href` becomes an `<a xlink:href>` (a `javascript:` link), an `id` or `class` could shadow the
+    page's own, an image would be fetched. Written again, it has no comments, no prolog and every
+    text escaped by the serializer (https://graphviz.org/docs/outputs/svg/)."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError:
+        return None
+    for element in root.iter():
+        namespace, _, tag = element.tag.rpartition("}")
+        if namespace != "{" + SVG_NAMESPACE or tag not in SVG_ELEMENTS:
+            return None
+        for name, value in element.attrib.items():
+            if name not in SVG_ATTRIBUTES or (name == "id" and not SVG_ID.fullmatch(value)) or \
+                    (name == "class" and value not in SVG_CLASSES):
+                return None
+    ElementTree.register_namespace("", SVG_NAMESPACE)
+    return ElementTree.tostring(root, encoding="unicode")
 
 
 def split_lines(data: bytes, offset: int, *, final: bool = False, full: bool = False) -> tuple[list[str], int]:

@@ -697,16 +697,17 @@ def test_livejobs_stop_goes_through_stoptrainingjob(live: tuple[LiveJobs, Path])
         source.stop(JOB)
 
 
-def test_livejobs_draws_the_diagram_once_per_version_of_cluster_dot(live: tuple[LiveJobs, Path],
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_livejobs_draws_the_diagram_once_per_recorded_dot(live: tuple[LiveJobs, Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     source, folder = live
     assert source.diagram_svg(JOB) is None and source.diagram_dot(JOB) is None  # not staged yet
-    (folder / "cluster.dot").write_text('digraph cluster { "host_algo-1" [label="algo-1"] }\n')
+    job_records.record(JOB, folder, Status.IN_PROGRESS,
+                       ClusterDot='digraph cluster { "host_algo-1" [label="algo-1"] }\n')
     assert source.diagram_dot(JOB) is not None and "algo-1" in (source.diagram_dot(JOB) or "")
     if shutil.which("dot") is None:
         pytest.skip("Graphviz's dot is not installed")
     svg = source.diagram_svg(JOB)
-    assert svg is not None and svg.startswith("<svg") and "algo&#45;1" in svg
+    assert svg is not None and svg.startswith("<svg") and ">algo-1</text>" in svg
     runs: list[object] = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: runs.append(a))
     assert source.diagram_svg(JOB) == svg and runs == []  # cached
@@ -715,7 +716,7 @@ def test_livejobs_draws_the_diagram_once_per_version_of_cluster_dot(live: tuple[
 def test_livejobs_without_graphviz_has_no_svg(live: tuple[LiveJobs, Path], monkeypatch: pytest.MonkeyPatch,
                                               tmp_path: Path) -> None:
     source, folder = live
-    (folder / "cluster.dot").write_text("digraph cluster { a }\n")
+    job_records.record(JOB, folder, Status.IN_PROGRESS, ClusterDot="digraph cluster { a }\n")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
 
     assert source.diagram_svg(JOB) is None
