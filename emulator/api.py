@@ -581,8 +581,7 @@ class Serving:
 
 def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = None, s3_root: Path | str | None = None,
           credentials: str | None = None, stop_jobs_on_exit: bool = False, images: Mapping[str, str] | None = None,
-          engine_name: str = DEFAULT_ENGINE, ready: Callable[[Serving], None] = lambda serving: None,
-          allow_host_paths: Sequence[Path | str] = ()) -> None:
+          engine_name: str = DEFAULT_ENGINE, ready: Callable[[Serving], None] = lambda serving: None) -> None:
     """Serve every AWS operation the in-process session answers over HTTP (`AWS_ENDPOINT_URL`), and the
     live page of each job, until Ctrl-C or SIGTERM (docs/serve.md). Jobs started through it run in
     their own drivers and outlive the server, as on the service, unless `stop_jobs_on_exit`.
@@ -597,7 +596,6 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
         from emulator.aws.sigv4 import Credentials
         from emulator.sagemaker.local import local_aws, services
         from emulator.serve import page, server
-        from emulator.spec.request import HostPaths
     except ImportError as err:
         raise UsageError(f"`serve` needs the serve extra ({err.name} is not installed)",
                          hint="from a clone: pip install -e '.[serve]' (hetero-emu is not on PyPI yet)") from None
@@ -614,12 +612,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
     except ValueError as err:
         raise UsageError(f"--credentials: {err}", hint="KEY:SECRET, e.g. --credentials emu:$(openssl rand -hex 16)") \
             from None
-    # A request names S3 locations only, or local paths under `allow_host_paths` (docs/serve.md).
-    for root in allow_host_paths:
-        if not Path(root).expanduser().is_dir():
-            raise UsageError(f"--allow-host-path {root}: not a folder", hint="name a folder that exists")
-    aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine_name, origin="serve(s3_root=...)",
-                    host_paths=HostPaths.only(Path(root).expanduser() for root in allow_host_paths))
+    aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine_name, origin="serve(s3_root=...)")
     endpoint = Endpoint(services(aws.training, aws.s3_root, aws.region), aws.region, credentials=checked)
     token = None if checked is None else random_secrets.token_urlsafe(16)
     app = server.App(endpoint, page.routes(page.LiveJobs(aws.training, engine_name), token=token))

@@ -811,10 +811,6 @@ def serve(
                                                     "as on the service).")] = False,
     s3_root: S3RootOpt = None,
     engine_name: EngineOpt = DEFAULT_ENGINE,
-    allow_host_path: Annotated[list[Path] | None, typer.Option(
-        "--allow-host-path", metavar="DIR", show_default=False,
-        help="Let requests name local paths under DIR (repeatable) where the service takes an S3 URI; without "
-        "it, only s3:// and https:// locations (docs/serve.md).")] = None,
 ) -> None:
     """An AWS endpoint for SageMaker training jobs, S3, CloudWatch (Logs), STS and IAM, and a live page
     of each job, until Ctrl-C. Point any SDK or the AWS CLI at it: AWS_ENDPOINT_URL=http://127.0.0.1:4590
@@ -832,8 +828,7 @@ def serve(
                    + ("" if stop_jobs_on_exit else " (jobs it started run on)"))
 
     api.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
-              stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready,
-              allow_host_paths=allow_host_path or ())
+              stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready)
 
 
 @app.command("instance-types")

@@ -536,11 +536,19 @@ def _error(kind_of_failure: str, kind: Family, message: str, details: dict[str, 
 
 
 def _missing(kind: Family) -> SignatureError:
+    return missing_signature(kind, " (hetero-emu serve was started with --credentials: sign requests with that key "
+                             "pair.)")
+
+
+def missing_signature(family: str, why: str) -> SignatureError:
+    """The service's error for a request that carries no signature (`family`: "s3", "json" or "query"),
+    with `why` after the service's own words."""
+    kind = _family(family, None)
     return _error("missing", kind, {
         "s3": "Access Denied",
         "json": "Missing Authentication Token",
         "query": "Request is missing Authentication Token",
-    }[kind] + " (hetero-emu serve was started with --credentials: sign requests with that key pair.)")
+    }[kind] + why)
 
 
 def _malformed(kind: Family, presigned: bool, problem: str) -> SignatureError:

@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.wire import HttpRequest, HttpResponse
 from emulator.errors import EnvironmentProblem
+from emulator.serve import guard, limits
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4590
@@ -73,9 +74,14 @@ class _Spooled:
 class App:
     """The ASGI application: AWS requests to `endpoint`, the rest to `page` routes."""
 
-    def __init__(self, endpoint: Endpoint, page: Sequence[BaseRoute] = (), body_limit: int = BODY_LIMIT) -> None:
+    def __init__(self, endpoint: Endpoint, page: Sequence[BaseRoute] = (), body_limit: int = BODY_LIMIT, *,
+                 names: guard.HostNames | None = None, tally: limits.Tally | None = None) -> None:
         self.endpoint = endpoint
         self.body_limit = body_limit
+        # `names`: the Host names answered, and AWS calls that may change something must be signed
+        # (emulator/serve/guard.py); None (an App a test drives in-process) answers any request.
+        self.names = names
+        self.tally = tally
         self.page = Router(routes=list(page))
         # A page route's HTTPException (StaticFiles' 404 for a file it does not have, a 405) is its
         # status; without this, Starlette's Router lets it through and Uvicorn answers 500.
@@ -93,7 +99,11 @@ class App:
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        if not for_aws(request.method, request.url.path, request.headers, request.query_params):
+        aws = for_aws(request.method, request.url.path, request.headers, request.query_params)
+        if self.names is not None and not self.names.allows(request.headers.get("host")):
+            await self._misdirected(request, aws)(scope, receive, send)
+            return
+        if not aws:
             await self._page(scope, receive, send)
             return
         try:
@@ -104,6 +114,8 @@ class App:
 
     async def answer(self, request: Request) -> Response:
         head = _head(request)
+        if self.names is not None:
+            head.host = self.names.as_endpoint_reads(head.host)
         # Uvicorn's httptools parser takes headers of any size: the limit is kept here.
         if sum(len(k) + len(v) for k, v in request.scope["headers"]) > HEADER_LIMIT:
             return _response(self.endpoint.headers_too_large(head, HEADER_LIMIT))
@@ -128,10 +140,45 @@ class App:
                     spooled.body.close()
             spooled = _Spooled(head.body, spooled.sha256)
         try:
-            answer = await run_in_threadpool(self.endpoint.handle, head)
+            answer = await run_in_threadpool(self._handle, head)
         finally:
             if not isinstance(spooled.body, bytes):
                 spooled.body.close()
+        return _response(answer)
+
+    def _handle(self, head: HttpRequest) -> HttpResponse:
+        """The endpoint's answer, unless the request must be signed and is not (emulator/serve/guard.py);
+        with --credentials the endpoint checks every signature itself."""
+        if self.names is None or self.endpoint.credentials is not None or guard.signed(head.headers, head.query):
+            return self.endpoint.handle(head)
+        try:
+            service, protocol = self.endpoint.identify(head)
+        except Exception:  # noqa: BLE001 - a form that cannot be read: S3's shape, as the endpoint's
+            service, protocol = "s3", "rest-xml"
+        if not guard.needs_signature(head, service):
+            return self.endpoint.handle(head)
+        refused = guard.unsigned_refusal(guard.family_of(protocol))
+        return self.endpoint.error(service, protocol, refused.code, refused.message, refused.status, head)
+
+    def _misdirected(self, request: Request, aws: bool) -> Response:
+        """421 Misdirected Request, for a Host this server does not serve as: in the service's shape for
+        an AWS request, a line of text for a browser's."""
+        if self.tally is not None:
+            self.tally.note("misdirected")
+        host = (request.headers.get("host") or "")[:100]
+        message = (f"hetero-emu serve does not serve as {host!r}: it answers localhost, its own addresses and "
+                   "the names given with --host-name")
+        if not aws:
+            return Response(message + "\n", 421, media_type="text/plain",
+                            headers={"X-Content-Type-Options": "nosniff", "Connection": "close"})
+        head = _head(request)
+        head.body = b""
+        try:
+            service, protocol = self.endpoint.identify(head)
+        except Exception:  # noqa: BLE001 - an unreadable request: S3's shape
+            service, protocol = "s3", "rest-xml"
+        answer = self.endpoint.error(service, protocol, "MisdirectedRequest", message, 421, head)
+        answer.headers["connection"] = "close"
         return _response(answer)
 
     async def _read_body(self, request: Request) -> _Spooled:
@@ -260,10 +307,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(app: App, sock: socket.socket) -> None:
-    """Serve on `sock` until Ctrl-C or SIGTERM (Uvicorn's own handling: open requests finish first)."""
-    import uvicorn
+def run(app: App, sock: socket.socket, bounds: limits.Limits | None = None) -> None:
+    """Serve on `sock` until Ctrl-C or SIGTERM, within `bounds` (emulator/serve/limits.py): at Ctrl-C,
+    requests still being answered get a moment, then their connections are closed (the live page's
+    event streams never end by themselves)."""
+    import logging
 
+    import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    bounds = bounds or limits.Limits()
+    tally = app.tally or limits.Tally(bounds)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            h11_max_incomplete_event_size=HEADER_LIMIT, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+                            http=limits.guarded(AutoHTTPProtocol, bounds, tally),
+                            h11_max_incomplete_event_size=HEADER_LIMIT, timeout_keep_alive=limits.KEEP_ALIVE_SECONDS,
+                            timeout_graceful_shutdown=limits.SHUTDOWN_SECONDS)
+    folded = limits.FoldedLogs(tally)
+    for name in ("asyncio", "uvicorn.error"):
+        logging.getLogger(name).addFilter(folded)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        for name in ("asyncio", "uvicorn.error"):
+            logging.getLogger(name).removeFilter(folded)
+        tally.report()  # what was counted since the last line

@@ -45,6 +45,19 @@ def client(server: Server, service: str, **kwargs: Any) -> Any:
                           config=Config(retries={"max_attempts": 1}, **kwargs))
 
 
+def signed(server: Server, service: str, body: bytes | dict[str, str], headers: dict[str, str]) -> dict[str, str]:
+    """`headers` with botocore's own SigV4 signature over a POST of `body` to the server (`service`: the
+    signing name): a request the server must see signed, since it answers unsigned POSTs with the
+    service's MissingAuthenticationToken (emulator/serve/guard.py)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method="POST", url=server.url + "/", data=body, headers=headers)
+    SigV4Auth(Credentials("emu", "emu"), service, server.region).add_auth(request)
+    return dict(request.headers.items())
+
+
 def error_of(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     with pytest.raises(ClientError) as caught:
         call(*args, **kwargs)
@@ -132,8 +145,9 @@ def test_sts_iam_logs_and_cloudwatch_answer(server: Server) -> None:
 
 
 def test_cloudwatch_answers_its_older_query_protocol_too(server: Server) -> None:
-    answer = requests.post(server.url, data={"Action": "ListMetrics", "Version": "2010-08-01",
-                                             "Namespace": "/aws/sagemaker/TrainingJobs"}, timeout=10)
+    form = {"Action": "ListMetrics", "Version": "2010-08-01", "Namespace": "/aws/sagemaker/TrainingJobs"}
+    answer = requests.post(server.url, data=form, timeout=10, headers=signed(server, "monitoring", form, {
+        "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}))
     assert answer.status_code == 200
     assert b"<ListMetricsResponse" in answer.content
 
@@ -174,8 +188,9 @@ def test_a_request_signed_for_another_region_gets_the_services_answer(server: Se
 
 
 def test_malformed_requests_are_400s_and_the_server_goes_on(server: Server) -> None:
-    bad_json = requests.post(server.url, data=b"{not json", timeout=10, headers={
-        "X-Amz-Target": "SageMaker.ListTrainingJobs", "Content-Type": "application/x-amz-json-1.1"})
+    headers = {"X-Amz-Target": "SageMaker.ListTrainingJobs", "Content-Type": "application/x-amz-json-1.1"}
+    bad_json = requests.post(server.url, data=b"{not json", timeout=10,
+                             headers=signed(server, "sagemaker", b"{not json", headers))
     assert bad_json.status_code == 400
     assert bad_json.json()["__type"].endswith("SerializationException")
     host, port = server.url.removeprefix("http://").split(":")
@@ -191,7 +206,9 @@ def test_a_client_that_disconnects_mid_upload_leaves_the_server_serving(server: 
     host, port = server.url.removeprefix("http://").split(":")
     for _ in range(3):
         with socket.create_connection((host, int(port)), timeout=10) as raw:
-            raw.sendall(b"PUT /cut-off/half HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n" + b"x" * MB)
+            raw.sendall(b"PUT /cut-off/half HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10000000\r\n"
+                        b"Authorization: AWS4-HMAC-SHA256 Credential=emu/20261204/us-west-2/s3/aws4_request, "
+                        b"SignedHeaders=host, Signature=0\r\n\r\n" + b"x" * MB)
     s3 = client(server, "s3")
     assert s3.list_objects_v2(Bucket="cut-off")["KeyCount"] == 0  # nothing half-written is an object
     s3.put_object(Bucket="cut-off", Key="whole", Body=b"ok")
@@ -287,8 +304,9 @@ def test_keys_cannot_leave_the_s3_root(server: Server, tmp_path: Path) -> None:
     for path in ("/escape-here/../../secret.txt", "/escape-here/%2E%2E/%2E%2E/secret.txt",
                  "/escape-here/link/secret.txt"):
         with socket.create_connection((host, int(port)), timeout=10) as raw:
-            raw.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: AWS4-HMAC-SHA256 "
-                        "Credential=emu/20261204/us-west-2/s3/aws4_request, SignedHeaders=host, Signature=0\r\n\r\n"
+            raw.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                        "Authorization: AWS4-HMAC-SHA256 Credential=emu/20261204/us-west-2/s3/aws4_request, "
+                        "SignedHeaders=host, Signature=0\r\n\r\n"
                         .encode())
             answer = b""
             while chunk := raw.recv(65536):

@@ -74,7 +74,9 @@
     const button = document.getElementById("stop");
     button.disabled = true;
     result.textContent = "stopping…";
-    fetch(data.stop, { method: "POST", headers: { Accept: "application/json" }, credentials: "same-origin" })
+    // The server's stop token, in a header no other site's page can send (emulator/serve/page.py).
+    const headers = { Accept: "application/json", "X-Hetero-Emu-Stop-Token": data.stopToken };
+    fetch(data.stop, { method: "POST", headers: headers, credentials: "same-origin" })
       .then(function (response) {
         return response.json().then(function (body) {
           if (response.ok) {
