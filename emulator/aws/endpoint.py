@@ -219,9 +219,10 @@ class Endpoint:
 
     def without_paths(self, message: str) -> str:
         """`message` with each path under the S3 root written as its s3:// URI, and the root itself
-        as "the S3 root"."""
+        as "the S3 root" (the spec's own wording, "S3 root PATH (origin)", loses the path)."""
         for root in self.private_roots:
-            message = message.replace(root + "/", "s3://").replace(root, "the S3 root")
+            message = message.replace(f"S3 root {root}", "S3 root").replace(root + "/", "s3://")
+            message = message.replace(root, "the S3 root")
         return message
 
     def wrong_s3_region(self, response: HttpResponse) -> HttpResponse:

@@ -263,3 +263,32 @@ def test_every_answer_of_the_endpoint_carries_the_inert_headers(server: Server) 
     for headers in (caught.value.response["ResponseMetadata"]["HTTPHeaders"],
                     listed["ResponseMetadata"]["HTTPHeaders"]):
         assert {k: headers.get(k) for k in INERT_HEADERS} == INERT_HEADERS
+
+
+def test_a_path_under_the_s3_root_in_any_message_is_written_as_its_uri(tmp_path: Path) -> None:
+    """A service's message that names a file under the S3 root (a CreateTrainingJob check of an
+    s3:// folder, say) reaches the client with the object's URI instead."""
+    from emulator.aws.s3 import S3
+    from emulator.aws.stub import ApiError
+
+    root = tmp_path / "s3-root"
+    root.mkdir()
+
+    class Naming(Service):
+        name = "sagemaker"
+
+        def operations(self) -> Mapping[str, Operation]:
+            def refuse(params: dict[str, Any]) -> dict[str, Any]:
+                raise ApiError("ResourceInUse", f"the output folder {root}/bucket/out/job exists already (S3 root "
+                               f"{root})")
+            return {"ListTrainingJobs": refuse}
+
+    endpoint = Endpoint([Naming(), S3(root, region="us-west-2")], "us-west-2")
+    answer = endpoint.handle(HttpRequest("POST", "/", [], {"x-amz-target": "SageMaker.ListTrainingJobs",
+                                                           "content-type": "application/x-amz-json-1.1"}, b"{}"))
+    assert isinstance(answer.body, bytes)
+    parsed = create_parser("json").parse({"status_code": answer.status, "headers": answer.headers,
+                                          "body": answer.body}, None)
+
+    assert parsed["Error"]["Code"] == "ResourceInUse"
+    assert parsed["Error"]["Message"] == "the output folder s3://bucket/out/job exists already (S3 root)"
