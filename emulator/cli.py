@@ -7,6 +7,7 @@ Every EmulatorError is mapped to its exit code here and only here (docs/failures
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import shutil
 import signal
@@ -811,6 +812,19 @@ def serve(
                                                     "as on the service).")] = False,
     s3_root: S3RootOpt = None,
     engine_name: EngineOpt = DEFAULT_ENGINE,
+    allow_host_path: Annotated[list[Path] | None, typer.Option(
+        "--allow-host-path", metavar="DIR", show_default=False,
+        help="Let requests name local paths under DIR (repeatable) where the service takes an S3 URI; without "
+        "it, only s3:// and https:// locations (docs/serve.md).")] = None,
+    host_names: Annotated[list[str] | None, typer.Option(
+        "--host-name", metavar="NAME", show_default=False,
+        help="Also answer requests for this name (repeatable): a name of this machine that clients put in the "
+        "URL. Requests for other names get 421, so that no web page can reach the server by DNS rebinding; "
+        "localhost, this machine's addresses and, beyond 127.0.0.1, its host name are always answered.")] = None,
+    max_connections: Annotated[int | None, typer.Option(
+        "--max-connections", min=1, show_default=False,
+        help="Connections open at once (default 1000, fewer when the open-file limit is low); more are "
+        "answered 503 and closed.")] = None,
 ) -> None:
     """An AWS endpoint for SageMaker training jobs, S3, CloudWatch (Logs), STS and IAM, and a live page
     of each job, until Ctrl-C. Point any SDK or the AWS CLI at it: AWS_ENDPOINT_URL=http://127.0.0.1:4590
@@ -824,11 +838,23 @@ def serve(
                    + ("" if credentials else " AWS_ACCESS_KEY_ID=emu AWS_SECRET_ACCESS_KEY=emu")
                    + f"\n  export SAGEMAKER_USER_CONFIG_OVERRIDE={serving.sdk_config}  # the SageMaker SDK's "
                    "default bucket, so it never asks AWS's STS (docs/serve.md)"
-                   + f"\n  live page: {page}\n  Ctrl-C stops the server"
+                   + f"\n  live page: {page}"
+                   + "".join(f"\n  also as {url}" for url in serving.also)
+                   + "\n  Ctrl-C stops the server"
                    + ("" if stop_jobs_on_exit else " (jobs it started run on)"))
 
-    api.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
-              stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready)
+    try:
+        api.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
+                  stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready,
+                  host_names=host_names or (), max_connections=max_connections,
+                  allow_host_paths=allow_host_path or ())
+    except KeyboardInterrupt:
+        # Ctrl-C: the server has stopped and the process ends now. The interpreter's last garbage
+        # collections would walk every object it loaded (botocore's service models above all), most of
+        # a second on a busy machine; frozen objects are left to the exit itself
+        # (https://docs.python.org/3/library/gc.html#gc.freeze).
+        gc.freeze()
+        raise
 
 
 @app.command("instance-types")

@@ -8,7 +8,9 @@
   per host and a stop button; a job that does not exist gets a 404 page that says so;
 - `GET /jobs/{name}/events`: server-sent events with what changed since the last look (host states,
   new log lines, phases, status, metric points), until the job has ended and everything was sent;
-- `POST /jobs/{name}/stop`: StopTrainingJob;
+- `POST /jobs/{name}/stop`: StopTrainingJob, for the page's own button only: the request must carry the
+  server's stop token (which the job page embeds and its script sends as a header) and come from this
+  site by its Origin;
 - `GET /_hetero-emu/static/...`: the page's own script and style sheet (no CDN: the page works offline).
 
 Everything the page shows comes from a `JobSource`; `LiveJobs` is the real one (the job records, the
@@ -28,6 +30,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -36,7 +39,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -87,6 +90,10 @@ EVENT_LINES = 2000
 FINAL_STATUSES = ("Completed", "Failed", "Stopped")
 # The newest jobs the index lists (each is described: job.json read).
 INDEX_JOBS = 200
+# How a stop carries the stop token: a header from the page's script, a field of the plain form.
+STOP_HEADER = "x-hetero-emu-stop-token"
+STOP_FIELD = "stop_token"
+STOP_FORM_BYTES = 4096
 # How many drawn diagrams LiveJobs keeps (one per job the page showed, about 10 KB each).
 SVG_CACHE = 256
 # What `inert_svg` lets through of Graphviz's SVG: the elements and attributes it writes for shapes,
@@ -664,9 +671,10 @@ _templates = Environment(loader=FileSystemLoader(str(HERE / "templates")),
                          autoescape=select_autoescape(["html"], default=True), trim_blocks=True, lstrip_blocks=True)
 
 
-def routes(source: JobSource, *, token: str | None = None) -> list[BaseRoute]:
-    """The page's routes over `source`; with `token`, each one but the static files asks for it."""
-    page = _Page(source, token)
+def routes(source: JobSource, *, token: str | None = None, stop_token: str | None = None) -> list[BaseRoute]:
+    """The page's routes over `source`; with `token`, each one but the static files asks for it.
+    `stop_token`: what a stop must carry (default: a random one, new for each call)."""
+    page = _Page(source, token, stop_token or secrets.token_urlsafe(24))
     return [
         Route("/", page.gated(page.index), methods=["GET", "HEAD"]),
         Route("/jobs/{name}", page.gated(page.job), methods=["GET", "HEAD"]),
@@ -680,9 +688,10 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class _Page:
-    def __init__(self, source: JobSource, token: str | None) -> None:
+    def __init__(self, source: JobSource, token: str | None, stop_token: str) -> None:
         self.source = source
         self.token = token
+        self.stop_token = stop_token
         self.cookie = _cookie_value(token) if token else None
 
     # -- the token
@@ -770,6 +779,7 @@ class _Page:
         dot = None if svg is not None else self.source.diagram_dot(name)
         status = status_of(doc)
         data = {"job": name, "events": f"/jobs/{name}/events", "stop": f"/jobs/{name}/stop",
+                "stopToken": self.stop_token,
                 "groups": {g: {"fill": c.fill, "stroke": c.stroke} for g, c in colours.items()},
                 "hosts": [h.to_json() for h in hosts], "failure": FAILURE, "status": status}
         return {"name": name, "status": status, "hosts": hosts, "colours": colours, "svg": svg, "dot": dot,
@@ -790,7 +800,7 @@ class _Page:
 
     async def stop(self, request: Request) -> Response:
         name = request.path_params["name"]
-        if not _same_origin(request):
+        if not _same_origin(request) or not await self._stop_token_given(request):
             return JSONResponse({"error": "a stop must come from this page"}, 403)
         if not _job_name(name):
             return self.not_found(name)
@@ -806,6 +816,21 @@ class _Page:
         if wants_json:
             return JSONResponse({"stopping": name})
         return RedirectResponse(f"/jobs/{name}", status_code=303)
+
+
+    async def _stop_token_given(self, request: Request) -> bool:
+        """Whether a stop carries the server's stop token: in the STOP_HEADER the page's script sends, or
+        (the page without script) the form's STOP_FIELD. Another site's page cannot read the token, so it
+        cannot send it, Origin or not (an older browser or a privacy setting may leave Origin out)."""
+        given = request.headers.get(STOP_HEADER)
+        if given is None and request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > STOP_FORM_BYTES:
+                    return False
+            given = next(iter(parse_qs(body.decode("latin-1")).get(STOP_FIELD, [])), None)
+        return given is not None and hmac.compare_digest(given.encode(), self.stop_token.encode())
 
 
 async def _sse(stream: JobStream, first: tuple[list[Event], bool]) -> AsyncIterator[str]:

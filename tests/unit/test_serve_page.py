@@ -432,15 +432,25 @@ def test_the_stream_object_sends_nothing_twice() -> None:
 # Stop
 
 
+def stop_token(http: TestClient) -> str:
+    """The stop token the job page embeds for its script (emulator/serve/page.py `_Page.stop`)."""
+    embedded = re.search(r'<script type="application/json" id="job-data">(.*?)</script>', http.get(f"/jobs/{JOB}").text,
+                         re.S)
+    assert embedded is not None
+    return str(json.loads(embedded[1])["stopToken"])
+
+
 def test_the_stop_button_posts_and_stops_the_job() -> None:
     source = FakeSource([Frame()])
     http = client(source)
     body = http.get(f"/jobs/{JOB}").text
     assert f'<form id="stop-form" method="post" action="/jobs/{JOB}/stop">' in body
+    token = stop_token(http)
 
-    answer = http.post(f"/jobs/{JOB}/stop", headers={"Accept": "application/json"})
+    answer = http.post(f"/jobs/{JOB}/stop", headers={"Accept": "application/json", page.STOP_HEADER: token})
     assert answer.status_code == 200 and answer.json() == {"stopping": JOB}
-    plain = http.post(f"/jobs/{JOB}/stop", follow_redirects=False)
+    # The form as a browser without script posts it, with the token in its hidden field.
+    plain = http.post(f"/jobs/{JOB}/stop", data={page.STOP_FIELD: token}, follow_redirects=False)
     assert plain.status_code == 303 and plain.headers["location"] == f"/jobs/{JOB}"
     assert source.stopped == [JOB, JOB]
 
@@ -448,7 +458,8 @@ def test_the_stop_button_posts_and_stops_the_job() -> None:
 def test_a_refused_stop_says_why() -> None:
     source = FakeSource([Frame()], refuse_stop="The request was rejected because the training job is in status "
                                                "Completed.")
-    answer = client(source).post(f"/jobs/{JOB}/stop", headers={"Accept": "application/json"})
+    http = client(source)
+    answer = http.post(f"/jobs/{JOB}/stop", headers={"Accept": "application/json", page.STOP_HEADER: stop_token(http)})
 
     assert answer.status_code == 409 and "Completed" in answer.json()["error"]
 
@@ -456,9 +467,12 @@ def test_a_refused_stop_says_why() -> None:
 def test_another_site_cannot_stop_a_job_through_the_browser() -> None:
     source = FakeSource([Frame()])
     http = client(source)
-    cross = http.post(f"/jobs/{JOB}/stop", headers={"Origin": "https://evil.example", "Accept": "application/json"})
-    fetched = http.post(f"/jobs/{JOB}/stop", headers={"Sec-Fetch-Site": "cross-site"})
-    same = http.post(f"/jobs/{JOB}/stop", headers={"Origin": "http://testserver", "Accept": "application/json"})
+    token = stop_token(http)
+    cross = http.post(f"/jobs/{JOB}/stop", headers={"Origin": "https://evil.example", "Accept": "application/json",
+                                                     page.STOP_HEADER: token})
+    fetched = http.post(f"/jobs/{JOB}/stop", headers={"Sec-Fetch-Site": "cross-site", page.STOP_HEADER: token})
+    same = http.post(f"/jobs/{JOB}/stop", headers={"Origin": "http://testserver", "Accept": "application/json",
+                                                    page.STOP_HEADER: token})
 
     assert cross.status_code == 403 and fetched.status_code == 403
     assert same.status_code == 200 and source.stopped == [JOB]
@@ -466,7 +480,8 @@ def test_another_site_cannot_stop_a_job_through_the_browser() -> None:
 
 def test_stopping_an_unknown_job_is_a_404() -> None:
     source = FakeSource([Frame()])
-    assert client(source).post("/jobs/other-job/stop").status_code == 404
+    http = client(source)
+    assert http.post("/jobs/other-job/stop", headers={page.STOP_HEADER: stop_token(http)}).status_code == 404
     assert source.stopped == []
 
 
