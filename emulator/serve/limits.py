@@ -47,8 +47,9 @@ RESERVED_FILES = 256
 # The most a process asks for when its hard limit is "unlimited" (macOS's OPEN_MAX).
 UNLIMITED_FILES = 10240
 REPORT_SECONDS = 60.0
+_BUSY_TEXT = b"hetero-emu serve: too many connections open; try again soon\n"
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-        b"retry-after: 1\r\ncontent-length: 59\r\n\r\nhetero-emu serve: too many connections open; try again soon\n")
+        b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
 
 # What each counted event is, as the minute's log line says it.
 WORDS = {
@@ -98,7 +99,7 @@ class Tally:
         words = {"limit": self.limits.max_connections, "header": self.limits.header_seconds}
         parts = [f"{count} {WORDS[kind].format(**words)}" for kind, count in sorted(self.counts.items())]
         self.counts.clear()
-        log.warning("refused since the last such line: %s", "; ".join(parts))
+        log.warning("refused: %s (counted since the previous such line; one a minute at most)", "; ".join(parts))
 
 
 class FoldedLogs(logging.Filter):
