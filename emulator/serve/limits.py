@@ -13,8 +13,10 @@ alike: `server_state.connections` (every open connection), `cycle` (the request 
 its head is parsed) and `shutdown()` (what Uvicorn calls on each connection when it stops).
 
 The limit on connections sits below the limit on file descriptors (raised from its soft to its hard
-value at start, `raise_open_files`), so accepting never fails for want of one: a connection beyond the
-limit is accepted, answered 503 and closed at once, and costs no more than that.
+value at start, `raise_open_files`), so accepting never fails for want of one. A connection beyond the
+limit takes the place of the one that has waited longest for a request head (a flood of half-open
+connections then displaces itself, while a real client, which sends its head at once, is answered); when
+every open connection is in a request, it is answered 503 and closed at once, and costs no more than that.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=
 
 # What each counted event is, as the minute's log line says it.
 WORDS = {
-    "over_limit": "connections refused over the limit of {limit} open at once (--max-connections)",
+    "over_limit": "connections refused over the limit of {limit} open at once, all in requests (--max-connections)",
+    "displaced": "connections closed that waited longest for a request head, for new ones over the limit of "
+                 "{limit}",
     "slow_head": "connections closed that sent no whole request head within {header:g} s",
     "misdirected": "requests for a host name this server does not serve as, answered 421 (--host-name)",
     "bad_request": "requests that were not HTTP, answered 400",
@@ -122,9 +126,15 @@ class FoldedLogs(logging.Filter):
 
 
 def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[asyncio.Protocol]:
-    """Uvicorn's HTTP protocol `base` with the limits: a connection over `max_connections` answered 503
-    and closed; a request head that takes over `header_seconds` closes its connection; at shutdown, what
-    is still being answered after `grace_seconds` is closed."""
+    """Uvicorn's HTTP protocol `base` with the limits: a request head that takes over `header_seconds`
+    closes its connection; a connection over `max_connections` takes the place of the one that has waited
+    longest for a request head, or, when every open connection is in a request, is answered 503 and
+    closed; at shutdown, what is still being answered after `grace_seconds` is closed.
+
+    Why the oldest waiting one goes first: a flood of half-open connections would otherwise hold every
+    place until the head timeout, and refuse real clients (which send their head at once) meanwhile."""
+    # The connections waiting for a request head, oldest first (a dict keeps the order of insertion).
+    waiting: dict[Any, None] = {}
 
     class Guarded(base):  # type: ignore[valid-type,misc]
         _refused = False
@@ -133,12 +143,16 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if len(self.server_state.connections) >= limits.max_connections:
-                self._refused = True
-                tally.note("over_limit")
-                assert isinstance(transport, asyncio.Transport)
-                transport.write(BUSY)
-                transport.close()
-                return
+                oldest = next(iter(waiting), None)
+                if oldest is None:
+                    self._refused = True
+                    tally.note("over_limit")
+                    assert isinstance(transport, asyncio.Transport)
+                    transport.write(BUSY)
+                    transport.close()
+                    return
+                tally.note("displaced")
+                oldest._drop()
             super().connection_made(transport)
             self._await_head()
 
@@ -165,8 +179,10 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
         def _await_head(self) -> None:
             if self._head_timer is None and not self.transport.is_closing():
                 self._head_timer = self.loop.call_later(limits.header_seconds, self._head_too_slow)
+                waiting[self] = None
 
         def _cancel_head_timer(self) -> None:
+            waiting.pop(self, None)
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
@@ -175,8 +191,13 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
             self._head_timer = None
             if not self.transport.is_closing():
                 tally.note("slow_head")
-                # abort, not close: a client that does not read must not keep the socket open either.
-                self.transport.abort()
+            self._drop()
+
+        def _drop(self) -> None:
+            """Closes the connection now; abort, not close: a client that does not read must not keep
+            the socket open either."""
+            self._cancel_head_timer()
+            self.transport.abort()
 
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
     return Guarded

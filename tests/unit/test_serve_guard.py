@@ -288,10 +288,32 @@ def test_half_open_connections_neither_block_requests_nor_flood_the_log(tmp_path
     assert counted(after, "connections closed that sent no whole request head within 10 s") == 501
 
 
-def test_connections_over_the_limit_are_answered_503_and_closed(tmp_path: Path) -> None:
+def test_over_the_limit_new_connections_displace_the_longest_waiting_for_a_head(tmp_path: Path) -> None:
+    with running_server(tmp_path, ["--max-connections", "40"]) as running, ExitStack() as stack:
+        sts = client(running, "sts")
+        flood = half_open(running, 100, stack)
+        started = time.monotonic()
+        # A real client still gets its answer at once: its connection takes a half-open one's place.
+        assert sts.get_caller_identity()["Account"]
+        assert time.monotonic() - started < 1.0
+        # The 60 oldest made way for the 60 newest, long before the head timeout.
+        assert all(closed_by_server(c, started + 3) for c in flood[:60])
+        assert time.monotonic() - started < limits.HEADER_SECONDS / 2
+        code, output = running.stop()
+    after = output_after_ready(output, running)
+    assert "Traceback" not in output and len(after) <= 3, after
+    assert counted(after, "connections closed that waited longest for a request head, for new ones over the "
+                          "limit of 40") >= 60
+
+
+def test_over_the_limit_with_every_connection_in_a_request_new_ones_get_503(tmp_path: Path) -> None:
     with running_server(tmp_path, ["--max-connections", "40"]) as running:
         with ExitStack() as stack:
-            half_open(running, 40, stack)
+            # 40 uploads whose heads came whole and whose bodies stall: none of them can make way.
+            for _ in range(40):
+                upload = stack.enter_context(socket.create_connection(address(running), timeout=10))
+                upload.sendall(f"PUT /slow/key HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {SIGNED_S3}\r\n"
+                               "Content-Length: 1000000\r\n\r\n".encode() + b"x" * 1000)
             time.sleep(0.5)  # the server has accepted them all
             refused = [stack.enter_context(socket.create_connection(address(running), timeout=10))
                        for _ in range(60)]
@@ -299,7 +321,7 @@ def test_connections_over_the_limit_are_answered_503_and_closed(tmp_path: Path) 
             assert all(a.startswith(b"HTTP/1.1 503 ") for a in answers), answers[:3]
             head, _, body = answers[0].partition(b"\r\n\r\n")
             assert f"content-length: {len(body)}".encode() in head.lower() and b"too many connections" in body
-        # Once the half-open ones are gone, the server takes requests again.
+        # Once the uploads are gone, the server takes requests again.
         sts = client(running, "sts")
         for _ in range(50):
             try:
@@ -312,7 +334,7 @@ def test_connections_over_the_limit_are_answered_503_and_closed(tmp_path: Path) 
         code, output = running.stop()
     after = output_after_ready(output, running)
     assert "Traceback" not in output and len(after) <= 3, after
-    assert counted(after, "connections refused over the limit of 40 open at once") == 60
+    assert counted(after, "connections refused over the limit of 40 open at once, all in requests") == 60
 
 
 def test_the_open_file_limit_is_raised_to_the_hard_one() -> None:
