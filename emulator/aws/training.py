@@ -262,8 +262,11 @@ class SageMakerTraining(Service):
         doc = dict(asked)
         doc.update({"TrainingJobName": record.job_name,
                     "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
-        if record.status.is_final:
-            # A job stopped or failed before staging has no folder: the record describes it.
+        # A job stopped or failed before staging has no folder (no logs/ in it): the record describes it.
+        # Only a folder with logs/ is read: for any other path `api.describe` would ask the engine for
+        # containers labelled with it, a Docker round trip per describe that can only fail (a path is
+        # no job name), and a 500 when the engine is slow to answer.
+        if record.status.is_final and (record.job_dir / "logs").is_dir():
             with contextlib.suppress(UsageError):
                 doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name), asked)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:

@@ -330,3 +330,21 @@ def test_warm_pool_status_and_update_training_job_answer_as_the_service(project:
     assert sm.describe_training_job(TrainingJobName="pooled")["WarmPoolStatus"]["Status"] == "Terminated"
     assert not (job_dir / "warm-pool").exists()
     assert sm.list_training_jobs(WarmPoolStatusEquals="Available")["TrainingJobSummaries"] == []
+
+
+def test_a_job_that_ended_before_staging_is_described_without_asking_the_engine(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its record describes it; asking Docker for a folder's containers cost a round trip per describe,
+    and a 500 whenever the engine was slow to answer."""
+    from emulator import api
+    from emulator.errors import DockerUnavailable
+
+    def unreachable(name: str) -> Any:
+        raise DockerUnavailable("cannot list containers: Read timed out")
+
+    monkeypatch.setattr(api, "engine", unreachable)
+    job_records.record("stopped-early", project / "out" / "stopped-early", "Stopped",
+                       CreationTime="2026-12-04T10:00:00+00:00", FailureReason="stopped before its hosts started")
+    described = client(project).describe_training_job(TrainingJobName="stopped-early")
+    assert described["TrainingJobStatus"] == "Stopped"
+    assert described["FailureReason"] == "stopped before its hosts started"
