@@ -18,6 +18,7 @@ A call no service here answers gets a `NotEmulated` error at once: nothing is ev
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,33 @@ def _known(by_service: Mapping[str, Mapping[str, Operation]]) -> str:
                      for s, ops in sorted(by_service.items()))
 
 
+# Leaf values as_output returns as they are, by their exact type.
+_LEAVES = frozenset({str, int, bool, float})
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds_timestamps(shape: Any) -> bool:
+    """Whether a timestamp shape is anywhere in `shape` (a botocore shape lives as long as its model,
+    and is hashed by identity). A recursive shape is followed once."""
+    seen: set[int] = set()
+    todo = [shape]
+    while todo:
+        here = todo.pop()
+        if id(here) in seen:
+            continue
+        seen.add(id(here))
+        kind = here.type_name
+        if kind == "timestamp":
+            return True
+        if kind == "structure":
+            todo.extend(here.members.values())
+        elif kind == "list":
+            todo.append(here.member)
+        elif kind == "map":
+            todo.append(here.value)
+    return False
+
+
 def as_output(value: Any, shape: Any) -> Any:
     """An answer in the types botocore's parser would give: ISO 8601 text (how job.json stores times)
     becomes a timezone-aware datetime where the API model says timestamp; members the model does not
@@ -100,6 +128,13 @@ def as_output(value: Any, shape: Any) -> Any:
     if shape is None or value is None:
         return value
     kind = shape.type_name
+    if kind != "timestamp" and type(value) in _LEAVES:  # most of an answer: nothing to convert, nothing below
+        return value
+    if not _holds_timestamps(shape):
+        # Nothing in it to convert (GetLogEvents' thousands of events): a copy of the top only, as the
+        # walk would give, so botocore's `setdefault("ResponseMetadata", ...)` never touches the
+        # operation's own dict.
+        return dict(value) if type(value) is dict else value
     if kind == "structure" and isinstance(value, dict):
         members = shape.members
         return {k: as_output(v, members.get(k)) for k, v in value.items()}

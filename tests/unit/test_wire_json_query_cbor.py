@@ -365,6 +365,24 @@ def test_an_answer_keeps_the_members_the_emulator_adds_to_describe_training_job(
     assert cbor == {"Metrics": [], "Extra": {"At": BASE}}
 
 
+
+def test_as_output_converts_timestamp_text_at_any_depth_and_copies_an_answer_it_leaves_as_it_is() -> None:
+    from emulator.aws.stub import as_output
+
+    described = MODELS["sagemaker"].operation_model("DescribeTrainingJob").output_shape
+    answer = as_output({"TrainingJobName": "job", "SecondaryStatusTransitions": [
+        {"Status": "Starting", "StartTime": "2026-01-02T03:04:05+00:00"}]}, described)
+    assert answer["SecondaryStatusTransitions"][0]["StartTime"] == dt.datetime(2026, 1, 2, 3, 4, 5,
+                                                                                 tzinfo=dt.timezone.utc)
+    # GetLogEvents' shapes hold no timestamp (its times are epoch milliseconds, `long`): nothing is
+    # walked, yet the caller's dict is not the one botocore adds ResponseMetadata to.
+    events = {"events": [{"timestamp": 1, "message": "m", "ingestionTime": 2}], "nextForwardToken": "f/0"}
+    kept = as_output(events, MODELS["logs"].operation_model("GetLogEvents").output_shape)
+    assert kept == events
+    kept.setdefault("ResponseMetadata", {})
+    assert "ResponseMetadata" not in events
+
+
 # --------------------------------------------------------------------------------------------------
 # Errors
 
