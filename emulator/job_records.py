@@ -14,6 +14,7 @@ Where: `jobs/` of the state folder (`emulator.state_folder`: `$HETERO_EMU_STATE_
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -86,13 +87,36 @@ def all_jobs() -> list[JobRecord]:
 
 def _read(path: Path) -> JobRecord | None:
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(_text(path))
         # A status that is not one of the service's (a record edited by hand) makes the record unreadable,
         # as a malformed one is (Status raises ValueError).
         return JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), Status(doc["TrainingJobStatus"]),
                          str(doc.get("LastModifiedTime", "")), doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+# Each record's text, kept while its file stays the same file: `hetero-emu serve` reads a record several
+# times per DescribeTrainingJob and every record per ListTrainingJobs, and a stat costs a tenth of a
+# read. Every write renames a new file into place (`write_atomically`), so a changed record is another
+# inode; the text is parsed on every read, so each caller still owns the dict it gets.
+_TEXTS: dict[str, tuple[tuple[int, int, int], str]] = {}
+_TEXTS_KEPT = 4096  # records; more are read again, after the cache is emptied
+
+
+def _text(path: Path) -> str:
+    st = os.stat(path)
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _TEXTS.get(str(path))
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    # Read after the stat: a file replaced in between is cached under the old key, which the next
+    # stat no longer matches.
+    text = path.read_text()
+    if len(_TEXTS) >= _TEXTS_KEPT:
+        _TEXTS.clear()
+    _TEXTS[str(path)] = (key, text)
+    return text
 
 
 def end(job_name: str, status: Status, reason: str | None = None) -> JobRecord | None:

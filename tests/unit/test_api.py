@@ -4,6 +4,7 @@ changing; jobs are found by name after their containers are gone (the local reco
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,29 @@ def test_ending_a_job_its_run_never_recorded_adds_the_final_transition_once(tmp_
     # A job whose record says how it ended is left as it is.
     again = job_records.end("early", "Failed", "late news")
     assert again is not None and again.status == "Stopped" and "FailureReason" not in again.doc
+
+
+def test_a_record_read_again_is_the_file_as_it_is_now_and_each_reader_owns_its_copy(
+        tmp_path: Path, state: Path) -> None:
+    """Records' texts are kept while their file is the same file (serve reads them thousands of times
+    a second): a rewrite within the same clock tick (a new file), a later hand edit of the same size
+    and a removal are each seen at once, and a reader changing its dict changes no other reader's."""
+    job_records.record("kept", tmp_path / "kept", "InProgress")
+    first = job_records.find("kept")
+    assert first is not None and first.status == "InProgress"
+    first.doc["TrainingJobStatus"] = "Mutated"
+    again = job_records.find("kept")
+    assert again is not None and again.doc["TrainingJobStatus"] == "InProgress"
+    job_records.record("kept", tmp_path / "kept", "Completed")  # renamed into place: a new file
+    rewritten = job_records.find("kept")
+    assert rewritten is not None and rewritten.status == "Completed"
+    path = state / "jobs" / "kept.json"
+    text = path.read_text()
+    before = path.stat()
+    path.write_text(text.replace('"Completed"', '"Stopped"'.ljust(len('"Completed"'))))  # same size, same file
+    # A person edits a file seconds after it was written, not within the file system's clock tick.
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    edited = job_records.find("kept")
+    assert edited is not None and edited.status == "Stopped"
+    path.unlink()
+    assert job_records.find("kept") is None
