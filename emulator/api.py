@@ -25,6 +25,7 @@ from emulator import metrics as metrics_module
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
+from emulator.backend.networks import NetworkStuck
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.console import ConsoleReporter, Reporter
 from emulator.debugger import DebugTarget
@@ -530,13 +531,24 @@ def end_pools(job: str | None = None) -> list[warm_pools.Pool]:
 def clean(job: str | None = None, *, everything: bool = False,
           engine_name: str = DEFAULT_ENGINE) -> tuple[list[Resource], list[str]]:
     """Remove the containers and networks of jobs whose driver is gone (all of one job with `job`,
-    every job's with `everything`); returns what was removed and the running jobs left alone."""
+    every job's with `everything`); returns what was removed and the running jobs left alone. A
+    network the engine will not remove until it restarts (moby#42119) is not an error: it is left
+    out of what was removed, and `ps` (or `stuck_networks`) lists it with the fix."""
     backend = engine(engine_name)
     found = backend.find(job)
     chosen = [r for r in found if job is not None or everything or r.orphaned]
     skipped = sorted({r.job for r in found if r not in chosen})
-    backend.remove_resources(chosen)
+    try:
+        backend.remove_resources(chosen)
+    except NetworkStuck as err:
+        chosen = [r for r in chosen if not (r.kind == "network" and r.name in err.networks)]
     return chosen, skipped
+
+
+def stuck_networks(job: str | None = None, *, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:
+    """The networks of emulated jobs that the engine will not remove until it restarts (moby#42119):
+    they hold only their name and their subnet, and block no later job or `clean`."""
+    return [r for r in engine(engine_name).find(job) if r.stuck]
 
 
 def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,

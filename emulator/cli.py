@@ -25,6 +25,7 @@ import typer
 from emulator import api, contract, secrets
 from emulator.attempts import Injection, parse_injection
 from emulator.backend import ExecIO, Resource
+from emulator.backend.networks import RESTART_FIX, STUCK_STATUS
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.catalog import catalog, families
 from emulator.console import ConsoleReporter
@@ -522,13 +523,16 @@ def ps(as_json: JsonOpt = False, engine_name: EngineOpt = DEFAULT_ENGINE) -> Non
     typer.echo(f"{'JOB':<48} {'KIND':<9} {'NAME':<56} {'GROUP':<16} {'DRIVER':<8} STATUS")
     for r in sorted(found, key=lambda r: (r.job, r.kind, r.name)):
         typer.echo(f"{r.job:<48} {r.kind:<9} {r.name:<56} {r.labels.get(LABEL_GROUP, ''):<16} "
-                   f"{_driver_state(r):<8} {r.status}")
+                   f"{_driver_state(r):<8} {STUCK_STATUS if r.stuck else r.status}")
     for row in pool_rows:
         typer.echo(f"{row['job']:<48} {row['kind']:<9} {row['name']:<56} {'':<16} {'-':<8} {row['status']}")
 
 
 def _driver_state(resource: Resource) -> str:
-    """running: a `hetero-emu run` on this machine owns it; gone: left behind (`clean` removes it)."""
+    """running: a `hetero-emu run` on this machine owns it; gone: left behind (`clean` removes it);
+    stuck: a network only an engine restart frees (its status says how)."""
+    if resource.stuck:
+        return "stuck"
     if resource.driver_alive is None:
         return "unknown"
     return "running" if resource.driver_alive else "gone"
@@ -783,16 +787,22 @@ def clean(
     unless named with --job or --all is given."""
     chosen, skipped = api.clean(job, everything=everything, engine_name=engine_name)
     ended = api.end_pools(job)  # warm pools are kept on purpose, for a later job: clean ends them
+    # Said, not failed (exit 0): a stuck network blocks no later job, and no retry removes it.
+    stuck = [r.name for r in api.stuck_networks(job, engine_name=engine_name)]
     if as_json:
         _emit_json({"removed": [{"kind": r.kind, "name": r.name, "job": r.job} for r in chosen]
                     + [{"kind": "warm-pool", "name": str(p.cache()), "job": p.job} for p in ended],
-                    "skipped_running_jobs": skipped})
+                    "skipped_running_jobs": skipped, "stuck_networks": stuck})
         return
     typer.echo(f"removed {sum(r.kind == 'container' for r in chosen)} container(s) and "
                f"{sum(r.kind == 'network' for r in chosen)} network(s)"
                + (f", and ended {len(ended)} warm pool(s): {', '.join(p.job for p in ended)}" if ended else ""))
     if skipped:
         typer.echo(f"left alone, a driver is running them: {', '.join(skipped)} (--job NAME or --all to remove)")
+    if stuck:
+        typer.echo(f"left, the engine will not remove them until it restarts: {', '.join(stuck)} (it counts "
+                   f"endpoints they no longer have, moby#42119; restart the engine: {RESTART_FIX}, then "
+                   "`hetero-emu clean`)")
 
 
 @app.command()

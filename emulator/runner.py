@@ -51,6 +51,7 @@ from emulator import (
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ContainerState
 from emulator.backend.liveness import current_driver
+from emulator.backend.networks import RESTART_FIX
 from emulator.console import ConsoleReporter, Reporter
 from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
@@ -809,13 +810,20 @@ class Run:
                 # can exist before this run reaches the job folder. run_job takes the next name.
                 raise JobFolderTaken(f"another run drew the job name {job} at the same moment",
                                      hint="give the job a job_name, or run it again")
+            if all(r.stuck for r in mine):
+                # Its name is taken until the engine restarts (backend/networks.py, moby#42119).
+                raise EnvironmentProblem(f"the network of an earlier job named {job} is stuck in the engine: {names}",
+                                         hint=f"give this run another --job-name, or restart the engine "
+                                         f"({RESTART_FIX}) and `hetero-emu clean --job {job}`")
             if all(r.orphaned for r in mine):
                 raise EnvironmentProblem(f"containers or networks of an earlier job named {job} are still there: "
                                          f"{names}", hint=f"`hetero-emu clean --job {job}` removes them")
             raise EnvironmentProblem(f"a job named {job} is running now (its containers: {names})",
                                      hint="give this run another --job-name, or stop that job first "
                                      f"(`hetero-emu stop {job}`)")
-        leftovers = {r.job for r in found if r.orphaned}
+        # A stuck network blocks nothing (it holds a name no later job draws, and one small subnet):
+        # `ps` and `clean` tell it with its fix, and a run stays quiet about it.
+        leftovers = {r.job for r in found if r.orphaned and not r.stuck}
         if leftovers:
             self.reporter.warn(
                 f"containers or networks of earlier jobs are still there ({', '.join(sorted(leftovers))}); "

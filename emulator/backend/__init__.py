@@ -89,6 +89,9 @@ class Resource:
     status: str = ""
     # Is the driver that made it still running? None: cannot be told (made on another machine).
     driver_alive: bool | None = False
+    # A network the engine refused to remove with no endpoint left (backend/networks.py, moby#42119):
+    # it stays until the engine restarts, so it blocks no later job and no `clean`.
+    stuck: bool = False
 
     @property
     def orphaned(self) -> bool:
@@ -207,7 +210,11 @@ class Backend(Protocol):
 
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None: ...
 
-    def remove_resources(self, resources: Iterable[Resource]) -> None: ...
+    def remove_resources(self, resources: Iterable[Resource]) -> None:
+        """Remove these containers, then these networks. A network the engine will not remove though
+        nothing is attached any more (moby#42119) is told within seconds: NetworkStuck
+        (backend/networks.py) naming it, once everything else is removed, and `find` marks it `stuck`
+        from then on; anything else not removed: EmulatorError."""
 
     def exec_in(self, container: Resource, command: Sequence[str], io: ExecIO) -> int:
         """Run `command` in a job's container and return its exit code, its output streamed to `io`.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ipaddress
 import math
 import socket
 import threading
@@ -22,7 +23,7 @@ import docker
 import docker.errors
 import requests
 
-from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource, ulimits
+from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource, networks, ulimits
 from emulator.backend.calls import engine_call, epoch, first_line, interrupts_deferred
 from emulator.backend.docker_http import raw_socket, read_timeout
 from emulator.backend.docker_parts import (
@@ -50,6 +51,8 @@ COMMIT_TIMEOUT = 300
 # a whole poll's pause.
 EXIT_SETTLE_SECONDS = 1.0
 EXIT_RECHECK_SECONDS = 0.2
+# How many blocks of the job subnet range a network create tries before the engine picks a subnet.
+CARVED_TRIES = 8
 # What `docker ps --filter status=` calls the states the runner counts as running (inspect's
 # State.Running, which is true when paused, or a container created and not started yet).
 RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
@@ -57,7 +60,7 @@ RUNNING_STATUSES = ["created", "running", "paused", "restarting"]
 
 @dataclass(frozen=True)
 class SubnetMemory:
-    """The subnet (and gateway) the engine last picked for a job network of this kind, kept in the
+    """The subnet (and gateway) a job network of this kind last got (carved, or the engine's pick), kept in the
     engine's memory (backend/engine_memory.py: the state folder) per engine address, as the ulimit
     verdicts are. Best effort both ways: an unreadable or unwritable file only costs the engine's pick."""
 
@@ -191,6 +194,11 @@ class DockerBackend(SharedMembers):
         picked last time is tried first (a network create and remove less: a bridge and its
         firewall rules each, the slowest part of a small job's start); if the engine refuses it
         (another network holds it now), the engine picks again.
+
+        Before any of that, the job gets a block of its own size (a /24 up to 253 hosts) carved out
+        of a range the engine's default pools leave out (backend/networks.py), so that a job
+        network does not take one of the engine's 30-odd default /16s: the engine's own pick is what
+        is left when no block of that range is free.
         """
         labels = {**plan.labels, LABEL_DRIVER: self._driver}
         # EnableNetworkIsolation: an `internal` bridge has no route out, but the host still owns the
@@ -201,7 +209,7 @@ class DockerBackend(SharedMembers):
         last_error: Exception | None = None
         subnets = SubnetMemory(ulimits.engine_key(), plan.network_isolation, self._memory)
         remembered = subnets.recall()
-        for given in ([remembered] if remembered else []) + [None, None, None]:
+        for given in self._carved_subnets(plan, remembered) + ([remembered] if remembered else []) + [None, None, None]:
             try:
                 with interrupts_deferred():
                     # internal=True: a bridge with no route out of the host, while containers on it
@@ -224,12 +232,12 @@ class DockerBackend(SharedMembers):
                     self._track(plan, "network", network["Id"])
             except docker.errors.APIError as err:
                 last_error = err
-                if err.status_code == 409 and given is None:  # the name is taken: a retry does not fix it
+                if err.status_code == 409:  # the name is taken: a retry does not fix it
                     break
                 # Another network holds the remembered subnet, or another job took the one the
                 # engine picked between the two calls: let the engine pick again.
                 continue
-            if given is None:
+            if given is None or given.get("carved"):
                 subnets.remember(config)
             self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
                                                             [h.name for h in plan.hosts])
@@ -238,6 +246,19 @@ class DockerBackend(SharedMembers):
             f"cannot create network {plan.network}: {first_line(last_error or Exception('unknown'))}",
             hint="a network of that name may be left from an earlier run: `hetero-emu clean`",
         )
+
+    def _carved_subnets(self, plan: Plan, remembered: Mapping[str, str] | None) -> list[dict[str, str]]:
+        """The first few blocks of the job subnet range free for this job (backend/networks.py), each
+        with its gateway, after the one the last job got; [] when the engine cannot be listed."""
+        pool = networks.job_subnet_range()
+        try:
+            taken = networks.engine_subnets(self.api.networks()) + networks.local_routes()
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            return []
+        blocks = networks.candidate_subnets(len(plan.hosts), taken, (remembered or {}).get("Subnet"), pool)
+        # A few: each refusal is a job beside that took the block at the same moment.
+        return [{"Subnet": block, "Gateway": str(next(ipaddress.ip_network(block).hosts())), "carved": "yes"}
+                for block in blocks[:CARVED_TRIES]]
 
     @engine_call
     def create_container(self, plan: Plan, host: HostPlan) -> None:
@@ -560,13 +581,23 @@ class DockerBackend(SharedMembers):
                 name = (c.get("Names") or ["?"])[0].lstrip("/")
                 found.append(Resource("container", name, labels.get(LABEL_JOB, ""), labels, c.get("Status", ""),
                                       driver_alive(labels.get(LABEL_DRIVER))))
-            for n in self.api.networks(filters=filters):
-                labels = n.get("Labels") or {}
-                found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels, "",
-                                      driver_alive(labels.get(LABEL_DRIVER))))
+            listed = self.api.networks(filters=filters)
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
             raise DockerUnavailable(f"cannot list containers: {first_line(err)}") from None
+        table = self._stuck_networks()
+        stuck = table.ids()
+        if job is None:
+            table.keep_only(n["Id"] for n in listed)  # removed since (after an engine restart)
+        for n in listed:
+            labels = n.get("Labels") or {}
+            is_stuck = n["Id"] in stuck
+            found.append(Resource("network", n["Name"], labels.get(LABEL_JOB, ""), labels,
+                                  networks.STUCK_STATUS if is_stuck else "", driver_alive(labels.get(LABEL_DRIVER)),
+                                  stuck=is_stuck))
         return found
+
+    def _stuck_networks(self) -> networks.StuckNetworks:
+        return networks.StuckNetworks(ulimits.engine_key(), self._memory)
 
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
         self.stop([r.name for r in resources if r.kind == "container"], grace)
@@ -588,21 +619,40 @@ class DockerBackend(SharedMembers):
                     problems.append(f"container {name}: {first_line(err)}")
 
         containers = [r.name for r in resources if r.kind == "container"]
+        job_networks = [r.name for r in resources if r.kind == "network"]
+        # Each running host's endpoint deleted one at a time before the containers go concurrently:
+        # endpoints deleted at once can leave the engine counting one that is gone, and the network
+        # then cannot be removed until the engine restarts (backend/networks.py, moby#42119).
+        for network in job_networks:
+            self._disconnect_one_by_one(network)
         if containers:
             with ThreadPoolExecutor(max_workers=max(1, min(START_WORKERS, len(containers)))) as pool:
                 list(pool.map(remove_container, containers))
-        for r in resources:
-            if r.kind != "network":
-                continue
+        stuck: list[str] = []
+        for network in job_networks:
             try:
-                self.api.remove_network(r.name)
-            except docker.errors.NotFound:
-                pass
+                networks.remove_network(self.api, network, self._stuck_networks(), docker.errors.NotFound)
+            except networks.NetworkStuck as err:
+                stuck += err.networks
             except docker.errors.APIError as err:
-                problems.append(f"network {r.name}: {first_line(err)}")
+                problems.append(f"network {network}: {first_line(err)}")
         if problems:
-            raise EmulatorError("could not remove everything: " + "; ".join(problems),
+            stuck_note = f" (and {networks.NetworkStuck(stuck).message})" if stuck else ""
+            raise EmulatorError("could not remove everything: " + "; ".join(problems) + stuck_note,
                                 hint="run `hetero-emu clean` once the engine is healthy")
+        if stuck:
+            raise networks.NetworkStuck(stuck)
+
+    def _disconnect_one_by_one(self, network: str) -> None:
+        """Disconnect every container attached to `network` (its running ones: a stopped container
+        has no endpoint), one after the other. Best effort: whatever is left goes with its container."""
+        try:
+            attached = list(self.api.inspect_network(network).get("Containers") or {})
+        except docker.errors.APIError:
+            return
+        for container in attached:
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.disconnect_container_from_network(container, network, force=True)
 
 
     @engine_call

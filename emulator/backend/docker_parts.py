@@ -37,6 +37,7 @@ from emulator.backend.calls import first_line, interrupts_deferred
 from emulator.backend.docker_http import raw_socket
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import current_driver
+from emulator.backend.networks import NetworkStuck
 from emulator.backend.reaper import Reaper
 from emulator.container import Ulimit
 from emulator.errors import DockerUnavailable, EnvironmentProblem
@@ -210,7 +211,13 @@ class Tracker:
             )
         tracked = self.outstanding.get(plan.job_name, {})
         resources = [Resource(kind, ident, plan.job_name, {}) for ident, kind in tracked.items()]
-        remove_resources(resources)
+        try:
+            remove_resources(resources)
+        except NetworkStuck:
+            # Everything else is gone, and no retry removes a stuck network: the watcher is not
+            # left retrying it for ten minutes (the runner says what is left, and the fix, at once).
+            self.untrack(plan, [r.name for r in resources])
+            raise
         self.untrack(plan, [r.name for r in resources])
 
 

@@ -30,6 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from emulator.backend.networks import NetworkStuck, StuckNetworks
+from emulator.backend.networks import remove_network as remove_job_network
+
 # How long a watcher keeps trying to reach an engine that stopped answering before it gives up.
 REAP_PATIENCE = 600.0
 
@@ -129,10 +132,12 @@ def reap(
 ) -> bool:
     """Remove containers first (a network with endpoints cannot go), then networks; retry failures.
 
-    The callables raise LookupError for "already gone" (success) and any other exception for "try
-    again". Returns True when everything is gone.
+    The callables raise LookupError for "already gone" (success), NetworkStuck for a network no retry
+    can remove (given up at once), and any other exception for "try again". Returns True when
+    everything is gone.
     """
     pending = [("container", c) for c in containers] + [("network", n) for n in networks]
+    stuck = False
     deadline = clock() + patience
     delay = 0.5
     last = ""
@@ -144,6 +149,10 @@ def reap(
                 log(f"removed {kind} {ident[:12]}")
             except LookupError:
                 log(f"removed {kind} {ident[:12]} (already gone)")
+            except NetworkStuck as err:
+                # No retry can remove it (backend/networks.py): said now, not after the patience.
+                stuck = True
+                log(f"left {kind} {ident[:12]}: {err.message}; {err.hint}")
             except Exception as err:  # noqa: BLE001 - any engine trouble means "later"
                 still.append((kind, ident))
                 previous = last
@@ -158,7 +167,7 @@ def reap(
                 return False
             sleep(delay)
             delay = min(delay * 2, 10.0)
-    return True
+    return not stuck
 
 
 def _docker_removers() -> tuple[Callable[[str], None], Callable[[str], None]]:
@@ -192,10 +201,10 @@ def _docker_removers() -> tuple[Callable[[str], None], Callable[[str], None]]:
             raise RuntimeError(f"the tasks of service {service[:12]} are still stopping")
 
     def remove_network(ident: str) -> None:
-        try:
-            client().remove_network(ident)
-        except docker.errors.NotFound:
-            raise LookupError(ident) from None
+        from emulator.backend.ulimits import engine_key
+
+        if not remove_job_network(client(), ident, StuckNetworks(engine_key()), docker.errors.NotFound):
+            raise LookupError(ident)
 
     return remove_container, remove_network
 

@@ -17,7 +17,9 @@ It implements the whole engine contract (emulator.backend: the `Backend` protoco
 adds the image's name) and ulimits it refuses (`refused_ulimits`: it then probes them).
 
 The fake is strict where Docker is: a bind mount whose source is missing, a network or container
-name that already exists, starting an unknown container all raise. Misuse of the protocol by the
+name that already exists, starting an unknown container all raise. A network named in `stuck_networks`
+is refused as the Docker engine refuses one it counts endpoints on that are gone (moby#42119): kept,
+NetworkStuck raised, and `find` marks it stuck from then on. Misuse of the protocol by the
 runner (starting twice, creating a container before the network) raises AssertionError.
 """
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource
+from emulator.backend.networks import NetworkStuck
 from emulator.console import Reporter
 from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
@@ -118,6 +121,7 @@ class FakeBackend:
         refused_ulimits: Iterable[Ulimit] | None = None,
         machine: Machine | None = None,
         late_report: Iterable[str] = (),
+        stuck_networks: Iterable[str] = (),
     ) -> None:
         # Of the engine contract's capabilities: building images and probing ulimits as chosen; it
         # publishes ports, passes devices and runs commands in stopped hosts (as the Docker engine).
@@ -148,6 +152,10 @@ class FakeBackend:
         # The first stop() raises KeyboardInterrupt: a second Ctrl-C during the grace period.
         self.interrupt_on_stop = interrupt_on_stop
         self.killed: list[str] = []
+        # Networks the engine refuses to remove with nothing attached (moby#42119), and those it has
+        # refused so far: the Docker engine's `find` marks these stuck (backend/networks.py).
+        self.stuck_networks = set(stuck_networks)
+        self.found_stuck: set[str] = set()
         self._started_events: dict[str, threading.Event] = {}
         self.engine_lost = False
         # guard(): what was still held (containers + networks) when each guard closed.
@@ -451,8 +459,9 @@ class FakeBackend:
                 if c is not None and c.job == plan.job_name:
                     del self.containers[name]
                     self.removed.append(name)
-            if plan.network in self.networks_created and self.networks.pop(plan.network, None) is not None:
-                self.networks_removed.append(plan.network)
+            if plan.network in self.networks_created:
+                self._remove_network(plan.network)
+            self._raise_stuck([plan.network])
 
     @contextlib.contextmanager
     def guard(self, plan: Plan) -> Iterator[None]:
@@ -498,7 +507,8 @@ class FakeBackend:
                 for c in self.containers.values()
             ]
             found += [
-                Resource("network", n, j, {LABEL_MANAGED: "true", LABEL_JOB: j}) for n, j in self.networks.items()
+                Resource("network", n, j, {LABEL_MANAGED: "true", LABEL_JOB: j}, stuck=n in self.found_stuck)
+                for n, j in self.networks.items()
             ]
             found += self.leftovers
         return [r for r in found if job in (None, r.job)]
@@ -512,5 +522,18 @@ class FakeBackend:
             for r in resources:
                 if r.kind == "container" and self.containers.pop(r.name, None) is not None:
                     self.removed.append(r.name)
-                elif r.kind == "network" and self.networks.pop(r.name, None) is not None:
-                    self.networks_removed.append(r.name)
+                elif r.kind == "network":
+                    self._remove_network(r.name)
+            self._raise_stuck([r.name for r in resources if r.kind == "network"])
+
+    def _remove_network(self, name: str) -> None:
+        if name in self.stuck_networks and name in self.networks:
+            self.found_stuck.add(name)
+        elif self.networks.pop(name, None) is not None:
+            self.networks_removed.append(name)
+
+    def _raise_stuck(self, names: Iterable[str]) -> None:
+        """As the Docker engine's removal does, once everything else is removed."""
+        stuck = [n for n in names if n in self.found_stuck and n in self.networks]
+        if stuck:
+            raise NetworkStuck(stuck)

@@ -2,8 +2,8 @@
 stub engine (no Docker): hosts created and attached concurrently, yet a Ctrl-C still leaves no
 container unrecorded and starts no new create; one `docker ps` per poll instead of an inspect per
 host; an exit noticed when the host's stream ends; the engine's last subnet reused for the next job
-network, and the engine asked again when another network holds it; the image inspected once for its
-presence and its labels."""
+network (a /24 of the job range first), and the engine asked again when another network holds it; the
+image inspected once for its presence and its labels."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ class StubEngine:
         self.in_flight = 0
         self.most_in_flight = 0
         self.status: dict[str, str] = {}  # container name -> docker ps status
-        self.subnets_held: set[str] = set()
+        self.subnets_held: set[str] = set()  # refused at create (a job beside took it)
+        self.subnets_listed: list[str] = []  # what `docker network ls` shows other networks hold
         self.engine_ends: list[socket.socket] = []
 
     def _call(self, name: str, arg: Any = None) -> None:
@@ -114,6 +115,10 @@ class StubEngine:
         if subnet in self.subnets_held:
             raise api_error(403, "Pool overlaps with other one on this address space")
         return {"Id": f"net-{len(self.calls)}"}
+
+    def networks(self) -> list[dict[str, Any]]:
+        self._call("networks")
+        return [{"IPAM": {"Config": [{"Subnet": subnet}]}} for subnet in self.subnets_listed]
 
     def inspect_network(self, ident: str) -> dict[str, Any]:
         self._call("inspect_network", ident)
@@ -273,34 +278,50 @@ def test_the_supervisor_wakes_when_a_hosts_stream_ends_not_a_poll_later(monkeypa
     assert 0.15 <= time.monotonic() - began < 1
 
 
-def test_the_next_job_network_reuses_the_engines_last_subnet_in_one_create(
+def test_a_job_network_gets_a_24_of_the_job_range_in_one_create_and_the_next_job_the_next(
     plan_of: Callable[[str], Plan], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Not a whole /16 of the engine's default pools (about 30 in all): a /24 of 172.16.0.0/16, which
+    those pools leave out (backend/networks.py)."""
+    monkeypatch.setattr(backend_docker.networks, "local_routes", lambda: [])
     engine = StubEngine()
-    backend_on(engine, monkeypatch).create_network(plan_of("job-d"))
-    assert engine.names() == ["create_network", "inspect_network", "remove_network", "create_network"]
+    engine.subnets_listed = ["172.17.0.0/16", "172.16.0.0/24"]  # the default bridge, a stuck job network
+    backend = backend_on(engine, monkeypatch)
+    backend.create_network(plan_of("job-d"))
+
+    assert engine.calls == [("networks", None), ("create_network", "172.16.1.0/24")]
+    assert backend._addresses["job-d"]["algo-1"] == "172.16.1.2"  # the gateway (.1) is skipped
 
     engine.calls.clear()
-    backend = backend_on(engine, monkeypatch)
-    plan = plan_of("job-e")
-    backend.create_network(plan)
-
-    assert engine.calls == [("create_network", "172.30.0.0/16")]
-    assert backend._addresses["job-e"]["algo-1"] == "172.30.0.2"  # the gateway is skipped, as before
+    backend_on(engine, monkeypatch).create_network(plan_of("job-e"))
+    assert engine.calls == [("networks", None), ("create_network", "172.16.2.0/24")]
 
 
-def test_a_remembered_subnet_another_network_holds_lets_the_engine_pick_again(
+def test_a_block_a_job_beside_took_at_the_same_moment_is_followed_by_the_next(
     plan_of: Callable[[str], Plan], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(backend_docker.networks, "local_routes", lambda: [])
     engine = StubEngine()
+    engine.subnets_held.add("172.16.0.0/24")  # not listed yet: the engine refuses the create
+    backend_on(engine, monkeypatch).create_network(plan_of("job-g"))
+    assert engine.calls == [("networks", None), ("create_network", "172.16.0.0/24"),
+                            ("create_network", "172.16.1.0/24")]
+
+
+def test_with_the_job_range_full_a_remembered_subnet_another_network_holds_lets_the_engine_pick_again(
+    plan_of: Callable[[str], Plan], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HETERO_EMU_JOB_SUBNETS", "10.8.0.0/24")
+    engine = StubEngine()
+    engine.subnets_listed = ["10.8.0.0/16"]
     SubnetMemory(backend_docker.ulimits.engine_key(), False).remember({"Subnet": "10.9.0.0/24", "Gateway": "10.9.0.1"})
     engine.subnets_held.add("10.9.0.0/24")
     backend = backend_on(engine, monkeypatch)
 
     backend.create_network(plan_of("job-f"))
 
-    assert engine.calls[0] == ("create_network", "10.9.0.0/24")
-    assert engine.names()[1:] == ["create_network", "inspect_network", "remove_network", "create_network"]
+    assert engine.calls[:2] == [("networks", None), ("create_network", "10.9.0.0/24")]
+    assert engine.names()[2:] == ["create_network", "inspect_network", "remove_network", "create_network"]
     assert SubnetMemory(backend_docker.ulimits.engine_key(), False).recall() == {
         "Subnet": "172.30.0.0/16", "Gateway": "172.30.0.1"}
 
