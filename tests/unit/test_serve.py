@@ -319,3 +319,32 @@ def test_a_header_section_over_the_limit_is_refused(server: Server) -> None:
     answer = requests.get(f"{server.url}/any-bucket/key", headers={"X-Amz-Date": "20261204T000000Z",
                                                                    "X-Padding": "a" * 100_000}, timeout=10)
     assert answer.status_code == 400 and b"RequestHeaderSectionTooLarge" in answer.content
+
+
+def test_the_servers_connections_send_each_answer_at_once() -> None:
+    """Nagle's algorithm is off on every accepted connection: with it on, an answer's body (written
+    after its head) waited for the client's delayed ACK, 40 ms per call. asyncio turns it off only
+    for a listening socket whose proto says TCP, which `bind` must therefore name."""
+    import asyncio
+
+    from emulator.serve.server import bind
+
+    async def accepted_nodelay() -> int:
+        listening = bind("127.0.0.1", 0)
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listening)
+        port = listening.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            value = await asyncio.wait_for(seen, 10)
+        server.close()
+        await server.wait_closed()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
