@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +22,7 @@ from testkit import invoke
 from emulator import api
 from emulator.backend import Resource, registry
 from emulator.backend.docker import DockerBackend
+from emulator.backend.docker_parts import Tracker
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.networks import (
     RESTART_FIX,
@@ -228,3 +231,66 @@ def test_a_run_of_the_stuck_networks_job_name_is_refused_with_the_fix(
     with pytest.raises(Exception) as info:
         api.run(job(tmp_path, "stuck-job"), engine_name="fake", reporter=RecordingReporter())
     assert "is stuck in the engine" in str(info.value) and RESTART_FIX in (getattr(info.value, "hint", "") or "")
+
+
+class TeardownEngine:
+    """The calls a Docker teardown makes, recorded: `hosts` running containers attached to the job
+    network; removing the network is refused for active endpoints `refusals` times (None: always)."""
+
+    def __init__(self, hosts: int, refusals: int | None = 0) -> None:
+        self.attached = {f"c{i}": {"Name": f"job-algo-{i}"} for i in range(1, hosts + 1)}
+        self.calls: list[tuple[str, str]] = []
+        self.in_flight = self.most_in_flight = 0
+        self.lock = threading.Lock()
+        self.network = RefusingEngine(refusals)
+
+    def inspect_network(self, ident: str) -> dict[str, Any]:
+        return {"Id": NET_ID, "Name": "job-net", "Containers": dict(self.attached)}
+
+    def disconnect_container_from_network(self, container: str, network: str, force: bool) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.01)  # long enough for a second disconnect to overlap, were they concurrent
+        with self.lock:
+            self.in_flight -= 1
+            self.calls.append(("disconnect", container))
+            self.attached.pop(container, None)
+
+    def remove_container(self, name: str, force: bool, v: bool) -> None:
+        with self.lock:
+            self.calls.append(("remove_container", name))
+
+    def remove_network(self, ident: str) -> None:
+        self.calls.append(("remove_network", ident))
+        self.network.remove_network(ident)
+
+
+def test_teardown_disconnects_each_running_host_one_at_a_time_before_removing_the_containers(
+        tmp_path: Path) -> None:
+    engine = TeardownEngine(hosts=8)
+    backend = DockerBackend(client=SimpleNamespace(api=engine), memory=EngineMemory(tmp_path))  # type: ignore[arg-type]
+    backend.remove_resources([Resource("container", f"c{i}", "job", {}) for i in range(1, 9)]
+                             + [Resource("network", NET_ID, "job", {})])
+
+    kinds = [kind for kind, _ in engine.calls]
+    assert kinds.count("disconnect") == 8 and engine.most_in_flight == 1
+    assert kinds.index("remove_container") > max(i for i, k in enumerate(kinds) if k == "disconnect")
+    assert kinds[-1] == "remove_network" and engine.network.gone
+
+
+def test_a_stuck_network_at_teardown_leaves_the_watcher_nothing_to_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("emulator.backend.networks.STUCK_PAUSES", (0.01,))
+    engine = TeardownEngine(hosts=2, refusals=None)
+    backend = DockerBackend(client=SimpleNamespace(api=engine), memory=EngineMemory(tmp_path))  # type: ignore[arg-type]
+    tracker = Tracker(dict)
+    plan = SimpleNamespace(job_name="job")
+    told: list[str] = []
+    tracker.reapers["job"] = SimpleNamespace(forget=told.append)  # type: ignore[assignment]
+    tracker.outstanding["job"] = {"c1": "container", "c2": "container", NET_ID: "network"}
+
+    with pytest.raises(NetworkStuck):
+        tracker.remove(plan, backend.remove_resources, engine_lost=False)  # type: ignore[arg-type]
+    assert ("remove_container", "c1") in engine.calls and ("remove_container", "c2") in engine.calls
+    assert tracker.outstanding["job"] == {} and sorted(told) == sorted(["c1", "c2", NET_ID])
