@@ -597,7 +597,7 @@ class DockerBackend(SharedMembers):
         return found
 
     def _stuck_networks(self) -> networks.StuckNetworks:
-        return networks.StuckNetworks(ulimits.engine_key(), self._memory)
+        return networks.StuckNetworks(self.api)
 
     def stop_resources(self, resources: Iterable[Resource], grace: float) -> None:
         self.stop([r.name for r in resources if r.kind == "container"], grace)

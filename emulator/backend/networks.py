@@ -18,23 +18,23 @@ themselves, and two endpoints deleted at once can lose one decrement (libnetwork
 and not stored yet). The count then never reaches zero: the engine refuses to remove the network
 ("has active endpoints") though no container is attached, and only an engine restart recounts it.
 `remove_network` tells that refusal from a passing one (an endpoint being deleted right now) within
-seconds, instead of retrying for the watcher's ten minutes, and records the network in the engine's
-memory (`stuck-networks.json`), so that `ps` shows it with the fix and `clean` reports it instead of
-failing.
+seconds, instead of retrying for the watcher's ten minutes, and marks the network in the engine itself
+(`StuckNetworks`: an empty volume labelled with the network's id), so that `ps` shows it with the fix,
+`clean` reports it instead of failing, and a later run does not count it as a leftover, whichever
+state folder each of them has (a test session's own, CI's) and whichever user runs them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator.backend.engine_memory import EngineMemory
 from emulator.errors import EnvironmentProblem
 
 JOB_SUBNETS = "172.16.0.0/16"
@@ -132,37 +132,43 @@ class NetworkStuck(EnvironmentProblem):
         self.networks = list(networks)
 
 
-@dataclass(frozen=True)
 class StuckNetworks:
-    """The networks of one engine found stuck, by id, in the engine's memory (`stuck-networks.json`)."""
+    """The networks of an engine found stuck, marked in the engine itself: one empty volume per network
+    (`hetero-emu-stuck-network-<id>`), labelled with the network's id. Not the state folder: the engine
+    is shared by every state folder and user, and the mark must reach all of them (CI's `clean` runs
+    with one state folder, the test session after it with another). A volume costs no address, no
+    bridge and no process; after an engine restart `clean` removes the network and its mark together.
+    Best effort: an engine that refuses a volume only loses the mark. `api` is docker-py's APIClient."""
 
-    engine: str
-    memory: EngineMemory = EngineMemory()
+    LABEL = "hetero-emu.stuck-network"
 
-    TABLE = "stuck-networks.json"
+    def __init__(self, api: Any) -> None:
+        self._api = api
 
-    def _all(self) -> dict[str, Any]:
-        return self.memory.read(self.TABLE)
+    def _marks(self) -> list[dict[str, Any]]:
+        try:
+            return list((self._api.volumes(filters={"label": self.LABEL}) or {}).get("Volumes") or [])
+        except Exception:  # noqa: BLE001 - a mark that cannot be read is no mark
+            return []
 
     def ids(self) -> set[str]:
-        mine = self._all().get(self.engine)
-        return set(mine) if isinstance(mine, dict) else set()
+        return {str((v.get("Labels") or {}).get(self.LABEL)) for v in self._marks()}
 
     def record(self, ident: str, name: str) -> None:
-        table = self._all()
-        held = table.get(self.engine)
         since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        mine = {**(held if isinstance(held, dict) else {}), ident: {"name": name, "since": since}}
-        self.memory.write(self.TABLE, {**table, self.engine: mine})
+        # Creating a volume of a name that exists gives that volume back: two recorders agree.
+        with contextlib.suppress(Exception):
+            self._api.create_volume(name=f"hetero-emu-stuck-network-{ident[:12]}",
+                                    labels={self.LABEL: ident, "hetero-emu.network-name": name,
+                                            "hetero-emu.stuck-since": since})
 
     def keep_only(self, present: Iterable[str]) -> None:
-        """Forget the networks not in `present` (removed after an engine restart, by hand or by clean)."""
+        """Remove the marks of networks not in `present` (removed after an engine restart)."""
         present = set(present)
-        table = self._all()
-        mine = table.get(self.engine)
-        if not isinstance(mine, dict) or set(mine) <= present:
-            return
-        self.memory.write(self.TABLE, {**table, self.engine: {k: v for k, v in mine.items() if k in present}})
+        for volume in self._marks():
+            if (volume.get("Labels") or {}).get(self.LABEL) not in present:
+                with contextlib.suppress(Exception):
+                    self._api.remove_volume(volume["Name"])
 
 
 def is_active_endpoints_refusal(error: Exception) -> bool:
@@ -175,8 +181,8 @@ def remove_network(api: Any, ident: str, stuck: StuckNetworks, not_found: type[E
                    sleep: Callable[[float], None] = time.sleep) -> bool:
     """Remove a network (by id or name) whose containers are gone: True when removed, False when it
     was not there. A refusal for active endpoints while the network's inspect lists no container is
-    tried again after each of STUCK_PAUSES (at once for one `stuck` already holds: `clean` tries those
-    again in case the engine restarted); still refused, the network is stuck: recorded in `stuck`
+    tried again after each of STUCK_PAUSES (at once for one `stuck` already marks: `clean` tries those
+    again in case the engine restarted); still refused, the network is stuck: marked in `stuck`
     and raised as NetworkStuck. Any other engine error is raised as it is. `api` is docker-py's
     APIClient; `not_found` its NotFound (passed in, so the watcher imports docker-py only when it
     must)."""

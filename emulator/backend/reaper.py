@@ -201,9 +201,7 @@ def _docker_removers() -> tuple[Callable[[str], None], Callable[[str], None]]:
             raise RuntimeError(f"the tasks of service {service[:12]} are still stopping")
 
     def remove_network(ident: str) -> None:
-        from emulator.backend.ulimits import engine_key
-
-        if not remove_job_network(client(), ident, StuckNetworks(engine_key()), docker.errors.NotFound):
+        if not remove_job_network(client(), ident, StuckNetworks(client()), docker.errors.NotFound):
             raise LookupError(ident)
 
     return remove_container, remove_network

@@ -49,11 +49,29 @@ def api_error(status: int, message: str) -> docker.errors.APIError:
     return docker.errors.APIError(message, response=mock.Mock(status_code=status), explanation=message)
 
 
-class RefusingEngine:
+class Volumes:
+    """The engine's volumes, where a stuck network's mark is kept (networks.StuckNetworks)."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, dict[str, Any]] = {}
+
+    def volumes(self, filters: dict[str, str]) -> dict[str, Any]:
+        key = filters["label"]
+        return {"Volumes": [v for v in self.held.values() if key in v["Labels"]]}
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        return self.held.setdefault(name, {"Name": name, "Labels": labels})
+
+    def remove_volume(self, name: str) -> None:
+        del self.held[name]
+
+
+class RefusingEngine(Volumes):
     """A network whose removal the engine refuses `refusals` times (None: always) for active endpoints,
     with `attached` containers on it per its inspect."""
 
     def __init__(self, refusals: int | None, attached: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.refusals = refusals
         self.attached = attached or {}
         self.removes = 0
@@ -73,27 +91,26 @@ class RefusingEngine:
         return {"Id": NET_ID, "Name": "job-net", "Containers": self.attached}
 
 
-@pytest.fixture
-def table(tmp_path: Path) -> StuckNetworks:
-    return StuckNetworks("unix:///var/run/docker.sock", EngineMemory(tmp_path))
-
-
-def test_a_passing_refusal_is_tried_again_and_removes_the_network(table: StuckNetworks) -> None:
+def test_a_passing_refusal_is_tried_again_and_removes_the_network() -> None:
     engine, pauses = RefusingEngine(refusals=1), []
+    table = StuckNetworks(engine)
     assert remove_network(engine, "job-net", table, docker.errors.NotFound, sleep=pauses.append)
     assert engine.gone and pauses == [STUCK_PAUSES[0]]
     assert table.ids() == set()
 
 
-def test_a_network_refused_with_nothing_attached_is_told_stuck_within_seconds_and_recorded(
-        table: StuckNetworks) -> None:
+def test_a_network_refused_with_nothing_attached_is_told_stuck_within_seconds_and_marked_in_the_engine(
+        ) -> None:
     engine, pauses = RefusingEngine(refusals=None), []
+    table = StuckNetworks(engine)
     with pytest.raises(NetworkStuck) as info:
         remove_network(engine, "job-net", table, docker.errors.NotFound, sleep=pauses.append)
     assert sum(pauses) < 5 and engine.removes == len(STUCK_PAUSES) + 1  # not the watcher's 10 minutes
     assert info.value.networks == ["job-net"] and "moby#42119" in info.value.message
     assert RESTART_FIX in (info.value.hint or "")
     assert table.ids() == {NET_ID}
+    # In the engine, not in a state folder: a `clean` or a run with another one sees it too.
+    assert StuckNetworks(engine).ids() == {NET_ID} and list(engine.held) == [f"hetero-emu-stuck-network-{NET_ID[:12]}"]
 
     # Known stuck: tried once more (an engine restart would free it), without the pauses.
     pauses.clear()
@@ -102,17 +119,18 @@ def test_a_network_refused_with_nothing_attached_is_told_stuck_within_seconds_an
     assert pauses == []
 
 
-def test_a_refusal_with_a_container_still_attached_is_not_called_stuck(table: StuckNetworks) -> None:
+def test_a_refusal_with_a_container_still_attached_is_not_called_stuck() -> None:
     engine = RefusingEngine(refusals=None, attached={"c0ffee": {"Name": "algo-1"}})
+    table = StuckNetworks(engine)
     with pytest.raises(docker.errors.APIError):
         remove_network(engine, "job-net", table, docker.errors.NotFound, sleep=lambda s: None)
     assert table.ids() == set()
 
 
-def test_a_network_already_gone_is_no_error(table: StuckNetworks) -> None:
+def test_a_network_already_gone_is_no_error() -> None:
     engine = RefusingEngine(refusals=0)
     engine.gone = True
-    assert remove_network(engine, "job-net", table, docker.errors.NotFound) is False
+    assert remove_network(engine, "job-net", StuckNetworks(engine), docker.errors.NotFound) is False
 
 
 def test_the_watcher_gives_up_on_a_stuck_network_at_once_and_removes_the_rest() -> None:
@@ -153,13 +171,14 @@ def test_local_routes_are_read_from_the_kernels_table(tmp_path: Path) -> None:
 
 
 def test_the_docker_engines_find_marks_a_recorded_network_stuck_with_the_fix(tmp_path: Path) -> None:
-    memory = EngineMemory(tmp_path)
     listed = [{"Id": NET_ID, "Name": "job-net", "Labels": {LABEL_MANAGED: "true", LABEL_JOB: "job",
                                                          LABEL_DRIVER: "gone-host:1:1"}},
               {"Id": "other", "Name": "job2-net", "Labels": {LABEL_MANAGED: "true", LABEL_JOB: "job2"}}]
-    engine = SimpleNamespace(containers=lambda all, filters: [], networks=lambda filters: listed)  # noqa: A006
-    backend = DockerBackend(client=SimpleNamespace(api=engine), memory=memory)  # type: ignore[arg-type]
-    table = StuckNetworks("unix:///var/run/docker.sock", memory)
+    engine = Volumes()
+    engine.containers = lambda all, filters: []  # type: ignore[attr-defined]  # noqa: A006
+    engine.networks = lambda filters: listed  # type: ignore[attr-defined]
+    backend = DockerBackend(client=SimpleNamespace(api=engine), memory=EngineMemory(tmp_path))  # type: ignore[arg-type]
+    table = StuckNetworks(engine)
     table.record(NET_ID, "job-net")
     table.record("removed-since", "old-net")
 
@@ -233,11 +252,12 @@ def test_a_run_of_the_stuck_networks_job_name_is_refused_with_the_fix(
     assert "is stuck in the engine" in str(info.value) and RESTART_FIX in (getattr(info.value, "hint", "") or "")
 
 
-class TeardownEngine:
+class TeardownEngine(Volumes):
     """The calls a Docker teardown makes, recorded: `hosts` running containers attached to the job
     network; removing the network is refused for active endpoints `refusals` times (None: always)."""
 
     def __init__(self, hosts: int, refusals: int | None = 0) -> None:
+        super().__init__()
         self.attached = {f"c{i}": {"Name": f"job-algo-{i}"} for i in range(1, hosts + 1)}
         self.calls: list[tuple[str, str]] = []
         self.in_flight = self.most_in_flight = 0
