@@ -227,9 +227,10 @@ def moto_server(path: str) -> Iterator[Target]:
 def run_all(target: Target, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Every operation, REPEAT times each in turn (so drift in the machine's load hits all alike)."""
     ops = operations(target)
+    time.sleep(2.0)  # the first seconds after a start are not idle (imports finishing, the page's first look)
     idle0 = cpu_seconds(target.pid)
-    time.sleep(2.0)
-    idle = (cpu_seconds(target.pid) - idle0) * 1000 / 2.0  # what it spends answering nobody, ms/s
+    time.sleep(3.0)
+    idle = (cpu_seconds(target.pid) - idle0) * 1000 / 3.0  # what it spends answering nobody, ms/s
     samples: dict[str, list[dict[str, float]]] = {op: [] for op in ops}
     for _ in range(args.repeat):
         for op, (service, call) in ops.items():
