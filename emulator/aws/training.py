@@ -266,16 +266,21 @@ class SageMakerTraining(Service):
         # Only a folder with logs/ is read: for any other path `api.describe` would ask the engine for
         # containers labelled with it, a Docker round trip per describe that can only fail (a path is
         # no job name), and a 500 when the engine is slow to answer.
+        pool_read = False
         if record.status.is_final and (record.job_dir / "logs").is_dir():
             with contextlib.suppress(UsageError):
                 doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name), asked)
+                # `api.describe` has just put the pool's status as it is now (of the job its folder is
+                # named for): read again, it costs a record read and parse per job, twice per
+                # ListTrainingJobs row.
+                pool_read = record.job_dir.name == record.job_name
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
                         "LastModifiedTime", "FailureReason", "TrainingStartTime"):
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
-        pool = warm_pools.status(record.job_name)  # as it is now: reused or expired after job.json
+        pool = None if pool_read else warm_pools.status(record.job_name)  # now: reused or expired after job.json
         if pool is not None:
             doc["WarmPoolStatus"] = pool
         requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
