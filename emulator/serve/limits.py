@@ -49,6 +49,14 @@ RESERVED_FILES = 256
 # The most a process asks for when its hard limit is "unlimited" (macOS's OPEN_MAX).
 UNLIMITED_FILES = 10240
 REPORT_SECONDS = 60.0
+# The most bytes of one request head held while it arrives. h11's parser stops at its own bound
+# (`h11_max_incomplete_event_size`), httptools' keeps every header it is sent: a client writing one
+# endless header section grew the server by 4 GB in 8 s on localhost. Above the 64 KiB the app
+# itself answers in the service's shape (RequestHeaderSectionTooLarge), so only a flood reaches it.
+HEAD_BYTES = 1024 * 1024
+_LARGE_TEXT = b"hetero-emu serve: the request head is too large\n"
+LARGE_HEAD = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+              b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_LARGE_TEXT), _LARGE_TEXT))
 _BUSY_TEXT = b"hetero-emu serve: too many connections open; try again soon\n"
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
         b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
@@ -59,6 +67,7 @@ WORDS = {
     "displaced": "connections closed that waited longest for a request head, for new ones over the limit of "
                  "{limit}",
     "slow_head": "connections closed that sent no whole request head within {header:g} s",
+    "large_head": "connections closed whose request head passed {head_bytes} bytes, answered 431",
     "misdirected": "requests for a host name this server does not serve as, answered 421 (--host-name)",
     "bad_request": "requests that were not HTTP, answered 400",
     "no_files": "accepts that failed for want of a file descriptor",
@@ -72,6 +81,7 @@ class Limits:
     max_connections: int = MAX_CONNECTIONS
     header_seconds: float = HEADER_SECONDS
     grace_seconds: float = GRACE_SECONDS
+    head_bytes: int = HEAD_BYTES
 
 
 class Tally:
@@ -100,7 +110,8 @@ class Tally:
         if not self.counts:
             return
         self._last = time.monotonic()
-        words = {"limit": self.limits.max_connections, "header": self.limits.header_seconds}
+        words = {"limit": self.limits.max_connections, "header": self.limits.header_seconds,
+                 "head_bytes": self.limits.head_bytes}
         parts = [f"{count} {WORDS[kind].format(**words)}" for kind, count in sorted(self.counts.items())]
         self.counts.clear()
         log.warning("refused: %s (counted since the previous such line; one a minute at most)", "; ".join(parts))
@@ -140,6 +151,7 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
         _refused = False
         _head_timer: asyncio.TimerHandle | None = None
         _seen: Any = None  # the request whose head came last
+        _head_bytes = 0  # received since the wait for the current head began
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if len(self.server_state.connections) >= limits.max_connections:
@@ -163,6 +175,14 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._head_timer is not None:
+                self._head_bytes += len(data)
+                if self._head_bytes > limits.head_bytes:
+                    tally.note("large_head")
+                    self._cancel_head_timer()
+                    self.transport.write(LARGE_HEAD)
+                    self.transport.close()
+                    return
             super().data_received(data)
             cycle = getattr(self, "cycle", None)
             if cycle is not None and cycle is not self._seen:  # a whole head has come: a new request
@@ -178,6 +198,7 @@ def guarded(base: type[asyncio.Protocol], limits: Limits, tally: Tally) -> type[
 
         def _await_head(self) -> None:
             if self._head_timer is None and not self.transport.is_closing():
+                self._head_bytes = 0
                 self._head_timer = self.loop.call_later(limits.header_seconds, self._head_too_slow)
                 waiting[self] = None
 

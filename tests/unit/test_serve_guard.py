@@ -7,6 +7,7 @@ a browser or an attacker sends; boto3 is the legitimate client."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import json
@@ -335,6 +336,30 @@ def test_over_the_limit_with_every_connection_in_a_request_new_ones_get_503(tmp_
     after = output_after_ready(output, running)
     assert "Traceback" not in output and len(after) <= 3, after
     assert counted(after, "connections refused over the limit of 40 open at once, all in requests") == 60
+
+
+def test_an_endless_header_section_is_cut_off_and_the_server_stays_small(server: Server) -> None:
+    """httptools' parser (Uvicorn's choice when it is installed) keeps every header it is sent: one
+    connection writing an endless header section grew the server by 4 GB in 8 s. The guard answers
+    431 once a head passes limits.HEAD_BYTES (h11's parser refuses it sooner, with its 400)."""
+    def resident_kib() -> int:
+        status = Path(f"/proc/{server.process.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1))  # type: ignore[union-attr]
+
+    before = resident_kib()
+    line = b"X-Pad: " + b"a" * 8000 + b"\r\n"
+    sent = 0
+    with socket.create_connection(address(server), timeout=10) as flood:
+        flood.sendall(b"GET /bucket/key HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: 20261204T000000Z\r\n")
+        with contextlib.suppress(OSError):  # the server closes the connection while the flood goes on
+            while sent < 64 * 1024**2:
+                flood.sendall(line * 16)
+                sent += len(line) * 16
+        answer = whole_answer(flood)
+    assert sent < 8 * limits.HEAD_BYTES, "the server read a head of 8 times the limit without closing"
+    assert answer.split(b" ", 2)[1] in (b"400", b"431"), answer[:200]
+    assert resident_kib() - before < 32 * 1024
+    assert client(server, "sts").get_caller_identity()["Account"]  # and the server goes on
 
 
 def test_the_open_file_limit_is_raised_to_the_hard_one() -> None:
