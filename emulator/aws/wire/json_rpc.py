@@ -56,6 +56,8 @@ SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # `Status` is not one: it is written by its value), and the shapes that convert even those.
 AS_IS = frozenset({str, int, bool})
 CONVERTED = frozenset({"timestamp", "blob", "float", "double"})
+# Values._members' plans, by protocol and shape (the shape kept with its plan).
+_MEMBERS: dict[tuple[type, int], tuple[Shape, dict[str, tuple[str, Shape, bool]]]] = {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,6 +360,19 @@ class Values:
         `locationName` if any)."""
         return str(member.serialization.get("name", name))
 
+    def _members(self, shape: Shape) -> dict[str, tuple[str, Shape, bool]]:
+        """A structure's members as `write` needs them: name -> (its name in the answer, its shape,
+        whether a plain value is written as it is). Worked out once per shape and protocol: a
+        GetLogEvents of 200 events asked for each event's three names and types again, 600 times a
+        call. Kept beside the shape itself, so its id is never another shape's (botocore keeps a
+        model's shapes for as long as the model, which the endpoint keeps for the process)."""
+        kept = _MEMBERS.get((type(self), id(shape)))
+        if kept is None:
+            plan = {key: (self.output_name(key, member), member, member.type_name not in CONVERTED)
+                    for key, member in shape.members.items()}
+            kept = _MEMBERS[(type(self), id(shape))] = (shape, plan)
+        return kept[1]
+
     def write(self, value: Any, shape: Shape | None) -> Any:
         """An answer's value as the protocol writes `shape`; None members are left out, members the
         model does not name written by their Python type (`write_unmodelled`)."""
@@ -374,18 +389,18 @@ class Values:
         if kind == "structure":
             if shape.is_document_type or not (type(value) is dict or isinstance(value, Mapping)):
                 return self.write_unmodelled(value)
-            members = shape.members
+            members = self._members(shape)
             out: dict[str, Any] = {}
             for key, item in value.items():
                 if item is None:
                     continue
-                member = members.get(key)
-                if member is None:
+                planned = members.get(key)
+                if planned is None:
                     out[str(key)] = self.write_unmodelled(item)
-                elif type(item) in AS_IS and member.type_name not in CONVERTED:  # `write`'s first case, inline
-                    out[self.output_name(key, member)] = item
+                elif planned[2] and type(item) in AS_IS:  # `write`'s first case, inline
+                    out[planned[0]] = item
                 else:
-                    out[self.output_name(key, member)] = self.write(item, member)
+                    out[planned[0]] = self.write(item, planned[1])
             return out
         if kind == "list" and isinstance(value, (list, tuple, set, frozenset)):
             return [self.write(item, shape.member) for item in value]
