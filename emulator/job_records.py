@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +40,9 @@ class JobRecord:
     def transitions(self) -> list[dict[str, Any]]:
         """SecondaryStatusTransitions so far (DescribeTrainingJob's shape, times as ISO 8601 text)."""
         value = self.doc.get("SecondaryStatusTransitions")
-        return list(value) if isinstance(value, list) else []
+        # Copies: a record read is shared by every reader of the same file (`_read`), and `end` edits
+        # the last transition before writing the record again.
+        return [dict(t) if isinstance(t, dict) else t for t in value] if isinstance(value, list) else []
 
 
 # The record's field with the cluster's diagram as DOT text (emulator/diagram.py, written by the run
@@ -85,38 +88,61 @@ def all_jobs() -> list[JobRecord]:
     return sorted(found, key=lambda r: r.modified, reverse=True)
 
 
+def identity(st: os.stat_result) -> tuple[int, int, int] | None:
+    """A file's identity for the caches of what was read from it: (inode, size, mtime), or None while
+    the file changed too recently for that to be trusted. A file rewritten in the same clock tick
+    (mtimes are as coarse as the kernel's tick, 4 ms on many) with the same size could reuse a freed
+    inode number, so a file younger than `SETTLED_NS` is read again each time, as git treats an index
+    entry written in the same second as its file ("racy git":
+    https://git-scm.com/docs/racy-git)."""
+    if time.time_ns() - st.st_mtime_ns < SETTLED_NS:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+SETTLED_NS = 100_000_000  # 0.1 s: far above any file system's timestamp granularity on Linux
+
+
 def _read(path: Path) -> JobRecord | None:
     try:
-        doc = json.loads(_text(path))
+        key = identity(os.stat(path))
+    except OSError:
+        return None
+    cached = _RECORDS.get(str(path))
+    if cached is not None and key is not None and cached[0] == key:
+        return _own(cached[1])
+    try:
+        # Read after the stat: a file replaced in between is cached under the old key, which the next
+        # stat no longer matches.
+        doc = json.loads(path.read_text())
         # A status that is not one of the service's (a record edited by hand) makes the record unreadable,
         # as a malformed one is (Status raises ValueError).
-        return JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), Status(doc["TrainingJobStatus"]),
-                         str(doc.get("LastModifiedTime", "")), doc)
+        found = JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), Status(doc["TrainingJobStatus"]),
+                          str(doc.get("LastModifiedTime", "")), doc)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if key is None:
+        return found
+    if len(_RECORDS) >= _RECORDS_KEPT:
+        _RECORDS.clear()
+    _RECORDS[str(path)] = (key, found)
+    return _own(found)
 
 
-# Each record's text, kept while its file stays the same file: `hetero-emu serve` reads a record several
-# times per DescribeTrainingJob and every record per ListTrainingJobs, and a stat costs a tenth of a
-# read. Every write renames a new file into place (`write_atomically`), so a changed record is another
-# inode; the text is parsed on every read, so each caller still owns the dict it gets.
-_TEXTS: dict[str, tuple[tuple[int, int, int], str]] = {}
-_TEXTS_KEPT = 4096  # records; more are read again, after the cache is emptied
+def _own(kept: JobRecord) -> JobRecord:
+    """The kept record with a dict of the reader's own: a top-level change (a test, a caller setting a
+    field before writing) stays the reader's. What is nested (the request, the transitions) is shared
+    with the other readers and is not changed in place by any caller (`transitions` hands out copies)."""
+    return JobRecord(kept.job_name, kept.job_dir, kept.status, kept.modified, dict(kept.doc))
 
 
-def _text(path: Path) -> str:
-    st = os.stat(path)
-    key = (st.st_ino, st.st_size, st.st_mtime_ns)
-    cached = _TEXTS.get(str(path))
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    # Read after the stat: a file replaced in between is cached under the old key, which the next
-    # stat no longer matches.
-    text = path.read_text()
-    if len(_TEXTS) >= _TEXTS_KEPT:
-        _TEXTS.clear()
-    _TEXTS[str(path)] = (key, text)
-    return text
+# Each record as parsed, kept while its file stays the same file: `hetero-emu serve` reads a record
+# three times per DescribeTrainingJob (the job, its folder, its warm pool) and every record per
+# ListTrainingJobs, and a stat costs a tenth of a read and parse. Every write renames a new file into
+# place (`write_atomically`), so a changed record is another inode, size or mtime (`identity`): never a
+# stale answer. Each reader gets its own `doc` dict (`_own`); what is nested in it is shared.
+_RECORDS: dict[str, tuple[tuple[int, int, int], JobRecord]] = {}
+_RECORDS_KEPT = 4096  # records; more are read again, after the cache is emptied
 
 
 def end(job_name: str, status: Status, reason: str | None = None) -> JobRecord | None:

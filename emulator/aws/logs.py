@@ -104,10 +104,7 @@ class Logs(Service):
         else:
             direction, offset = "b", size  # the API's default: the newest events
         ended = record.status != Status.IN_PROGRESS
-        if direction == "f":
-            lines, first, after = _forward(path, offset, limit, ended)
-        else:
-            lines, first, after = _backward(path, offset, limit, ended)
+        lines, first, after = _page(path, direction, offset, limit, ended)
         ingested = _millis_of(os.stat(path).st_mtime) if os.path.exists(path) else created
         start, end = params.get("startTime"), params.get("endTime")
         in_window = (start is None or created >= int(start)) and (end is None or created < int(end))
@@ -217,6 +214,37 @@ def _offset_token(token: object, size: int) -> tuple[str, int]:
     if match is None or int(match["offset"]) > size:
         raise ApiError("InvalidParameterException", "The specified nextToken is invalid.")
     return match["direction"], int(match["offset"])
+
+
+# The pages read, kept while their file stays as it was: the SDKs read a finished job's stream page by
+# page, and one still running again and again from the same token, which the file answers the same way
+# until it grows. A page is keyed on the file's identity (`job_records.identity`: inode, size, mtime)
+# and the request; a file that grew or was rewritten has another key, so it is read again: never a
+# stale page. Its lines are a
+# tuple: every answer shares them.
+_PAGES: dict[tuple[Any, ...], tuple[tuple[str, ...], int, int]] = {}
+_PAGES_KEPT = 64  # pages (at most 1 MiB of text each); more are read again, after the cache is emptied
+
+
+def _page(path: Path, direction: str, offset: int, limit: int, ended: bool) -> tuple[tuple[str, ...], int, int]:
+    """`_forward` or `_backward`'s page, from `_PAGES` while the file is the same."""
+    try:
+        known = job_records.identity(os.stat(path))
+    except OSError:
+        known = None
+    key = (str(path), known, direction, offset, limit, ended) if known else None
+    cached = _PAGES.get(key) if key else None
+    if cached is not None:
+        return cached
+    # Read after the stat: a file that grew in between is kept under the old key, which the next stat
+    # no longer matches (the files only grow).
+    lines, first, after = (_forward if direction == "f" else _backward)(path, offset, limit, ended)
+    page = (tuple(lines), first, after)
+    if key:
+        if len(_PAGES) >= _PAGES_KEPT:
+            _PAGES.clear()
+        _PAGES[key] = page
+    return page
 
 
 def _lines(data: bytes, base: int) -> Iterator[tuple[int, int, str]]:

@@ -286,9 +286,13 @@ class SageMakerTraining(Service):
         requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
         if requested:
             # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
-            doc.setdefault("AlgorithmSpecification", {})["TrainingImage"] = requested
+            # Both structures are copied before they change: they may be the record's own, which
+            # job_records shares with every reader of the same file.
+            doc["AlgorithmSpecification"] = {**(doc.get("AlgorithmSpecification") or {}), "TrainingImage": requested}
             # What ran (job.json's, once there is one), else what CreateTrainingJob chose.
-            doc.setdefault("Emulator", {}).setdefault("Image", record.doc.get("LocalImage") or requested)
+            emulated = dict(doc.get("Emulator") or {})
+            emulated.setdefault("Image", record.doc.get("LocalImage") or requested)
+            doc["Emulator"] = emulated
         return doc
 
     def summary(self, record: job_records.JobRecord) -> dict[str, Any]:

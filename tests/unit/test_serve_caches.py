@@ -1,0 +1,87 @@
+"""`hetero-emu serve` keeps what it read from a job's record and log files while each file stays the
+same file (emulator/job_records.py `identity`): these tests change a record or a log between two calls
+to a real server process and see the new answer, at once and once the file has settled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from serving import Server, running_server
+
+from emulator import job_records
+from emulator.aws.logs import GROUP, stream_name
+from emulator.result import Status
+
+SETTLE = job_records.SETTLED_NS / 1e9 * 2  # long enough for a read to be kept
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("serve-caches")) as running:
+        yield running
+
+
+@pytest.fixture
+def state(server: Server, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The server's state folder, where this process writes records as a job's run would."""
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(server.state_dir))
+    return server.state_dir
+
+
+def client(server: Server, service: str) -> Any:
+    return boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region).client(
+        service, endpoint_url=server.url, config=Config(retries={"max_attempts": 1}))  # type: ignore[call-overload]
+
+
+def test_a_record_rewritten_with_the_same_size_is_described_anew(server: Server, state: Path,
+                                                                  tmp_path: Path) -> None:
+    sagemaker = client(server, "sagemaker")
+    job_records.record("cached-job", tmp_path / "cached-job", Status.IN_PROGRESS, SecondaryStatus="Starting")
+    time.sleep(SETTLE)
+    assert sagemaker.describe_training_job(TrainingJobName="cached-job")["SecondaryStatus"] == "Starting"
+    assert sagemaker.describe_training_job(TrainingJobName="cached-job")["SecondaryStatus"] == "Starting"
+    size = (state / "jobs" / "cached-job.json").stat().st_size
+    # The same length of text: only the inode, the mtime or the racy-file rule tells the files apart.
+    job_records.record("cached-job", tmp_path / "cached-job", Status.IN_PROGRESS, SecondaryStatus="Training")
+    assert (state / "jobs" / "cached-job.json").stat().st_size == size
+    assert sagemaker.describe_training_job(TrainingJobName="cached-job")["SecondaryStatus"] == "Training"
+    listed = sagemaker.list_training_jobs(NameContains="cached-job")["TrainingJobSummaries"]
+    assert [s["SecondaryStatus"] for s in listed] == ["Training"]
+    time.sleep(SETTLE)
+    assert sagemaker.describe_training_job(TrainingJobName="cached-job")["SecondaryStatus"] == "Training"
+    job_records.record("cached-job", tmp_path / "cached-job", Status.STOPPED, SecondaryStatus="Stopped")
+    assert sagemaker.describe_training_job(TrainingJobName="cached-job")["TrainingJobStatus"] == "Stopped"
+
+
+def test_a_log_that_grew_is_read_again(server: Server, state: Path, tmp_path: Path) -> None:
+    created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    folder = tmp_path / "growing-job"
+    (folder / "logs").mkdir(parents=True)
+    log = folder / "logs" / "algo-1.log"
+    log.write_text("first\nsecond\n")
+    job_records.record("growing-job", folder, Status.IN_PROGRESS, CreationTime=created.isoformat())
+    time.sleep(SETTLE)
+    logs = client(server, "logs")
+    stream = stream_name("growing-job", "algo-1", created)
+
+    def messages() -> list[str]:
+        got = logs.get_log_events(logGroupName=GROUP, logStreamName=stream, startFromHead=True)
+        return [e["message"] for e in got["events"]]
+
+    assert messages() == ["first", "second"]
+    assert messages() == ["first", "second"]  # kept, and still the same answer
+    with log.open("a") as f:
+        f.write("third\n")
+    assert messages() == ["first", "second", "third"]
+    time.sleep(SETTLE)
+    assert messages() == ["first", "second", "third"]
+    # Rewritten in place to the same size: another mtime, another answer.
+    log.write_text("FIRST\nSECOND\nthird\n")
+    assert messages() == ["FIRST", "SECOND", "third"]
