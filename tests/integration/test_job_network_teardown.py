@@ -15,7 +15,7 @@ from testkit import unique
 from emulator.backend.docker import DockerBackend
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.networks import StuckNetworks
-from emulator.plan import LABEL_JOB, make_plan
+from emulator.plan import LABEL_DRIVER, LABEL_JOB, make_plan
 from emulator.spec import validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
@@ -42,8 +42,11 @@ def test_a_16_host_job_network_gets_a_24_and_its_running_hosts_are_torn_down_wit
             assert ipaddress.ip_network(subnet).subnet_of(ipaddress.ip_network("172.16.0.0/16"))
             ids = []
             for host in plan.hosts:
+                # The driver's label, as the backend's own containers carry it: without it another
+                # worker's `no_leftovers` takes these live hosts for a gone driver's leftovers.
+                labels = {**plan.labels, LABEL_DRIVER: backend._driver}
                 made = api.create_container(training_image, entrypoint=["sleep", "300"], name=host.container.name,
-                                            labels=plan.labels, host_config=api.create_host_config(
+                                            labels=labels, host_config=api.create_host_config(
                                                 network_mode=plan.network, init=True))
                 backend._track(plan, "container", made["Id"])
                 ids.append(made["Id"])
