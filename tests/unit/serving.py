@@ -16,6 +16,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
 
 READY = re.compile(r"serving (\S+) on (http://\S+) \(S3 root (.+)\)")
 START_TIMEOUT = 60.0
@@ -44,6 +48,13 @@ class Server:
         env.update(HETERO_EMU_STATE_DIR=str(self.state_dir))
         env.update(extra)
         return env
+
+    def client(self, service: str, **config: Any) -> Any:
+        """A boto3 client of `service` pointed at this server with the placeholder credentials it takes,
+        and no retries unless `config` says otherwise (a test sees the server's first answer)."""
+        config.setdefault("retries", {"max_attempts": 1})
+        session = boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=self.region)
+        return session.client(service, endpoint_url=self.url, config=Config(**config))  # type: ignore[call-overload]
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> tuple[int, str]:
         """Stop it as Ctrl-C does; its exit code and what it printed after the first line."""

@@ -10,9 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from serving import Server, running_server
 
 from emulator import job_records
@@ -36,8 +34,7 @@ def state(server: Server, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def client(server: Server, service: str) -> Any:
-    return boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region).client(
-        service, endpoint_url=server.url, config=Config(retries={"max_attempts": 1}))  # type: ignore[call-overload]
+    return server.client(service)
 
 
 def test_a_record_rewritten_with_the_same_size_is_described_anew(server: Server, state: Path,

@@ -171,9 +171,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def client(server: Server, service: str) -> Any:
-    session = boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region)
-    return session.client(service, endpoint_url=server.url,  # type: ignore[call-overload]
-                          config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+    return server.client(service, retries={"max_attempts": 1, "mode": "standard"})
 
 
 @pytest.mark.parametrize("body", [b"Action=GetCallerIdentity&Version=2011-06-15&Name=%FF%FE",

@@ -28,7 +28,6 @@ import boto3
 import pytest
 import requests
 from botocore import UNSIGNED
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from serving import Server, running_server
 
@@ -54,9 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def client(server: Server, service: str, **config: Any) -> Any:
-    return boto3.client(service, endpoint_url=server.url, region_name=server.region,  # type: ignore[call-overload]
-                        aws_access_key_id="emu", aws_secret_access_key="emu",
-                        config=Config(retries={"max_attempts": 1}, **config))
+    return server.client(service, **config)
 
 
 def address(server: Server) -> tuple[str, int]:

@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 from serving import Server, running_server
 
@@ -48,9 +46,7 @@ def rooted(tmp_path_factory: pytest.TempPathFactory, allowed: Path) -> Iterator[
 
 
 def client(server: Server, *, validate: bool = True) -> Any:
-    session = boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region)
-    return session.client("sagemaker", endpoint_url=server.url,  # type: ignore[call-overload]
-                          config=Config(retries={"max_attempts": 1}, parameter_validation=validate))
+    return server.client("sagemaker", parameter_validation=validate)
 
 
 def job(name: str, **changes: Any) -> dict[str, Any]:

@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import graphviz
 import pytest
 import requests
-from botocore.config import Config
 from serving import Server, running_server
 
 from emulator import diagram, job_records
@@ -43,9 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def s3(server: Server) -> Any:
-    session = boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region)
-    return session.client("s3", endpoint_url=server.url,  # type: ignore[call-overload]
-                          config=Config(retries={"max_attempts": 1}))
+    return server.client("s3")
 
 
 @pytest.fixture(scope="module")

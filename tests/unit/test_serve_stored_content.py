@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 import requests
-from botocore.config import Config
 from serving import Server, running_server
 
 from emulator.aws.s3 import DEFAULT_CONTENT_TYPE, MIN_PART
@@ -29,9 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def s3(server: Server) -> Any:
-    session = boto3.Session(aws_access_key_id="emu", aws_secret_access_key="emu", region_name=server.region)
-    client = session.client("s3", endpoint_url=server.url,  # type: ignore[call-overload]
-                            config=Config(signature_version="s3v4", retries={"max_attempts": 1}))
+    client = server.client("s3", signature_version="s3v4")
     client.create_bucket(Bucket="stored", CreateBucketConfiguration={"LocationConstraint": server.region})
     return client
 
