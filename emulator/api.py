@@ -20,7 +20,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import compose, contract, debugger, frameworks, hostfiles, job_records, staging, warm_pools, wheelhouse
+from emulator import (
+    blocking,
+    compose,
+    contract,
+    debugger,
+    frameworks,
+    hostfiles,
+    job_records,
+    staging,
+    warm_pools,
+    wheelhouse,
+)
 from emulator import metrics as metrics_module
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
@@ -297,6 +308,7 @@ def job_folder(job: str, *, engine_name: str = DEFAULT_ENGINE, ask_engine: bool 
     if record is not None and record.job_dir.is_dir():
         return record.job_dir
     if ask_engine:
+        blocking.may_block()  # a round trip to the engine
         containers = [r for r in engine(engine_name).find(job) if r.kind == "container"]
         if containers and containers[0].labels.get(LABEL_JOB_DIR):
             return Path(containers[0].labels[LABEL_JOB_DIR])
@@ -315,11 +327,15 @@ class Description:
     text: str | None
 
 
-def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
+def description(job: str, *, engine_name: str = DEFAULT_ENGINE, warm_pool: bool = True) -> Description:
     folder = job_folder(job, engine_name=engine_name)
+    if not blocking.allowed():
+        with contextlib.suppress(OSError):
+            if os.stat(folder / "job.json").st_size > blocking.QUICK_BYTES:
+                blocking.may_block()  # a job.json this large is no read for `hetero-emu serve`'s event loop
     text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
     # The warm pool's status changes after job.json is written (reused, expired): as it is now.
-    pool = warm_pools.status(folder.name)
+    pool = warm_pools.status(folder.name) if warm_pool else None
     if text:
         described = json.loads(text)
         return Description(folder, {**described, "WarmPoolStatus": pool} if pool else described, text)
@@ -332,10 +348,11 @@ def description(job: str, *, engine_name: str = DEFAULT_ENGINE) -> Description:
                                 "Emulator": {"JobDir": str(folder)}}, None)
 
 
-def describe(job: str, *, engine_name: str = DEFAULT_ENGINE) -> dict[str, Any]:
+def describe(job: str, *, engine_name: str = DEFAULT_ENGINE, warm_pool: bool = True) -> dict[str, Any]:
     """DescribeTrainingJob's answer for a job (its job.json); a job still running has none yet, and gets
-    its record's name, status, transitions and folder."""
-    return description(job, engine_name=engine_name).doc
+    its record's name, status, transitions and folder. `warm_pool=False` leaves WarmPoolStatus out (for
+    a caller that adds it itself)."""
+    return description(job, engine_name=engine_name, warm_pool=warm_pool).doc
 
 
 def job_metrics(job: str, *, engine_name: str = DEFAULT_ENGINE) -> list[metrics_module.Sample]:

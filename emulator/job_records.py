@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from emulator import blocking
 from emulator.result import Status
 
 # Where the records live and how each is written (re-exported: callers name them as job_records's).
@@ -35,6 +36,9 @@ class JobRecord:
     status: Status  # InProgress | Completed | Failed | Stopped
     modified: str  # ISO 8601, UTC
     doc: dict[str, Any] = field(default_factory=dict, compare=False)  # the whole record, as stored
+    # The identity of the file it was read from (`identity`): another version of the record has another
+    # one. None when unknown (a record made in memory, or a file changed too recently to tell).
+    version: tuple[int, int, int] | None = field(default=None, compare=False)
 
     @property
     def transitions(self) -> list[dict[str, Any]]:
@@ -84,8 +88,15 @@ def find(job_name: str) -> JobRecord | None:
 def all_jobs() -> list[JobRecord]:
     """Every recorded job, the most recently changed first."""
     folder = state_dir() / "jobs"
-    found = [r for p in folder.glob("*.json") if (r := _read(p)) is not None] if folder.is_dir() else []
+    paths = list(folder.glob("*.json")) if folder.is_dir() else []
+    if len(paths) > QUICK_JOBS:
+        blocking.may_block()  # so many reads are no work for `hetero-emu serve`'s event loop
+    found = [r for p in paths if (r := _read(p)) is not None]
     return sorted(found, key=lambda r: r.modified, reverse=True)
+
+
+# The most records `all_jobs` reads where it must not wait (emulator/blocking.py): a few ms of reads.
+QUICK_JOBS = 200
 
 
 def identity(st: os.stat_result) -> tuple[int, int, int] | None:
@@ -118,7 +129,7 @@ def _read(path: Path) -> JobRecord | None:
         # A status that is not one of the service's (a record edited by hand) makes the record unreadable,
         # as a malformed one is (Status raises ValueError).
         found = JobRecord(str(doc["TrainingJobName"]), Path(doc["JobDir"]), Status(doc["TrainingJobStatus"]),
-                          str(doc.get("LastModifiedTime", "")), doc)
+                          str(doc.get("LastModifiedTime", "")), doc, key)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if key is None:
@@ -133,7 +144,7 @@ def _own(kept: JobRecord) -> JobRecord:
     """The kept record with a dict of the reader's own: a top-level change (a test, a caller setting a
     field before writing) stays the reader's. What is nested (the request, the transitions) is shared
     with the other readers and is not changed in place by any caller (`transitions` hands out copies)."""
-    return JobRecord(kept.job_name, kept.job_dir, kept.status, kept.modified, dict(kept.doc))
+    return JobRecord(kept.job_name, kept.job_dir, kept.status, kept.modified, dict(kept.doc), kept.version)
 
 
 # Each record as parsed, kept while its file stays the same file: `hetero-emu serve` reads a record

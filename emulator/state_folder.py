@@ -9,15 +9,25 @@ library only), so that the engines below the front ends can be handed a place wi
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from pathlib import Path
 
 
 def state_dir() -> Path:
-    if os.environ.get("HETERO_EMU_STATE_DIR"):
-        return Path(os.environ["HETERO_EMU_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    environ = os.environ
+    return _state_dir(environ.get("HETERO_EMU_STATE_DIR", ""), environ.get("XDG_STATE_HOME", ""),
+                      environ.get("HOME", ""))
+
+
+@functools.lru_cache(maxsize=32)
+def _state_dir(given: str, xdg_state: str, home: str) -> Path:
+    # Kept per value of the variables it depends on: `hetero-emu serve` asks for it several times per
+    # call, and building the Path is most of what that costs.
+    if given:
+        return Path(given)
+    base = xdg_state or str(Path.home() / ".local" / "state")
     return Path(base) / "hetero-emu"
 
 

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import job_records
+from emulator import blocking, job_records
 from emulator.plan import WARM_POOL_CACHE, WARM_POOL_FOLDER
 from emulator.spec import JobSpec
 
@@ -245,14 +245,16 @@ def terminate(job: str | None = None, now: datetime | None = None) -> list[Pool]
     return ended
 
 
-def status(job: str, now: datetime | None = None) -> dict[str, Any] | None:
+def status(job: str, now: datetime | None = None, *,
+           record: job_records.JobRecord | None = None) -> dict[str, Any] | None:
     """DescribeTrainingJob's WarmPoolStatus of a job as it is now (None: the job asked for no pool),
     its pool terminated first if it is past its keep-alive. Only this job's record is read: a
     ListTrainingJobs describes every job, and looking at every pool for each would read every
-    record once per job."""
+    record once per job. `record`: the job's record as the caller has just read it."""
     now = now or datetime.now(timezone.utc)
-    pool = find(job)
+    pool = _pool(record) if record is not None and record.job_name == job else find(job)
     if pool is not None and pool.status == AVAILABLE and pool.now_status(now) == TERMINATED:
+        blocking.may_block()  # the lock, and the pool's folders to remove
         with _locked():
             pool = find(job)  # again under the lock: another process may have ended or taken it
             if pool is not None and pool.status == AVAILABLE and pool.now_status(now) == TERMINATED:

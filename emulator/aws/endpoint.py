@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import botocore.session
 from botocore.model import ServiceModel
 
+from emulator import blocking
 from emulator.aws import sigv4, validation
 from emulator.aws.s3 import S3
 from emulator.aws.stub import ApiError, Operation, Service, as_output
@@ -57,6 +58,7 @@ class Endpoint:
         self.credentials = credentials
         self.operations: dict[str, Mapping[str, Operation]] = {s.name: s.operations() for s in services}
         self.own_patterns = {s.name: s.own_patterns for s in services}
+        self.quick_operations = {s.name: s.quick for s in services}
         loader = botocore.session.get_session()
         self.models: dict[str, ServiceModel] = {name: loader.get_service_model(name) for name in self.operations}
         self._targets = {m.metadata.get("targetPrefix"): name for name, m in self.models.items()
@@ -70,7 +72,9 @@ class Endpoint:
 
     def handle(self, request: HttpRequest) -> HttpResponse:
         """The answer to one request, never an exception: a request that cannot be read, an operation
-        that is not emulated, a wrong signature or a failing operation each get the service's error."""
+        that is not emulated, a wrong signature or a failing operation each get the service's error.
+        (Only inside `blocking.forbidden()` may it raise: `WouldBlock`, for the caller to run it again
+        where it may wait.)"""
         try:
             service, protocol = self.identify(request)
         except Exception as err:  # noqa: BLE001 - a bug of ours: still an answer, in the commonest shape
@@ -82,6 +86,8 @@ class Endpoint:
                                 f"{', '.join(sorted(self.models))}")
             self.check_signature(request, service)
             return _inert(self._call(service, protocol, request))
+        except blocking.WouldBlock:
+            raise  # for the server: it runs the request again in a worker thread
         except _S3RegionError as err:
             return self.wrong_s3_region(self.error(service, protocol, err.code, err.message, err.status, request))
         except (ApiError, WireError, sigv4.SignatureError) as err:
@@ -128,6 +134,20 @@ class Endpoint:
 
     # ----------------------------------------------------------------------------------------------
 
+    def quick(self, request: HttpRequest) -> bool:
+        """Whether the request is for one of its service's `quick` operations, which the server answers
+        on its event loop (emulator/blocking.py). Only a body already in memory is looked at; a request
+        that cannot be read is not quick (the worker answers it with its error)."""
+        if not isinstance(request.body, bytes):
+            return False
+        try:
+            service, protocol = self.identify(request)
+            if protocol == "rest-xml" or not self.quick_operations.get(service):
+                return False
+            return self._operation_name(service, protocol, request)[0] in self.quick_operations[service]
+        except Exception:  # noqa: BLE001 - the worker answers it, with the error it deserves
+            return False
+
     def identify(self, request: HttpRequest) -> tuple[str, str]:
         """(service, protocol) of a request; see the module docstring for the order."""
         headers = request.headers
@@ -154,6 +174,17 @@ class Endpoint:
             return "s3", "rest-xml"
         return service, _protocol_of(self.models, service)
 
+    def _operation_name(self, service: str, protocol: str, request: HttpRequest) -> tuple[str, list[tuple[str, str]]]:
+        """The operation a request names, and for the query protocol its form (read once: it holds the
+        operation's name and its parameters)."""
+        model = self.models[service]
+        if protocol == "rest-xml":
+            return rest_xml.operation_name(model, request), []
+        if protocol == "query":
+            form = query.read_form(request)
+            return query.operation_name(dict(form)), form
+        return RPC[protocol].operation_name(model, request), []
+
     def check_signature(self, request: HttpRequest, service: str) -> None:
         scope = _scope(request)
         if self.credentials is not None:
@@ -170,15 +201,9 @@ class Endpoint:
     def _call(self, service: str, protocol: str, request: HttpRequest) -> HttpResponse:
         model = self.models[service]
         bucket = key = None
-        form: list[tuple[str, str]] = []
         if protocol == "rest-xml":
             bucket, key = rest_xml.address(request)
-            name = rest_xml.operation_name(model, request)
-        elif protocol == "query":
-            form = query.read_form(request)  # once: it holds the operation's name and its parameters
-            name = query.operation_name(dict(form))
-        else:
-            name = RPC[protocol].operation_name(model, request)
+        name, form = self._operation_name(service, protocol, request)
         if name not in model.operation_names:
             raise _unknown(service, protocol, name)
         operation_model = model.operation_model(name)

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import contract, job_records
+from emulator import blocking, contract, job_records
 from emulator.aws.sts import ACCOUNT
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.result import Status
@@ -51,6 +51,7 @@ NO_STREAM = "The specified log stream does not exist."
 
 class Logs(Service):
     name = "logs"
+    quick = frozenset({"GetLogEvents", "DescribeLogStreams"})
 
     def __init__(self, *, region: str) -> None:
         self.region = region
@@ -104,6 +105,8 @@ class Logs(Service):
         else:
             direction, offset = "b", size  # the API's default: the newest events
         ended = record.status != Status.IN_PROGRESS
+        if min(size - offset if direction == "f" else offset, MAX_PAGE_BYTES) > blocking.QUICK_BYTES:
+            blocking.may_block()  # a page this large takes a while to read and write
         lines, first, after = _page(path, direction, offset, limit, ended)
         ingested = _millis_of(os.stat(path).st_mtime) if os.path.exists(path) else created
         start, end = params.get("startTime"), params.get("endTime")

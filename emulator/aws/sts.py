@@ -15,6 +15,7 @@ USER_ID = "hetero-emu"
 
 class STS(Service):
     name = "sts"
+    quick = frozenset({"GetCallerIdentity"})
 
     def operations(self) -> Mapping[str, Operation]:
         return {"GetCallerIdentity": self.get_caller_identity}

@@ -51,6 +51,10 @@ class Service:
     # endpoint's model check (emulator/aws/validation.py) leaves them to it: SageMaker's `S3Uri`
     # when `serve --allow-host-path` lets a request name a folder under a root given at start.
     own_patterns: frozenset[str] = frozenset()
+    # Operations that only read small files of the emulator's own, which `hetero-emu serve` answers on
+    # its event loop; each calls `blocking.may_block()` before anything that could wait, and is then
+    # run again in a worker thread (emulator/blocking.py).
+    quick: frozenset[str] = frozenset()
 
     def operations(self) -> Mapping[str, Operation]:
         raise NotImplementedError

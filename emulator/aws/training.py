@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import emulator
-from emulator import api, attempts, contract, job_records, staging, warm_pools
+from emulator import api, attempts, blocking, contract, job_records, staging, warm_pools
 from emulator.attempts import Injection
 from emulator.aws import driver
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
@@ -52,6 +52,7 @@ class SageMakerTraining(Service):
     resolve (the caller's working folder); `images` maps ECR names to local images."""
 
     name = "sagemaker"
+    quick = frozenset({"DescribeTrainingJob", "ListTrainingJobs"})
 
     def __init__(self, s3_root: Path, *, region: str, images: Mapping[str, str] = DEFAULT_IMAGE_MAP,
                  engine_name: str = DEFAULT_ENGINE, base_dir: Path | None = None,
@@ -75,6 +76,10 @@ class SageMakerTraining(Service):
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
+        # Each job's ListTrainingJobs row (without its WarmPoolStatus, which changes with time), kept
+        # while what it was made of is the same (`_summary_key`): ListTrainingJobs otherwise described
+        # every job in full on every call (docs/benchmarks.md, the AWS endpoint).
+        self._summaries: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     def operations(self) -> Mapping[str, Operation]:
         return {"CreateTrainingJob": self.create, "DescribeTrainingJob": self.describe,
@@ -242,6 +247,7 @@ class SageMakerTraining(Service):
         if record.status != Status.IN_PROGRESS or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
             return record
         # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
+        blocking.may_block()  # its log to read, the record to write
         log = driver_log(record.job_name)
         return job_records.end(record.job_name, Status.FAILED, f"the job's driver ended: {last_line(log)}") or record
 
@@ -266,21 +272,19 @@ class SageMakerTraining(Service):
         # Only a folder with logs/ is read: for any other path `api.describe` would ask the engine for
         # containers labelled with it, a Docker round trip per describe that can only fail (a path is
         # no job name), and a 500 when the engine is slow to answer.
-        pool_read = False
         if record.status.is_final and (record.job_dir / "logs").is_dir():
             with contextlib.suppress(UsageError):
-                doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name), asked)
-                # `api.describe` has just put the pool's status as it is now (of the job its folder is
-                # named for): read again, it costs a record read and parse per job, twice per
-                # ListTrainingJobs row.
-                pool_read = record.job_dir.name == record.job_name
+                # The pool's status is this job's, from its record, below (`api.describe`'s would be that
+                # of the job its folder is named for).
+                doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name,
+                                                warm_pool=False), asked)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
                         "LastModifiedTime", "FailureReason", "TrainingStartTime"):
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
-        pool = None if pool_read else warm_pools.status(record.job_name)  # now: reused or expired after job.json
+        pool = warm_pools.status(record.job_name, record=record)  # now: reused or expired after job.json
         if pool is not None:
             doc["WarmPoolStatus"] = pool
         requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
@@ -296,6 +300,23 @@ class SageMakerTraining(Service):
         return doc
 
     def summary(self, record: job_records.JobRecord) -> dict[str, Any]:
+        """The job's ListTrainingJobs row (times as datetimes)."""
+        key = _summary_key(record)
+        kept = self._summaries.get(record.job_name)
+        if key is not None and kept is not None and kept[0] == key:
+            row = dict(kept[1])
+            pool = warm_pools.status(record.job_name, record=record)
+            if pool is not None:
+                row["WarmPoolStatus"] = pool
+            return row
+        row = self._summary(record)
+        if key is not None:
+            if len(self._summaries) >= SUMMARIES_KEPT:
+                self._summaries.clear()
+            self._summaries[record.job_name] = (key, {k: v for k, v in row.items() if k != "WarmPoolStatus"})
+        return row
+
+    def _summary(self, record: job_records.JobRecord) -> dict[str, Any]:
         described = self.description(record)
         out = {"TrainingJobName": record.job_name,
                "TrainingJobArn": contract.training_job_arn(record.job_name, self.region),
@@ -308,6 +329,25 @@ class SageMakerTraining(Service):
         if described.get("WarmPoolStatus"):
             out["WarmPoolStatus"] = described["WarmPoolStatus"]
         return out
+
+
+SUMMARIES_KEPT = 4096  # jobs' rows; more are made again, after the rows kept are dropped
+
+
+def _summary_key(record: job_records.JobRecord) -> tuple[Any, ...] | None:
+    """What a job's ListTrainingJobs row is made of, or None when that cannot be told: its record's
+    version, and once it has ended its job.json's (`description` reads both; a record or file changed
+    too recently to tell has no version). A running job's row comes from its record alone."""
+    if record.version is None:
+        return None
+    if not record.status.is_final:
+        return (record.version,)
+    try:
+        described = job_records.identity(os.stat(record.job_dir / "job.json"))
+    except OSError:
+        # No job.json: the row is the record's, unless a folder with logs/ comes (`description`).
+        return (record.version, "no job.json", (record.job_dir / "logs").is_dir())
+    return None if described is None else (record.version, described)
 
 
 def driver_log(job: str) -> Path:

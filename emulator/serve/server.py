@@ -4,7 +4,8 @@ browser's requests to the live page (`emulator.serve.page`), on one port.
 Starlette and Uvicorn (the `serve` extra) because they are the best-kept small ASGI pair: Uvicorn's
 HTTP/1.1 parser bounds request lines and headers, Starlette streams request and response bodies, and
 neither pulls in more than a few packages. The operations themselves are blocking (files, the
-engine), so each request's work runs in a pool of worker threads; the event loop only moves bytes.
+engine), so each request's work runs in a pool of worker threads; the event loop only moves bytes,
+and answers the few operations that only read small files of the emulator's own (emulator/blocking.py).
 
 Which side a request is for: anything an AWS SDK sends is signed (an `Authorization` header or a
 presigned query) or carries an AWS header (`X-Amz-Target`, `X-Amz-Date`, `smithy-protocol`, ...);
@@ -40,6 +41,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Router
 from starlette.types import Receive, Scope, Send
 
+from emulator import blocking
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.wire import HttpRequest, HttpResponse
 from emulator.errors import EnvironmentProblem
@@ -161,6 +163,11 @@ class App:
                     spooled.body.close()
             spooled = _Spooled(head.body, spooled.sha256)
         try:
+            if self.endpoint.quick(head):
+                # On the event loop: the hop to a worker thread and back costs these operations more
+                # CPU than their own work; one that would wait says so, and goes to a worker after all.
+                with contextlib.suppress(blocking.WouldBlock), blocking.forbidden():
+                    return self._handle(head)
             answer = await self._in_worker(self._handle, head)
         finally:
             if not isinstance(spooled.body, bytes):

@@ -4,16 +4,17 @@ to a real server process and see the new answer, at once and once the file has s
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from serving import Server, running_server
 
-from emulator import job_records
+from emulator import job_records, warm_pools
 from emulator.aws.logs import GROUP, stream_name
 from emulator.result import Status
 
@@ -82,3 +83,58 @@ def test_a_log_that_grew_is_read_again(server: Server, state: Path, tmp_path: Pa
     # Rewritten in place to the same size: another mtime, another answer.
     log.write_text("FIRST\nSECOND\nthird\n")
     assert messages() == ["FIRST", "SECOND", "third"]
+
+
+def ended_job(folder: Path, end: datetime, **record: Any) -> None:
+    """A job that ended as a run leaves it: logs/, a job.json, and its record."""
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps({
+        "TrainingJobName": folder.name, "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
+        "CreationTime": T0.isoformat(), "TrainingEndTime": end.isoformat()}))
+    job_records.record(folder.name, folder, Status.COMPLETED, CreationTime=T0.isoformat(), **record)
+
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def test_a_listed_jobs_row_follows_its_job_json(server: Server, state: Path, tmp_path: Path) -> None:
+    sagemaker = client(server, "sagemaker")
+    folder = tmp_path / "listed-job"
+    ended_job(folder, T0 + timedelta(minutes=5))
+    time.sleep(SETTLE)
+
+    def end_time() -> datetime:
+        (row,) = sagemaker.list_training_jobs(NameContains="listed-job")["TrainingJobSummaries"]
+        return row["TrainingEndTime"]  # type: ignore[no-any-return]
+
+    assert end_time() == T0 + timedelta(minutes=5)
+    assert end_time() == T0 + timedelta(minutes=5)  # kept, and still the same row
+    (folder / "job.json").write_text((folder / "job.json").read_text().replace("03:09:05", "03:10:05"))
+    assert end_time() == T0 + timedelta(minutes=6)
+    time.sleep(SETTLE)
+    assert end_time() == T0 + timedelta(minutes=6)
+
+
+def test_a_kept_row_shows_its_warm_pool_as_it_is_now(server: Server, state: Path, tmp_path: Path) -> None:
+    """The row is kept, its WarmPoolStatus is not: a pool whose keep-alive ends between two calls is
+    Terminated in the second, and its folders are removed (by a worker: the event loop may not)."""
+    sagemaker = client(server, "sagemaker")
+    folder = tmp_path / "pooled-job"
+    cache = folder / warm_pools.FOLDER / "algo-1"
+    cache.mkdir(parents=True)
+    since = datetime.now(timezone.utc)
+    ended_job(folder, since, **{warm_pools.FIELD: {"Key": "k", "KeepAlive": 3, "Status": warm_pools.AVAILABLE,
+                                                   "Since": since.isoformat(), "Ended": None, "ReusedByJob": None}})
+    time.sleep(SETTLE)
+
+    def pool() -> str:
+        (row,) = sagemaker.list_training_jobs(NameContains="pooled-job")["TrainingJobSummaries"]
+        return str(row["WarmPoolStatus"]["Status"])
+
+    assert pool() == warm_pools.AVAILABLE
+    assert pool() == warm_pools.AVAILABLE
+    time.sleep(max(0.0, (since + timedelta(seconds=3) - datetime.now(timezone.utc)).total_seconds()) + 0.2)
+    assert pool() == warm_pools.TERMINATED
+    assert not cache.exists()
+    assert sagemaker.describe_training_job(TrainingJobName="pooled-job")["WarmPoolStatus"]["Status"] == \
+        warm_pools.TERMINATED

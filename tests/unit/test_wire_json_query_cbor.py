@@ -366,6 +366,37 @@ def test_an_answer_keeps_the_members_the_emulator_adds_to_describe_training_job(
 
 
 
+def test_a_list_of_plain_structures_is_written_as_each_item_would_be() -> None:
+    """Items of plain values are written as they are; an item with a None, a member the model does not
+    name, a renamed or converted member, or a value that is not plain is written member by member."""
+    events = MODELS["logs"].operation_model("GetLogEvents")
+    answer = {"events": [{"timestamp": 1, "message": "a", "ingestionTime": 2},
+                         {"timestamp": 3, "message": None, "ingestionTime": 4},
+                         {"timestamp": 5, "message": "b", "ingestionTime": 6, "Extra": {"At": BASE}},
+                         {"timestamp": 7, "message": AWKWARD, "ingestionTime": True}]}
+    raw = json.loads(body_of(json_rpc.serialize_response(events, answer)))
+    assert raw["events"] == [{"timestamp": 1, "message": "a", "ingestionTime": 2},
+                             {"timestamp": 3, "ingestionTime": 4},
+                             {"timestamp": 5, "message": "b", "ingestionTime": 6, "Extra": {"At": BASE.timestamp()}},
+                             {"timestamp": 7, "message": AWKWARD, "ingestionTime": True}]
+    parsed = botocore_reads(JSON, json_rpc.serialize_response(events, answer), events.output_shape)
+    assert [e.get("message") for e in parsed["events"]] == ["a", None, "b", AWKWARD]
+    # Unmodelled plain dicts and lists are kept; one holding a time or a None is converted.
+    jobs = MODELS["sagemaker"].operation_model("DescribeTrainingJob")
+    extra = {"Plain": {"a": 1, "b": "x", "c": [1, "y", False]}, "Mixed": {"a": None, "b": [BASE]}}
+    raw = json.loads(body_of(json_rpc.serialize_response(jobs, {"TrainingJobName": "job", "Emulator": extra})))
+    assert raw["Emulator"] == {"Plain": {"a": 1, "b": "x", "c": [1, "y", False]}, "Mixed": {"b": [BASE.timestamp()]}}
+
+
+def test_json_that_orjson_refuses_is_written_by_the_standard_library() -> None:
+    """A lone surrogate (text read with surrogateescape) and an integer past 64 bits still make JSON;
+    a datetime or other object the writer left is its text, as with the standard library."""
+    for value in ({"m": "bad \udcff byte"}, {"n": 2**70}, {"when": BASE, "what": object.__name__}):
+        written = json_rpc.json_bytes(value)
+        assert json.loads(written) == json.loads(json.dumps(value, default=str))
+    assert json.loads(json_rpc.json_bytes({"m": AWKWARD})) == {"m": AWKWARD}
+
+
 def test_as_output_converts_timestamp_text_at_any_depth_and_copies_an_answer_it_leaves_as_it_is() -> None:
     from emulator.aws.stub import as_output
 
