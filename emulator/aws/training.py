@@ -76,9 +76,11 @@ class SageMakerTraining(Service):
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
-        # Each job's ListTrainingJobs row (without its WarmPoolStatus, which changes with time), kept
-        # while what it was made of is the same (`_summary_key`): ListTrainingJobs otherwise described
-        # every job in full on every call (docs/benchmarks.md, the AWS endpoint).
+        # Each job's description (as JSON text) and ListTrainingJobs row, without WarmPoolStatus (which
+        # changes with time), kept while what they were made of is the same (`_kept_key`): each call
+        # otherwise described the job in full, ListTrainingJobs every job (docs/benchmarks.md, the AWS
+        # endpoint).
+        self._descriptions: dict[str, tuple[tuple[Any, ...] | None, str]] = {}
         self._summaries: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     def operations(self) -> Mapping[str, Operation]:
@@ -264,6 +266,27 @@ class SageMakerTraining(Service):
         return True
 
     def description(self, record: job_records.JobRecord) -> dict[str, Any]:
+        """DescribeTrainingJob's answer for the job, every part of it the caller's own. It is kept as JSON
+        text while what it is made of is the same (`_kept_key`: the record, and job.json once the job has
+        ended) and read from that text on each call: reading 2 KB of JSON costs a tenth of describing the
+        job again, and every caller gets new objects. Only the warm pool's status is worked out anew,
+        as it changes with time."""
+        key = _kept_key(record)
+        kept = self._descriptions.get(record.job_name)
+        if key is None or kept is None or kept[0] != key:
+            kept = (key, json.dumps(self._description(record), default=str))
+            if key is not None:
+                if len(self._descriptions) >= KEPT:
+                    self._descriptions.clear()
+                self._descriptions[record.job_name] = kept
+        doc: dict[str, Any] = json.loads(kept[1])
+        pool = warm_pools.status(record.job_name, record=record)  # now: reused or expired after job.json
+        if pool is not None:
+            doc["WarmPoolStatus"] = pool
+        return doc
+
+    def _description(self, record: job_records.JobRecord) -> dict[str, Any]:
+        """The description without WarmPoolStatus."""
         asked: dict[str, Any] = dict(record.doc.get("Request") or {})
         doc = dict(asked)
         doc.update({"TrainingJobName": record.job_name,
@@ -284,9 +307,6 @@ class SageMakerTraining(Service):
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
-        pool = warm_pools.status(record.job_name, record=record)  # now: reused or expired after job.json
-        if pool is not None:
-            doc["WarmPoolStatus"] = pool
         requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
         if requested:
             # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
@@ -301,7 +321,7 @@ class SageMakerTraining(Service):
 
     def summary(self, record: job_records.JobRecord) -> dict[str, Any]:
         """The job's ListTrainingJobs row (times as datetimes)."""
-        key = _summary_key(record)
+        key = _kept_key(record)
         kept = self._summaries.get(record.job_name)
         if key is not None and kept is not None and kept[0] == key:
             row = dict(kept[1])
@@ -311,7 +331,7 @@ class SageMakerTraining(Service):
             return row
         row = self._summary(record)
         if key is not None:
-            if len(self._summaries) >= SUMMARIES_KEPT:
+            if len(self._summaries) >= KEPT:
                 self._summaries.clear()
             self._summaries[record.job_name] = (key, {k: v for k, v in row.items() if k != "WarmPoolStatus"})
         return row
@@ -331,13 +351,13 @@ class SageMakerTraining(Service):
         return out
 
 
-SUMMARIES_KEPT = 4096  # jobs' rows; more are made again, after the rows kept are dropped
+KEPT = 4096  # jobs' descriptions and rows; more are made again, after those kept are dropped
 
 
-def _summary_key(record: job_records.JobRecord) -> tuple[Any, ...] | None:
-    """What a job's ListTrainingJobs row is made of, or None when that cannot be told: its record's
-    version, and once it has ended its job.json's (`description` reads both; a record or file changed
-    too recently to tell has no version). A running job's row comes from its record alone."""
+def _kept_key(record: job_records.JobRecord) -> tuple[Any, ...] | None:
+    """What a job's description and ListTrainingJobs row are made of, or None when that cannot be told:
+    its record's version, and once it has ended its job.json's (`description` reads both; a record or
+    file changed too recently to tell has no version). A running job's come from its record alone."""
     if record.version is None:
         return None
     if not record.status.is_final:

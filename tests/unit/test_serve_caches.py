@@ -138,3 +138,23 @@ def test_a_kept_row_shows_its_warm_pool_as_it_is_now(server: Server, state: Path
     assert not cache.exists()
     assert sagemaker.describe_training_job(TrainingJobName="pooled-job")["WarmPoolStatus"]["Status"] == \
         warm_pools.TERMINATED
+
+
+def test_a_kept_description_is_each_callers_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What one caller does to a described job (the in-process session hands it to the user's code)
+    never shows in the next answer: each answer is read anew from the kept text."""
+    from emulator.aws.training import SageMakerTraining
+
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    folder = tmp_path / "own-job"
+    ended_job(folder, T0 + timedelta(minutes=5), Request={"AlgorithmSpecification": {
+        "TrainingImage": "img", "MetricDefinitions": [{"Name": "loss", "Regex": "loss=(.*)"}]}})
+    time.sleep(SETTLE)
+    training = SageMakerTraining(tmp_path / "s3", region="us-west-2")
+    first = training.describe({"TrainingJobName": "own-job"})
+    first["AlgorithmSpecification"]["MetricDefinitions"][0]["Name"] = "changed"
+    first["Emulator"]["Image"] = "changed"
+    again = training.describe({"TrainingJobName": "own-job"})
+    assert again["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss=(.*)"}]
+    assert again["Emulator"]["Image"] == "img"
+    assert again["TrainingEndTime"] == (T0 + timedelta(minutes=5)).isoformat()
