@@ -31,6 +31,7 @@ operation), so a call walks its parameters only, never the model.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Mapping
 from datetime import date, datetime
@@ -325,7 +326,9 @@ def _typed(kind: str) -> Check:
     elif kind == "boolean":
         accepted = (bool,)
     elif kind == "blob":
-        accepted = (bytes, bytearray, str)
+        # A streaming payload (S3's PutObject Body) arrives as the spooled file the server read the
+        # body into, when it is large or came in aws-chunked framing (emulator/aws/wire/chunked.py).
+        accepted = (bytes, bytearray, str, io.IOBase)
     elif kind == "timestamp":
         accepted = (datetime, date)
     else:

@@ -25,7 +25,6 @@ import contextlib
 import contextvars
 import errno
 import hashlib
-import io
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -44,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 from emulator import blocking
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.wire import HttpRequest, HttpResponse
+from emulator.aws.wire.chunked import aws_chunked, unchunk
 from emulator.errors import EnvironmentProblem
 from emulator.serve import guard, limits
 
@@ -153,7 +153,7 @@ class App:
             return Response(status_code=400)  # nobody is listening; the server goes on
         head.body = spooled.body
         head.payload_sha256 = spooled.sha256
-        if _aws_chunked(head.headers):
+        if aws_chunked(head.headers):
             try:
                 head.body = await self._in_worker(unchunk, spooled.body)
             except ValueError as err:
@@ -299,39 +299,6 @@ def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return PlainTextResponse(exc.detail, exc.status_code,
                              headers={**(exc.headers or {}), "X-Content-Type-Options": "nosniff"})
-
-
-def _aws_chunked(headers: dict[str, str]) -> bool:
-    """A body in SigV4's chunked framing (what the Java and JavaScript SDKs send to S3 over HTTP):
-    https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html"""
-    return ("aws-chunked" in headers.get("content-encoding", "")
-            or headers.get("x-amz-content-sha256", "").startswith("STREAMING-"))
-
-
-def unchunk(body: Any) -> Any:
-    """The data of an aws-chunked body (`SIZE-HEX[;chunk-signature=...]\\r\\nDATA\\r\\n` ... `0...`,
-    then optional trailers), in a new spooled file; ValueError when the framing is broken."""
-    source = io.BytesIO(body) if isinstance(body, bytes) else body
-    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115 - the request's body now
-    while True:
-        line = source.readline(4096)
-        if not line.endswith(b"\r\n"):
-            out.close()
-            raise ValueError("a chunk header is not a line")
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            out.close()
-            raise ValueError(f"a chunk size is not hexadecimal: {line[:40]!r}") from None
-        if size == 0:
-            break  # what follows are trailers (checksums), which the data does not include
-        data = source.read(size)
-        if len(data) != size or source.read(2) != b"\r\n":
-            out.close()
-            raise ValueError("a chunk is shorter than its size")
-        out.write(data)
-    out.seek(0)
-    return out
 
 
 def scope_path(scope: Scope) -> str:

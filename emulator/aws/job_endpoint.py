@@ -1,0 +1,233 @@
+"""The AWS a job's hosts reach: the emulator's endpoint, served by the job's driver on a Unix socket.
+
+On the service a job's code calls AWS with its role's temporary credentials: boto3 in a script, the
+TensorFlow toolkit asking S3 where the SDK's default `model_dir` bucket is, the AWS CLI. Here each
+job's hosts reach the very endpoint `hetero-emu serve` answers with (emulator/aws/endpoint.py: S3 on
+the job's S3 root, STS, IAM, CloudWatch, Logs, SageMaker), through the job's gateway container
+(emulator/aws/job_gateway.py), which resolves AWS's names to itself and relays each connection here.
+
+A job may name only what a remote client of `serve` may: S3 locations, never this machine's paths
+(`HostPaths.only(())`). The endpoint is served on a Unix socket in a folder of its own, which only the
+gateway container mounts: nothing on the machine's network listens for it.
+
+The endpoint does not check signatures (neither does a loopback `serve` without --credentials): the
+temporary credentials the hosts are given (emulator/aws/job_gateway.py `credentials`) are there so
+that code which needs credentials finds some, as on the service.
+
+The TLS certificate the gateway shows is made here for each job (`Authority`): AWS's names under a
+certificate authority of the job's own, whose certificate the hosts are given (AWS_CA_BUNDLE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import http.server
+import shutil
+import socketserver
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from emulator.aws.endpoint import Endpoint
+from emulator.aws.wire import HttpRequest, HttpResponse
+from emulator.aws.wire.chunked import aws_chunked, unchunk
+
+# The largest request body read: S3's largest single PUT is 5 GiB; SDKs go multipart far below.
+BODY_LIMIT = 1024**3
+CERTIFICATE_DAYS = 30
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A job's certificate authority (its certificate, PEM) and the gateway's certificate and key for
+    AWS's names in `regions`, signed by it."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    @classmethod
+    def make(cls, regions: Iterable[str], extra_names: Iterable[str] = ()) -> Authority:
+        now = dt.datetime.now(dt.timezone.utc)
+        start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=CERTIFICATE_DAYS)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hetero-emu job CA")])
+        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+              .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(start).not_valid_after(end)
+              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+              .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                           content_commitment=False, key_encipherment=False,
+                                           data_encipherment=False, key_agreement=False,
+                                           encipher_only=False, decipher_only=False), critical=True)
+              .sign(ca_key, hashes.SHA256()))
+        key = ec.generate_private_key(ec.SECP256R1())
+        names = [x509.DNSName(n) for n in dict.fromkeys([*aws_names(regions), *extra_names])]
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "amazonaws.com")]))
+                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(end)
+                .add_extension(x509.SubjectAlternativeName(names), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        return cls(ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM),
+                   key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()))
+
+
+def aws_names(regions: Iterable[str]) -> list[str]:
+    """The names a certificate must hold for AWS's endpoints: a wildcard covers one label only, so
+    each form of host the SDKs build has its own (https://docs.aws.amazon.com/general/latest/gr/rande.html;
+    S3's virtual-hosted and dual-stack forms:
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/VirtualHosting.html)."""
+    names = ["amazonaws.com", "*.amazonaws.com", "*.s3.amazonaws.com"]
+    for region in dict.fromkeys(regions):
+        names += [f"*.{region}.amazonaws.com", f"*.s3.{region}.amazonaws.com", f"*.s3-{region}.amazonaws.com",
+                  f"*.s3.dualstack.{region}.amazonaws.com", f"*.sagemaker.{region}.amazonaws.com"]
+    return names
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """One HTTP/1.1 connection from the gateway: each request answered by the endpoint."""
+
+    protocol_version = "HTTP/1.1"
+    server: _UnixServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # the job's own log is the hosts'
+
+    def address_string(self) -> str:
+        return "gateway"
+
+    def _any(self) -> None:
+        path, _, query = self.path.partition("?")
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        body = self._body(headers)
+        if body is None:
+            return
+        request = HttpRequest(self.command, path, parse_qsl(query, keep_blank_values=True), headers, body,
+                              headers.get("host", "").rsplit(":", 1)[0])
+        if aws_chunked(headers):
+            try:
+                request.body = unchunk(body)
+            except ValueError as err:
+                self._send(self.server.endpoint.malformed(request, f"the aws-chunked body cannot be read: {err}"))
+                return
+        self._send(self.server.endpoint.handle(request))
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _any
+
+    def _body(self, headers: dict[str, str]) -> Any:
+        """The request's body (bytes, or a spooled file when large); None when it cannot be read (the
+        connection is closed)."""
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 - the request's body
+            while True:
+                line = self.rfile.readline(1024)
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    self.close_connection = True
+                    return None
+                if size == 0:
+                    while self.rfile.readline(1024).strip():
+                        pass  # trailers
+                    break
+                spool.write(self.rfile.read(size))
+                self.rfile.readline(8)
+            spool.seek(0)
+            return spool
+        length = int(headers.get("content-length") or 0)
+        if length > BODY_LIMIT:
+            self.close_connection = True
+            return None
+        if length <= 8 << 20:
+            return self.rfile.read(length)
+        spool = tempfile.SpooledTemporaryFile(max_size=0)  # noqa: SIM115 - the request's body
+        left = length
+        while left:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            spool.write(chunk)
+            left -= len(chunk)
+        spool.seek(0)
+        return spool
+
+    def _send(self, answer: HttpResponse) -> None:
+        self.send_response(answer.status)
+        headers = {k.lower(): v for k, v in answer.headers.items()}
+        chunks: Iterable[bytes]
+        if isinstance(answer.body, (bytes, bytearray)):
+            chunks = [bytes(answer.body)] if self.command != "HEAD" else []
+            headers.setdefault("content-length", str(len(answer.body)))
+            chunked = False
+        else:
+            chunks = answer.body
+            chunked = "content-length" not in headers
+            if chunked:
+                headers["transfer-encoding"] = "chunked"
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        finally:
+            close = getattr(answer.body, "close", None)
+            if callable(close):
+                close()
+
+
+class _UnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        super().__init__(path, _Handler)
+
+
+@contextlib.contextmanager
+def serving(endpoint: Endpoint) -> Iterator[Path]:
+    """The endpoint served on a Unix socket in a new folder of its own (short enough for a socket's
+    path, which Linux bounds at 107 bytes) until the block ends; yields the folder (the socket is
+    `aws.sock` in it). The folder is removed at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="hetero-emu-aws-"))
+    server = _UnixServer(str(folder / SOCKET_NAME), endpoint)
+    thread = threading.Thread(target=server.serve_forever, name="job-aws", daemon=True)
+    thread.start()
+    try:
+        yield folder
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+SOCKET_NAME = "aws.sock"
+
+
+def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:
+    """The endpoint a job's hosts reach: every service `hetero-emu serve` answers, on the job's S3 root
+    and region, with what a remote client of `serve` may name (S3 locations only)."""
+    from emulator.sagemaker.local import local_aws, services
+    from emulator.spec.request import HostPaths
+
+    aws = local_aws(s3_root=s3_root, images=None, region=region, engine=engine_name, origin="the job's S3 root",
+                    host_paths=HostPaths.only(()))
+    return Endpoint(services(aws.training, aws.s3_root, aws.region), aws.region)

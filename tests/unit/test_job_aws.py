@@ -1,0 +1,209 @@
+"""AWS inside a job: the gateway's DNS answers and TLS relay (emulator/aws/job_gateway.py), the job's
+endpoint on its Unix socket (emulator/aws/job_endpoint.py), and the role's credentials, each driven in
+this process on loopback addresses with real boto3 clients."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from emulator.aws import job_gateway
+from emulator.aws.job_endpoint import Authority, job_endpoint, serving
+
+REGION = "us-west-2"
+
+
+def query(name: str, qtype: int = job_gateway.TYPE_A, ident: int = 0x1234) -> bytes:
+    """A DNS query as a stub resolver sends it (RFC 1035, 4.1): header with RD, one question."""
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", qtype, 1)
+
+
+def records(reply: bytes) -> tuple[int, int, list[str]]:
+    """(id, rcode, the A records' addresses) of a reply, read by RFC 1035's layout."""
+    ident, flags, qd, an = struct.unpack("!HHHH", reply[:8])
+    assert flags & 0x8000, "QR: a response"
+    at = 12
+    for _ in range(qd):
+        while reply[at]:
+            at += 1 + reply[at]
+        at += 5
+    found = []
+    for _ in range(an):
+        assert reply[at] & 0xC0 == 0xC0  # a pointer to the question's name
+        rtype, _, _, size = struct.unpack("!HHIH", reply[at + 2:at + 12])
+        if rtype == job_gateway.TYPE_A:
+            found.append(socket.inet_ntoa(reply[at + 12:at + 12 + size]))
+        at += 12 + size
+    return ident, flags & 0xF, found
+
+
+@pytest.mark.parametrize("name", ["s3.us-west-2.amazonaws.com", "my-bucket.s3.us-west-2.amazonaws.com",
+                                  "sts.amazonaws.com", "api.sagemaker.eu-west-1.amazonaws.com", "AMAZONAWS.COM"])
+def test_aws_names_resolve_to_the_gateway(name: str) -> None:
+    reply = job_gateway.answer(query(name), "172.16.9.254")
+    assert reply is not None
+    assert records(reply) == (0x1234, 0, ["172.16.9.254"])
+
+
+def test_another_record_type_of_an_aws_name_is_no_record_and_other_names_are_not_answered() -> None:
+    reply = job_gateway.answer(query("s3.amazonaws.com", qtype=28), "172.16.9.254")  # AAAA
+    assert reply is not None and records(reply) == (0x1234, 0, [])
+    for name in ("example.org", "amazonaws.com.evil.org", "notamazonaws.com", "algo-1"):
+        assert job_gateway.answer(query(name), "172.16.9.254") is None
+
+
+@pytest.fixture
+def fake_upstream() -> Iterator[tuple[str, int]]:
+    """A resolver that answers every query with 10.9.8.7."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                packet, peer = sock.recvfrom(4096)
+            except OSError:
+                continue
+            end = job_gateway.question(packet)[3]  # type: ignore[index]
+            sock.sendto(struct.pack("!HHHHHH", struct.unpack("!H", packet[:2])[0], 0x8180, 1, 1, 0, 0)
+                        + packet[12:end] + struct.pack("!HHHIH", 0xC00C, 1, 1, 5, 4) + socket.inet_aton("10.9.8.7"),
+                        peer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()
+    stop.set()
+    thread.join()
+    sock.close()
+
+
+def ask(server: tuple[str, int], packet: bytes) -> bytes:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(10)
+        sock.sendto(packet, server)
+        return sock.recvfrom(65535)[0]
+
+
+def test_the_dns_server_answers_aws_names_and_asks_upstream_for_the_rest(fake_upstream: tuple[str, int]) -> None:
+    dns = job_gateway.DnsServer(("127.0.0.1", 0), "172.16.9.254", fake_upstream)
+    threading.Thread(target=dns.serve_forever, daemon=True).start()
+    try:
+        assert records(ask(dns.server_address, query("logs.us-west-2.amazonaws.com")))[2] == ["172.16.9.254"]
+        assert records(ask(dns.server_address, query("pypi.org", ident=7))) == (7, 0, ["10.9.8.7"])
+    finally:
+        dns.shutdown()
+        dns.server_close()
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    dns = job_gateway.DnsServer(("127.0.0.1", 0), "172.16.9.254", silent.getsockname())
+    threading.Thread(target=dns.serve_forever, daemon=True).start()
+    try:
+        assert records(ask(dns.server_address, query("pypi.org")))[1] == job_gateway.SERVFAIL
+    finally:
+        dns.shutdown()
+        dns.server_close()
+        silent.close()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The job's endpoint on its socket and the gateway's relays before it, on loopback ports, with a
+    certificate that also names `localhost` (the hosts reach AWS's own names through the DNS above)."""
+    monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "s3"
+    root.mkdir()
+    authority = Authority.make([REGION], extra_names=["localhost"])
+    (tmp_path / "ca.pem").write_bytes(authority.ca_pem)
+    (tmp_path / "cert.pem").write_bytes(authority.cert_pem)
+    (tmp_path / "key.pem").write_bytes(authority.key_pem)
+    with serving(job_endpoint(root, REGION, "docker")) as folder:
+        sock = str(folder / "aws.sock")
+        tls = job_gateway.tls_context(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+        relays = [job_gateway.RelayServer(("127.0.0.1", 0), sock), job_gateway.RelayServer(("127.0.0.1", 0), sock, tls)]
+        for relay in relays:
+            threading.Thread(target=relay.serve_forever, daemon=True).start()
+        try:
+            yield {"http": relays[0].server_address[1], "https": relays[1].server_address[1],
+                   "ca": str(tmp_path / "ca.pem"), "root": root}
+        finally:
+            for relay in relays:
+                relay.shutdown()
+                relay.server_close()
+
+
+def client(service: str, url: str, **config: Any) -> Any:
+    session = boto3.Session(aws_access_key_id="ASIAEXAMPLE", aws_secret_access_key="x", aws_session_token="t",
+                            region_name=REGION)
+    return session.client(service, endpoint_url=url, config=Config(retries={"max_attempts": 1}, **config))
+
+
+def test_s3_and_sts_over_tls_trusting_the_jobs_authority_through_aws_ca_bundle(
+        gateway: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_CA_BUNDLE", gateway["ca"])
+    url = f"https://localhost:{gateway['https']}"
+    s3 = client("s3", url, s3={"addressing_style": "path"})
+    s3.create_bucket(Bucket="job-bucket", CreateBucketConfiguration={"LocationConstraint": REGION})
+    body = b"x" * (3 * 1024 * 1024)
+    s3.put_object(Bucket="job-bucket", Key="model/weights.bin", Body=body)
+    assert s3.get_object(Bucket="job-bucket", Key="model/weights.bin")["Body"].read() == body
+    assert (gateway["root"] / "job-bucket" / "model" / "weights.bin").read_bytes() == body
+    assert s3.get_bucket_location(Bucket="job-bucket")["LocationConstraint"] == REGION
+    assert client("sts", url).get_caller_identity()["Account"]
+
+
+def test_tls_without_the_jobs_authority_is_refused(gateway: dict[str, Any]) -> None:
+    from botocore.exceptions import SSLError
+
+    with pytest.raises(SSLError):
+        client("sts", f"https://localhost:{gateway['https']}").get_caller_identity()
+
+
+def test_a_job_may_name_no_path_of_this_machine(gateway: dict[str, Any]) -> None:
+    sagemaker = client("sagemaker", f"http://127.0.0.1:{gateway['http']}")
+    with pytest.raises(ClientError) as raised:
+        sagemaker.create_training_job(
+            TrainingJobName="from-a-job", RoleArn="arn:aws:iam::111122223333:role/R",
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            InputDataConfig=[{"ChannelName": "train", "DataSource": {"S3DataSource": {
+                "S3DataType": "S3Prefix", "S3Uri": "file:///etc"}}}],
+            OutputDataConfig={"S3OutputPath": "s3://job-bucket/out"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+            StoppingCondition={"MaxRuntimeInSeconds": 60})
+    assert raised.value.response["Error"]["Code"] == "ValidationException"
+    assert "s3Uri" in raised.value.response["Error"]["Message"]
+
+
+def test_the_roles_credentials_are_temporary_and_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's container credentials provider, as a host's SDK uses it, gets new keys before the
+    old ones expire (with 60 s left, every look is inside its refresh window)."""
+    server = job_gateway.CredentialsServer(("127.0.0.1", 0), seconds=60)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                           f"http://127.0.0.1:{server.server_address[1]}/v2/credentials/job-token")
+        found = botocore.session.get_session().get_credentials()
+        assert found is not None and found.method == "container-role"
+        first = found.get_frozen_credentials()
+        second = found.get_frozen_credentials()
+        assert first.access_key.startswith("ASIA") and first.token
+        assert second.access_key != first.access_key
+    finally:
+        server.shutdown()
+        server.server_close()
