@@ -15,7 +15,8 @@ them (the one that is not rank 0) would otherwise copy its stale restored copy o
 another host wrote.
 
 TensorBoard's output (TensorBoardOutputConfig) goes the same way to its S3 output path, while the job
-runs, from each host's TensorBoard folder (nothing is restored there before the job).
+runs, from each host's TensorBoard folder (nothing is restored there before the job), and so do
+SageMaker Debugger's tensors and profiler files (emulator/sm_debugger.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from emulator import hostfiles
+from emulator import hostfiles, sm_debugger
 from emulator.plan import Plan, tensorboard_folder
 
 SYNC_SECONDS = 1.0
@@ -103,6 +104,8 @@ def syncs(plan: Plan) -> list[LiveSync]:
     board = tensorboard_folder(plan.spec)
     if board is not None:
         found.append(LiveSync(plan, board, plan.spec.tensorboard_output_path, "TensorBoard files"))
+    found += [LiveSync(plan, u.folder, u.target, u.what) for u in sm_debugger.uploads(plan.spec, plan.job_name)
+              if u.target is not None]
     return found
 
 

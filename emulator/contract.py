@@ -6,7 +6,8 @@ host; nothing here calls back into the plan.
 Every key here is one the service writes and the `sagemaker-training` toolkit reads; see
 https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
 and sagemaker_training/environment.py (read_resource_config, read_hyperparameters,
-read_input_data_config).
+read_input_data_config); and, when the request configures SageMaker Debugger, the hook's and the
+profiler's config files smdebug reads (emulator/sm_debugger.py).
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ def host_files(spec: JobSpec, job_name: str, groups: Cluster, host: str, channel
     `groups` is the whole cluster as laid out by the plan, `channels` the channels `host` receives.
     """
     group, instance_type = next((name, itype) for name, itype, hosts in groups if host in hosts)
-    return {
+    files = {
         f"{CONFIG_DIR}/resourceconfig.json": dumps(resource_config(host, group, instance_type, groups)),
         f"{CONFIG_DIR}/hyperparameters.json": dumps(hyperparameters(spec, job_name)),
         f"{CONFIG_DIR}/inputdataconfig.json": dumps(input_data_config(spec, channels)),
     }
+    # The request's DebugHookConfig and ProfilerConfig, with the API's member names, where smdebug
+    # reads them: DEFAULT_CONFIG_FILE_PATH (awslabs/sagemaker-debugger smdebug/core/config_constants.py:4)
+    # and CONFIG_PATH_DEFAULT (smdebug/profiler/profiler_constants.py:51); docs/contract.md.
+    for name, config in (("debughookconfig.json", spec.debug_hook), ("profilerconfig.json", spec.profiler)):
+        if config is not None:
+            files[f"{CONFIG_DIR}/{name}"] = dumps(json.loads(config.document))
+    return files
 
 
 def resource_config(current_host: str, current_group: str, current_type: str, groups: Cluster) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator import catalog, contract, debugger, hooks, wheelhouse
+from emulator import catalog, contract, debugger, hooks, sm_debugger, wheelhouse
 from emulator import hardware as hardware_hooks
 from emulator.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
 from emulator.debugger import DebugTarget
@@ -373,6 +373,8 @@ def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
     board = tensorboard_folder(spec)
     if board == TENSORBOARD_FOLDER:  # a local path outside /opt/ml
         mounts.append(Mount(str(host_dir / board), spec.tensorboard_local_path, read_only=False))
+    for debugger_folder in sm_debugger.mounted(spec):  # a Debugger local path outside /opt/ml
+        mounts.append(Mount(str(host_dir / debugger_folder.folder), debugger_folder.local_path, read_only=False))
     for name in slot.channels:
         if name in slot.pipes:
             continue  # its FIFOs are made in the host's input/data folder, mounted above

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulator import hooks, sshkeys
+from emulator import hooks, sm_debugger, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import SSH_FOLDER, Plan, share_dir, tensorboard_folder
@@ -160,7 +160,8 @@ def lay_out_hosts(plan: Plan, progress: Progress | None = None) -> None:
     count = _Count(per_host * len(plan.hosts) + sum(shares.values()), progress)
     for host in plan.hosts:
         root = Path(host.host_dir)
-        for folder in (*HOST_FOLDERS, *filter(None, [tensorboard_folder(spec)])):
+        for folder in (*HOST_FOLDERS, *filter(None, [tensorboard_folder(spec)]),
+                       *(u.folder for u in sm_debugger.uploads(spec, plan.job_name))):
             (root / folder).mkdir(parents=True, exist_ok=True)
         for name in host.channels:
             if name not in host.pipes:  # a Pipe channel has FIFOs there instead (emulator.pipes)

@@ -127,6 +127,8 @@ JOB_KEYS = (
     "checkpoint_s3_uri",
     "checkpoint_local_path",
     "tensorboard_output_config",
+    "debugger_hook_config",
+    "profiler_config",
     "max_run",
     "enable_network_isolation",
     "disable_output_compression",
@@ -172,6 +174,21 @@ class InstanceGroup:
 
 # TensorBoardOutputConfig.LocalPath's default (the SDK's TensorBoardOutputConfig too).
 DEFAULT_TENSORBOARD_PATH = "/opt/ml/output/tensorboard"
+
+
+@dataclass(frozen=True)
+class DebuggerOutput:
+    """A request's DebugHookConfig or ProfilerConfig (the SDK's DebuggerHookConfig and
+    ProfilerConfig; emulator/sm_debugger.py): the config file every host gets, and where what the
+    hosts write under `local_path` is uploaded while the job runs."""
+
+    # The config's members with the API's names, as JSON text (a frozen spec stays hashable).
+    document: str
+    # The container folder the hosts write the tensors or the profiler's files to.
+    local_path: str
+    # S3OutputPath on this machine (None: a ProfilerConfig without one uploads nothing), and as given.
+    output_path: Path | None = None
+    uri: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +274,9 @@ class JobSpec:
     tensorboard_output_path: Path | None = None
     tensorboard_uri: str | None = None
     tensorboard_local_path: str = DEFAULT_TENSORBOARD_PATH
+    # DebugHookConfig and ProfilerConfig (emulator/sm_debugger.py).
+    debug_hook: DebuggerOutput | None = None
+    profiler: DebuggerOutput | None = None
     max_run: int = DEFAULT_MAX_RUN
     enable_network_isolation: bool = False
     # OutputDataConfig.CompressionType NONE (the SDK's name): model and output files written as they

@@ -23,6 +23,7 @@ from typing import Any
 
 from emulator.contract import hyperparameters as encoded_hyperparameters
 from emulator.errors import Problem, SpecError
+from emulator.spec import debugger_config
 from emulator.spec.model import JobSpec
 from emulator.spec.paths import BadPath, parse_uri, resolve_path
 from emulator.spec.probes import DISK, Probes
@@ -45,15 +46,15 @@ REQUEST_KEYS = (
     "EnableManagedSpotTraining",
     "RetryStrategy",
     "TensorBoardOutputConfig",
+    "DebugHookConfig",
+    "ProfilerConfig",
 )
 UNUSED_KEYS = (
     "RoleArn",
     "Tags",
     "VpcConfig",
     "EnableInterContainerTrafficEncryption",
-    "DebugHookConfig",
     "DebugRuleConfigurations",
-    "ProfilerConfig",
     "ProfilerRuleConfigurations",
     "ExperimentConfig",
     "RemoteDebugConfig",
@@ -73,6 +74,8 @@ S3_SOURCE_KEYS = {"S3Uri": "s3_data", "S3DataType": "s3_data_type", "S3DataDistr
 OUTPUT_KEYS = ("S3OutputPath", "KmsKeyId", "CompressionType")
 CHECKPOINT_KEYS = ("S3Uri", "LocalPath")
 TENSORBOARD_KEYS = ("S3OutputPath", "LocalPath")
+DEBUG_HOOK_KEYS = ("S3OutputPath", "LocalPath", "HookParameters", "CollectionConfigurations")
+PROFILER_KEYS = ("S3OutputPath", "ProfilingIntervalInMilliseconds", "ProfilingParameters", "DisableProfiler")
 STOPPING_KEYS = ("MaxRuntimeInSeconds", "MaxWaitTimeInSeconds", "MaxPendingTimeInSeconds")
 
 # The `sagemaker_*` hyperparameters the SDK's Framework estimator sets, read back into the spec.
@@ -89,9 +92,8 @@ DERIVED_KEYS = ("sagemaker_job_name", "sagemaker_instance_type")
 # An S3 URI as the service accepts it: a bucket name of 3-63 lowercase letters, digits, dots and hyphens.
 S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?", re.DOTALL)
 
-# The request's S3 locations the emulator does not use (Debugger and Profiler), checked all the same:
-# a request names no host path the server was not told it may.
-UNUSED_LOCATIONS = (("DebugHookConfig", "S3OutputPath"), ("ProfilerConfig", "S3OutputPath"))
+# The request's S3 locations the emulator does not use (the Debugger's and Profiler's rules), checked
+# all the same: a request names no host path the server was not told it may.
 UNUSED_LOCATION_LISTS = (("DebugRuleConfigurations", "S3OutputPath"), ("ProfilerRuleConfigurations", "S3OutputPath"))
 REMOTE_SCHEMES = ("s3://", "https://")
 
@@ -217,6 +219,8 @@ class RequestNames:
             return f"ResourceConfig.InstanceGroups{index}" + (f".{_GROUP_FIELDS.get(rest, rest)}" if rest else "")
         if head == "distribution" and rest.startswith("instance_groups"):
             return "HyperParameters.sagemaker_distribution_instance_groups"
+        if head in debugger_config.REQUEST_FIELDS:
+            return debugger_config.request_field(path)
         if path in _TOP:
             return _TOP[path]  # a nested field the request names itself (TensorBoardOutputConfig.LocalPath)
         if head not in _TOP:
@@ -384,6 +388,9 @@ class _Converter:
             out["tensorboard_output_config"] = {
                 "s3_output_path": self.uri(board, "S3OutputPath", "TensorBoardOutputConfig.S3OutputPath"),
                 "container_local_output_path": board.get("LocalPath")}
+        hook, profiler = (self.mapping(raw, key, keys, key) if raw.get(key) is not None else None
+                          for key, keys in (("DebugHookConfig", DEBUG_HOOK_KEYS), ("ProfilerConfig", PROFILER_KEYS)))
+        out.update(debugger_config.from_request(hook, profiler, self.uri))
         stopping = self.mapping(raw, "StoppingCondition", STOPPING_KEYS, "StoppingCondition")
         out["max_run"] = stopping.get("MaxRuntimeInSeconds")
         self.managed(raw, stopping, out)
@@ -413,12 +420,8 @@ class _Converter:
         return value
 
     def unused_locations(self, raw: Mapping[str, Any]) -> None:
-        """The Debugger's and Profiler's S3 locations: unused here, but a request still names no host
-        path it may not."""
-        for key, member in UNUSED_LOCATIONS:
-            config = raw.get(key)
-            if isinstance(config, Mapping):
-                self.host_path_allowed(config.get(member), f"{key}.{member}")
+        """The Debugger's and Profiler's rules' S3 locations: unused here, but a request still names no
+        host path it may not."""
         for key, member in UNUSED_LOCATION_LISTS:
             items = raw.get(key)
             for i, config in enumerate(items if isinstance(items, list) else []):
@@ -682,6 +685,7 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
     if spec.tensorboard_output_path is not None:
         request["TensorBoardOutputConfig"] = {"S3OutputPath": _file_uri(spec.tensorboard_output_path),
                                               "LocalPath": spec.tensorboard_local_path}
+    request.update(debugger_config.to_request(spec, _file_uri))
     if spec.use_spot_instances:
         request["EnableManagedSpotTraining"] = True
         request["StoppingCondition"]["MaxWaitTimeInSeconds"] = spec.max_wait

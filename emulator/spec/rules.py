@@ -32,7 +32,7 @@ from emulator.metrics import Definition
 from emulator.metrics import parse as parse_metrics
 from emulator.metrics import problems as metric_problems
 from emulator.sizes import MAX_SIZE, parse_size
-from emulator.spec import placement, s3
+from emulator.spec import debugger_config, placement, s3
 from emulator.spec.fields import FieldReader, as_written
 from emulator.spec.model import (
     BASE_JOB_NAME_PATTERN,
@@ -276,6 +276,7 @@ class Validator(FieldReader):
         hyperparameters = self.hyperparameters(raw)
         environment = self.environment(raw)
         written = self.outputs(raw, s3_root, job_name, launch.source_dir, inputs)
+        debug_hook, profiler = debugger_config.read(self, raw, s3_root)
         max_run = self.integer(raw, "max_run", "max_run")
         if max_run is not None and not 1 <= max_run <= MAX_RUN_LIMIT:
             self.fail("max_run", f"must be between 1 and {MAX_RUN_LIMIT} seconds, got {max_run}")
@@ -317,6 +318,8 @@ class Validator(FieldReader):
             tensorboard_uri=written.tensorboard_text if written.tensorboard_text and
             written.tensorboard_text.startswith("s3://") else None,
             tensorboard_local_path=written.tensorboard_local_path,
+            debug_hook=debug_hook,
+            profiler=profiler,
             max_run=max_run if max_run is not None else DEFAULT_MAX_RUN,
             enable_network_isolation=bool(isolation),
             disable_output_compression=bool(uncompressed),
