@@ -47,18 +47,24 @@ def test_debug_shows_the_traceback_that_is_hidden_otherwise(
 
 
 # --------------------------------------------------------------------------------------------------
-# "`output_path` / `checkpoint_s3_uri` may not overlap the code or a channel": inside them (tested in
-# test_spec_validation) and around them, which a project folder as output_path would be.
+# "`checkpoint_s3_uri` may not overlap the code", around it here (inside it: test_spec_validation);
+# "the job writes only under `<output_path>/<job>/`", so a project folder is an output path.
 
 
-@pytest.mark.parametrize("field", ["output_path", "checkpoint_s3_uri"])
-def test_a_folder_holding_the_code_and_the_data_is_refused_for_output_and_checkpoints(
-    field: str, valid_raw: Raw, problems: Callable[[Raw], list[Any]]
-) -> None:
-    valid_raw[field] = "."  # the project folder: it holds ./code and ./data/*
-    found = {(p.path, p.message.split(" overlaps ", 1)[1].split(" ", 1)[0]) for p in problems(valid_raw)
-             if " overlaps " in p.message}
-    assert found == {(field, "source_dir"), (field, "inputs.training.s3_data"), (field, "inputs.validation.s3_data")}
+def test_a_folder_holding_the_code_is_refused_for_checkpoints(valid_raw: Raw, problems: Callable[[Raw], list[Any]]
+                                                               ) -> None:
+    valid_raw["checkpoint_s3_uri"] = "."  # the project folder: it holds ./code and ./data/*
+    found = [(p.path, p.message) for p in problems(valid_raw)]
+    assert found == [("checkpoint_s3_uri", ". overlaps source_dir (./code)")]
+
+
+def test_a_folder_holding_the_code_and_the_data_is_an_output_path(
+        valid_raw: Raw, load: Callable[[Raw], JobSpec]) -> None:
+    """The job writes only its own new folder <output_path>/<job>/, beside the code and the data."""
+    valid_raw["output_path"] = "."
+    spec = load(valid_raw)
+    assert spec.output_path == spec.spec_dir
+    assert not any(channel.snapshot for channel in spec.inputs.values())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -292,7 +292,8 @@ def test_tensorboard_output_config_is_synced_like_checkpoints(project: Path) -> 
     ({"S3OutputPath": "board", "LocalPath": "relative"}, "TensorBoardOutputConfig.LocalPath: must be an absolute"),
     ({"S3OutputPath": "board", "LocalPath": "/opt/ml/model"}, "TensorBoardOutputConfig.LocalPath: /opt/ml/model "
                                                              "would hide"),
-    ({"S3OutputPath": "data/train"}, "TensorBoardOutputConfig.S3OutputPath: "),
+    ({"S3OutputPath": "code/board"}, "TensorBoardOutputConfig.S3OutputPath: code/board overlaps "
+                                     "HyperParameters.sagemaker_submit_directory"),
 ])
 def test_a_bad_tensorboard_output_config_is_named_by_its_field(project: Path, board: dict[str, str],
                                                                fragment: str) -> None:

@@ -137,7 +137,7 @@ def test_a_channel_under_the_job_prefix_but_not_the_sdks_upload_is_refused(root:
     (root / BUCKET / "hetero" / JOB / "other").mkdir()
     (root / BUCKET / "hetero" / JOB / "other" / "x").write_text("")
     raw["InputDataConfig"].append(channel("other", f"s3://{BUCKET}/hetero/{JOB}/other", ["data"]))
-    with pytest.raises(SpecError, match="overlaps"):
+    with pytest.raises(SpecError, match="lies inside the job's own folder"):
         load(root, raw)
 
 

@@ -283,13 +283,14 @@ def test_the_sdks_layout_under_an_s3_output_prefix_is_accepted(project: Path) ->
     assert spec.source_archive
 
 
-def test_data_inside_the_jobs_own_prefix_overlaps_its_output(project: Path) -> None:
+def test_data_inside_the_jobs_own_prefix_is_refused(project: Path) -> None:
     (project / "s3" / "my-bucket" / "sdk-job" / "mine").mkdir(parents=True)
     (project / "s3" / "my-bucket" / "sdk-job" / "mine" / "a.csv").write_text("1\n")
     with pytest.raises(SpecError) as info:
         api.load(sdk_request(project, "sdk-job", train="s3://my-bucket/sdk-job/mine"), s3_root=project / "s3")
     assert [p.path for p in info.value.problems] == ["OutputDataConfig.S3OutputPath"]
-    assert "overlaps InputDataConfig" in str(info.value.problems[0])
+    assert "(s3://my-bucket/sdk-job/mine) lies inside the job's own folder s3://my-bucket/sdk-job/" in str(
+        info.value.problems[0])
 
 
 def test_a_run_shares_its_prefix_with_the_sdks_upload_and_a_failed_staging_leaves_it(
@@ -411,11 +412,13 @@ def test_a_prefix_no_key_starts_with_is_not_found(project: Path, valid_raw: Raw)
     assert "channel data not found: no prefix s3://my-bucket/data/nothing-" in problem
 
 
-def test_an_output_beside_a_prefixs_keys_is_no_overlap_and_one_among_them_is(project: Path, valid_raw: Raw) -> None:
+def test_an_output_beside_a_prefixs_keys_and_checkpoints_among_them_are_accepted(project: Path,
+                                                                                  valid_raw: Raw) -> None:
     prefix_bucket(project)
     valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/data/part-"
     valid_raw["output_path"] = "s3://my-bucket/data/results"
-    load_file(project, valid_raw, s3_root=project / "s3")  # data/results is not a key the prefix reads
+    spec = load_file(project, valid_raw, s3_root=project / "s3")  # data/results is not a key the prefix reads
+    files = spec.inputs["training"].files
     valid_raw["checkpoint_s3_uri"] = "s3://my-bucket/data/part-1/ckpt"
-    found = problems(project, valid_raw, s3_root=project / "s3")
-    assert any("checkpoint_s3_uri" in p and "overlaps" in p for p in found)
+    spec = load_file(project, valid_raw, s3_root=project / "s3")  # staged from the keys listed before the job
+    assert spec.inputs["training"].key_prefix and spec.inputs["training"].files == files

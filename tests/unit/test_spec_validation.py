@@ -1017,11 +1017,6 @@ def test_dot_channel_names_are_rejected(valid_raw: Raw, expect_problem: Callable
     expect_problem(valid_raw, f"inputs.{name}", "channel name")
 
 
-def test_output_path_inside_a_channel_is_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
-    valid_raw["output_path"] = "./data/train/out"
-    expect_problem(valid_raw, "output_path", "overlaps inputs.training.s3_data")
-
-
 def test_checkpoints_in_the_source_dir_are_rejected(valid_raw: Raw, expect_problem: Callable[..., Any]) -> None:
     valid_raw["checkpoint_s3_uri"] = "./code"
     expect_problem(valid_raw, "checkpoint_s3_uri", "overlaps source_dir")
