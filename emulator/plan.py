@@ -24,6 +24,7 @@ from emulator.hardware import NO_HARDWARE, Hardware
 from emulator.secrets import mask_environment
 from emulator.sizes import parse_size
 from emulator.spec import JobSpec, TrainingInput
+from emulator.spec.model import INPUT_DATA
 from emulator.spec.placement import constraints
 
 LABEL_PREFIX = "io.hetero-emu"
@@ -39,7 +40,6 @@ LABEL_DRIVER = f"{LABEL_PREFIX}.driver"
 HOST_ORDERS = ("spec", "shuffled")
 OPT_ML = "/opt/ml"
 CHECKPOINTS = "/opt/ml/checkpoints"
-INPUT_DATA = "/opt/ml/input/data"
 # The per-job SSH keys of an MPI distribution (emulator/sshkeys.py): in the job folder, and where
 # root's ssh, sshd and the toolkit's paramiko look for them on the distribution's hosts.
 SSH_FOLDER = "ssh"
@@ -73,7 +73,8 @@ class HostPlan:
     # links followed), staged as hard links to the files they name in a folder of their own
     # (`share_dir`) and mounted read-only there: the share of a ShardedByS3Key channel, the one file
     # of a single-file channel (so the channel's folder is read-only too), or every file of a folder
-    # whose symlinks leave it (`TrainingInput.links_out`: a plain bind mount would show them dangling).
+    # whose symlinks leave it (`TrainingInput.links_out`: a plain bind mount would show them dangling)
+    # or that the job writes into while it runs (`TrainingInput.snapshot`: a mount would show it).
     shards: Mapping[str, tuple[str, ...]]
     # path relative to the host's /opt/ml -> file content
     files: Mapping[str, str]
@@ -231,7 +232,8 @@ def lay_out_hosts(spec: JobSpec, groups: tuple[GroupPlan, ...]) -> tuple[HostLay
             name: files[name]
             for name in channels
             if name not in piped and (name in shares or spec.inputs[name].single_file or spec.inputs[name].links_out
-                                      or spec.inputs[name].copied or spec.inputs[name].key_prefix)
+                                      or spec.inputs[name].copied or spec.inputs[name].key_prefix
+                                      or spec.inputs[name].snapshot)
         }
         host_pipes = {name: files[name] for name in channels if name in piped}
         layout.append(HostLayout(host, group_of[host], channels, host_shards, host_pipes))

@@ -115,6 +115,15 @@ class _Outputs(NamedTuple):
     tensorboard_local_path: str
 
 
+class _Place(NamedTuple):
+    """A place the job reads or writes (`Validator.no_overlap`): its field, where it is here, and
+    the text the user wrote for it (an s3:// URI, a path), which a problem names."""
+
+    field: str
+    path: Path | None
+    text: str
+
+
 class _ChannelFields(NamedTuple):
     """One channel's fields as checked (`Validator.channel_fields`), before its data is looked at."""
 
@@ -140,6 +149,8 @@ class Validator(FieldReader):
         self.s3_root = s3.choose_root(None)
         self.s3_uris: dict[Path, str] = {}
         self.source_archive = False  # source_dir is a sourcedir.tar.gz (set by `code`)
+        # The input adapter found no code where the input says it is, and said so: `code` looks no further.
+        self.code_refused = False
 
     def command_list(self, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
         """container_entry_point / container_arguments: 1-100 strings of at most 256 characters each
@@ -420,11 +431,15 @@ class Validator(FieldReader):
         ckpt_local = self.checkpoint_local_path(raw)
         tb_text, tensorboard, tb_local = self.tensorboard(raw, s3_root)
         out_is_s3 = bool(out_text and out_text.startswith("s3://"))
-        job_prefix = output_path / job_name if out_is_s3 and output_path and job_name else None
-        self.no_overlap(output_path, checkpoint, source_dir, inputs, job_prefix=job_prefix, s3_output=out_is_s3,
-                        tensorboard=tensorboard)
-        if job_prefix is not None:
-            inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_prefix / SDK_CHANNELS) else c
+        job_folder = output_path / job_name if output_path and job_name else None
+        written = [_Place("output_path", output_path, out_text),
+                   _Place("checkpoint_s3_uri", checkpoint, ckpt_text or ""),
+                   _Place("tensorboard_output_config.s3_output_path", tensorboard, tb_text or "")]
+        code_text = raw.get("source_dir") if isinstance(raw.get("source_dir"), str) else raw.get("entry_point")
+        inputs = self.no_overlap(written, _Place("source_dir", source_dir, str(code_text)), inputs,
+                                 _Place("output_path", job_folder, f"{out_text.rstrip('/')}/{job_name}/"), out_is_s3)
+        if out_is_s3 and job_folder is not None:
+            inputs = {name: replace(c, copied=True) if c.source.is_relative_to(job_folder / SDK_CHANNELS) else c
                       for name, c in inputs.items()}
         return _Outputs(out_text, output_path, ckpt_text, checkpoint, ckpt_local, inputs, tb_text, tensorboard,
                         tb_local)
@@ -551,39 +566,57 @@ class Validator(FieldReader):
             return None
         return size
 
-    def no_overlap(
-        self, output: Path | None, checkpoint: Path | None, code: Path | None, inputs: Mapping[str, TrainingInput],
-        job_prefix: Path | None = None, s3_output: bool = False, tensorboard: Path | None = None,
-    ) -> None:
-        """What the job writes (output_path, checkpoints) must not lie inside what it reads, nor contain
-        it: the user's code and data are never written, and must not see the job's own output.
+    def no_overlap(self, written: list[_Place], code: _Place, inputs: Mapping[str, TrainingInput],
+                   job_folder: _Place, s3_output: bool) -> dict[str, TrainingInput]:
+        """Where the job writes against what it reads; `inputs` back, each channel the job writes
+        into or around marked `snapshot`.
 
-        An s3:// output path is a key prefix the service writes only under `<prefix>/<job>/`: data
-        and code elsewhere under it are not the job's (the SDK's default output path is the default
-        bucket itself, where `upload_data` also puts the data), nor is what the SDK uploads into the
-        job's own prefix before the job (`emulator.staging.SDK_UPLOADS`: source/sourcedir.tar.gz). A
-        generated job name is a new prefix, which nothing read can lie inside."""
-        readers: list[tuple[str, Path | None]] = [("source_dir", code)]
-        for n, c in inputs.items():
-            # A key prefix reads the entries that start with it, not the whole folder it ends in.
-            entries = sorted({c.source / key.split("/")[0] for key in c.files}) if c.key_prefix else [c.source]
-            readers += [(f"inputs.{n}.s3_data", entry) for entry in entries]
-        for field_name, written in (("output_path", output), ("checkpoint_s3_uri", checkpoint),
-                                    ("tensorboard_output_config.s3_output_path", tensorboard)):
-            if written is None:
+        The service puts no rule on these places (CreateTrainingJob's S3OutputPath, CheckpointConfig
+        and TensorBoardOutputConfig are S3 URIs with no relation to the channels':
+        https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html), and it
+        downloads a File channel before the algorithm starts, so a notebook's `<prefix>/output` beside
+        `<prefix>/data`, or an output path that is the channel's own prefix, works there: the job
+        writes under `<output>/<job>/` while the channel shows what was there before
+        (https://docs.aws.amazon.com/sagemaker/latest/dg/model-access-training-data.html). Here a
+        channel is a mount of the folder itself, which would show the job folder grow, or a checkpoint
+        land, while the job runs: such a channel is staged as a share of hard links to the files it
+        listed now (`TrainingInput.snapshot`), which the job's writes never change (the job folder is
+        new, and checkpoints and TensorBoard's files are renamed into place, `emulator.hostfiles`).
+
+        Refused still, where the emulator itself could not keep the user's files apart:
+        - data or code inside the job's own folder `<output>/<job>/`, but for what the SDK uploads
+          there before the job (`SDK_UPLOADS`, under an s3:// output path): the folder holds the job's
+          hosts and logs, and is claimed new for every job so that nothing in it is overwritten
+          (`emulator.staging.folder_taken`);
+        - output_path inside a source_dir folder: each host's copy of the code is made after the job
+          folder is, and would take it in (on the service the code is the SDK's sourcedir.tar.gz, made
+          before the job);
+        - checkpoints or TensorBoard's files inside the code, or around it: their sync would write into
+          the code (the service has no local source_dir to write into)."""
+        readers = [(f"inputs.{n}.s3_data", c.source, c.s3_data, n) for n, c in inputs.items()]
+        snapshot: set[str] = set()
+        for place in written:
+            if place.path is None:
                 continue
-            for reader_name, read in readers:
-                if read is None:
+            if code.path is not None and (place.path.is_relative_to(code.path) or (
+                    place.field != "output_path" and code.path.is_relative_to(place.path))):
+                self.fail(place.field, f"{place.text} overlaps {self.field_name(code.field)} ({code.text})",
+                          "the job would write into the code it runs: use a folder outside source_dir")
+            for _, read, _, name in readers:
+                around = place.field != "output_path" and read.is_relative_to(place.path)
+                if place.path.is_relative_to(read) or around:
+                    snapshot.add(name)
+        if job_folder.path is not None:
+            places = [_Place(field_name, read, text) for field_name, read, text, _ in readers]
+            for field_name, inside, text in [*places, code]:
+                if inside is None or not inside.is_relative_to(job_folder.path):
                     continue
-                if field_name == "output_path" and s3_output:
-                    clash = written.is_relative_to(read) or (
-                        job_prefix is not None and read.is_relative_to(job_prefix)
-                        and not any(read.is_relative_to(job_prefix / up) for up in SDK_UPLOADS))
-                else:
-                    clash = written.is_relative_to(read) or read.is_relative_to(written)
-                if clash:
-                    self.fail(field_name, f"{written} overlaps {self.field_name(reader_name)} ({read})",
-                              "the job would write into data or code it reads: use a separate folder")
+                if s3_output and any(inside.is_relative_to(job_folder.path / up) for up in SDK_UPLOADS):
+                    continue
+                self.fail(job_folder.field, f"{self.field_name(field_name)} ({text}) lies inside the job's own "
+                          f"folder {job_folder.text}", "the job's folder is new for every job and holds only what "
+                          "the job writes: keep data and code outside it, or give the job another name")
+        return {name: replace(c, snapshot=True) if name in snapshot else c for name, c in inputs.items()}
 
     def groups(self, raw: Mapping[str, Any]) -> tuple[list[InstanceGroup], bool]:
         has_groups = raw.get("instance_groups") is not None
@@ -700,6 +733,8 @@ class Validator(FieldReader):
     def code(self, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[str | None, Path | None]:
         entry_point = self.string(raw, "entry_point", "entry_point")
         src_text = self.string(raw, "source_dir", "source_dir")
+        if self.code_refused:
+            return entry_point, None
         if src_text is not None and ("://" in src_text and not src_text.startswith(("file://", "s3://"))):
             self.fail("source_dir", f"{preview(src_text)}: only local folders and s3:// archives are supported",
                       "give a local path, or s3://bucket/key/sourcedir.tar.gz under the S3 root")
