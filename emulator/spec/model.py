@@ -176,8 +176,6 @@ class InstanceGroup:
 DEFAULT_TENSORBOARD_PATH = "/opt/ml/output/tensorboard"
 # Where a host finds its channels, each in a folder of its name.
 INPUT_DATA = "/opt/ml/input/data"
-# Where a host finds its channels, each in a folder of its name.
-INPUT_DATA = "/opt/ml/input/data"
 
 
 @dataclass(frozen=True)
@@ -227,11 +225,6 @@ class TrainingInput:
     # the prefix ends in and `files` the keys under it that start with the prefix, each placed by its
     # name there, as the service downloads every key that starts with an S3Prefix. Staged as a share.
     key_prefix: bool = False
-    # The job writes into this channel's folder, or around it, while it runs (output_path inside the
-    # channel's prefix, a checkpoint or TensorBoard path overlapping it): staged as a share of the
-    # files listed before the job, so the hosts see what the service downloads before training, not
-    # the job's own output as it grows (`spec.rules.Validator.no_overlap`).
-    snapshot: bool = False
     # The job writes into this channel's folder, or around it, while it runs (output_path inside the
     # channel's prefix, a checkpoint or TensorBoard path overlapping it): staged as a share of the
     # files listed before the job, so the hosts see what the service downloads before training, not

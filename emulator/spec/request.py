@@ -577,10 +577,6 @@ class _Converter:
             where = self.channel_file(where, out.get("inputs", {}))
             if where is None:
                 return
-        if where.startswith(INPUT_DATA + "/"):
-            where = self.channel_file(where, out.get("inputs", {}))
-            if where is None:
-                return
         if not self.host_path_allowed(where, path):
             return
         if where[:3].lower() == "s3:" or where.endswith((".tar.gz", ".tgz")):
@@ -602,35 +598,6 @@ class _Converter:
             out["entry_point"] = local
             return
         out["source_dir"] = where
-
-
-    def channel_file(self, where: str, inputs: Mapping[str, Any]) -> str | None:
-        """A submit directory inside the container, `/opt/ml/input/data/<channel>/<file>`, as the
-        channel's location on this machine; None when no channel of the request holds it (reported).
-
-        SDK v2 under network isolation ships the code as a channel named `code` (the S3 URI of its
-        sourcedir.tar.gz) and sets the submit directory to that file in the container,
-        `/opt/ml/input/data/code/sourcedir.tar.gz` (sagemaker/estimator.py
-        `CONTAINER_CODE_CHANNEL_SOURCEDIR_PATH`, used in `_prepare_for_training` when
-        `enable_network_isolation()`), since an isolated container cannot download from S3; the toolkit
-        then unpacks that local tarball into /opt/ml/code (sagemaker_training/files.py
-        `download_and_extract`, its `tarfile.is_tarfile(uri)` branch). Here the rules unpack the same
-        file, named by its channel's URI, into /opt/ml/code, and the channel reaches the hosts too."""
-        path = "HyperParameters.sagemaker_submit_directory"
-        name, _, rest = where[len(INPUT_DATA) + 1:].partition("/")
-        channel = inputs.get(name)
-        data = channel.get("s3_data") if isinstance(channel, Mapping) else None
-        if not isinstance(data, str) or not rest or any(part in ("", ".", "..") for part in rest.split("/")):
-            self.v.fail(path, f"{preview(where)} is a file in the container that no channel of the request holds",
-                        "name a file of a channel, /opt/ml/input/data/<channel>/<file> (the SDK's code channel: "
-                        "/opt/ml/input/data/code/sourcedir.tar.gz), or the code's s3:// URI")
-            self.v.code_refused = True
-            return None
-        # A channel whose URI names the object itself holds it under its base name, as the service
-        # downloads a single object; a prefix holds its keys below it.
-        if data.rstrip("/").rsplit("/", 1)[-1] == rest:
-            return data
-        return f"{data.rstrip('/')}/{rest}"
 
 
     def channel_file(self, where: str, inputs: Mapping[str, Any]) -> str | None:

@@ -124,15 +124,6 @@ class _Place(NamedTuple):
     text: str
 
 
-class _Place(NamedTuple):
-    """A place the job reads or writes (`Validator.no_overlap`): its field, where it is here, and
-    the text the user wrote for it (an s3:// URI, a path), which a problem names."""
-
-    field: str
-    path: Path | None
-    text: str
-
-
 class _ChannelFields(NamedTuple):
     """One channel's fields as checked (`Validator.channel_fields`), before its data is looked at."""
 
@@ -158,8 +149,6 @@ class Validator(FieldReader):
         self.s3_root = s3.choose_root(None)
         self.s3_uris: dict[Path, str] = {}
         self.source_archive = False  # source_dir is a sourcedir.tar.gz (set by `code`)
-        # The input adapter found no code where the input says it is, and said so: `code` looks no further.
-        self.code_refused = False
         # The input adapter found no code where the input says it is, and said so: `code` looks no further.
         self.code_refused = False
 
