@@ -834,9 +834,20 @@ class Validator(FieldReader):
                 channels[name] = channel
         self.pipe_names(channels, job_mode)
         if assigned and unassigned:
-            # The service rejects a job where only some channels name instance groups.
-            self.fail("inputs", f"channels {', '.join(assigned)} name instance groups but "
-                      f"{', '.join(unassigned)} do not", "assign instance_groups to every channel or to none")
+            # The service's rule, in its words: CreateTrainingJob answers a request where only some
+            # channels name InstanceGroupNames with ValidationException "Some channels have assigned
+            # instance groups: [processing] while others not: [sm_drivers, code]"
+            # (https://github.com/aws/sagemaker-python-sdk/issues/6089). SDK v3 now gives its own
+            # channels every group (https://github.com/aws/sagemaker-python-sdk/pull/6116,
+            # model_trainer.py `_resolve_managed_channel_instance_groups`). SDK v2 does not: its `code`
+            # channel under network isolation and its `model` channel (model_uri) carry none
+            # (https://github.com/aws/sagemaker-python-sdk/blob/v2.257.6/src/sagemaker/job.py#L93-L116),
+            # so the service refuses such a v2 estimator whose own channels name groups, and so do we.
+            self.fail("inputs", f"Some channels have assigned instance groups: [{', '.join(assigned)}] while "
+                      f"others not: [{', '.join(unassigned)}]",
+                      "assign instance groups to every channel or to none (SDK v2's own `code` channel under "
+                      "enable_network_isolation, and `model` for model_uri, have none: then leave them off "
+                      "every channel, and each host gets every channel)")
         return channels
 
     def channel_fields(self, item: Mapping[str, Any], path: str, group_names: list[str], heterogeneous: bool,

@@ -209,3 +209,33 @@ def test_a_submit_directory_in_the_container_that_no_channel_holds_is_refused(ro
     [problem] = refusals(root, raw)
     assert problem.startswith(f"HyperParameters.sagemaker_submit_directory: '{CODE_IN_CONTAINER}' is a file in "
                               "the container that no channel of the request holds")
+
+
+def heterogeneous_isolated(groups_on_data: list[str] | None) -> dict[str, Any]:
+    """SDK v2's request for a two-group estimator with enable_network_isolation=True: its `code`
+    channel names no instance groups (sagemaker/job.py `_load_config`), the user's may."""
+    raw = isolated(f"s3://{BUCKET}/{JOB}/source/sourcedir.tar.gz")
+    raw["ResourceConfig"] = {"InstanceGroups": [
+        {"InstanceGroupName": "data_group", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
+        {"InstanceGroupName": "dnn_group", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1}]}
+    if groups_on_data is not None:
+        raw["InputDataConfig"][0]["DataSource"]["S3DataSource"]["InstanceGroupNames"] = groups_on_data
+    return raw
+
+
+def test_a_heterogeneous_isolated_job_whose_channels_name_groups_is_refused_as_the_service_refuses_it(
+        root: Path) -> None:
+    """The service's all-or-none rule (https://github.com/aws/sagemaker-python-sdk/issues/6089), in its
+    words, with what to do about SDK v2's `code` channel."""
+    [problem] = refusals(root, heterogeneous_isolated(["data_group"]))
+    assert problem.startswith("InputDataConfig: Some channels have assigned instance groups: [train] while "
+                              "others not: [code]")
+    assert "SDK v2's own `code` channel under enable_network_isolation" in problem
+
+
+def test_a_heterogeneous_isolated_job_whose_channels_name_no_group_gives_every_host_every_channel(
+        root: Path) -> None:
+    spec = load(root, heterogeneous_isolated(None))
+    both = [f"{INPUT_DATA}/code", f"{INPUT_DATA}/train"]
+    assert {host: sorted(m for m in targets if m.startswith(INPUT_DATA + "/"))
+            for host, targets in mounts(spec).items()} == {"algo-1": both, "algo-2": both}
