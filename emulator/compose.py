@@ -69,7 +69,7 @@ HOST_BLOCK = "x-host"
 REQUIRED_HOST = ("image", "command", "volumes")
 HOST_NAMES = ("image", "container_name", "hostname", "init", "labels", "environment", "volumes", "aliases",
               "ipv4_address", "extra_hosts", "command", "shm_size", "ulimits", "entrypoint", "memory", "devices",
-              "ports", "gpus")
+              "ports", "gpus", "dns")
 PLAN_NAMES = ("job_name", "network", "internal", "driver_opts", "labels", "subnet", "gateway")
 SCOPES = {"host": HOST_NAMES, "plan": PLAN_NAMES}
 TEMPLATE_FILE = "compose.yaml"
@@ -277,6 +277,7 @@ def host_values(container: ContainerSpec, addresses: Mapping[str, str], project_
         "aliases": list(container.aliases),
         "ipv4_address": addresses[container.hostname],
         "extra_hosts": [f"{name}:{addresses[name]}" for name in container.extra_hosts],
+        "dns": [addresses[name] for name in container.dns] or None,
         "command": list(container.command),
         "shm_size": container.shm_bytes,
         "ulimits": {u.name: {"soft": u.soft, "hard": u.hard} for u in container.ulimits},

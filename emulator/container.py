@@ -117,6 +117,10 @@ class ContainerSpec:
     # Where the host may run, as swarm placement constraints (`node.labels.role==gpu`): its instance
     # group's `placement`. One machine has nowhere else to put it.
     placement: tuple[str, ...] = ()
+    # The containers on the job's network (by host name) whose addresses are its DNS servers: the
+    # job's AWS gateway (emulator/job_aws.py). Docker's embedded resolver still answers the hosts'
+    # names itself and asks these for every other name.
+    dns: tuple[str, ...] = ()
 
     def without_ulimits(self, refused: Collection[Ulimit]) -> ContainerSpec:
         """This container without the ulimits an engine refuses (emulator/backend/ulimits.py)."""

@@ -87,6 +87,16 @@ class HostPlan:
 
 
 @dataclass(frozen=True)
+class JobAws:
+    """AWS inside the job (emulator/job_aws.py): the gateway's container on the job's network, the
+    folder of the files it and the hosts get, and the folder of the endpoint's Unix socket."""
+
+    gateway: HostPlan
+    files_dir: str
+    socket_dir: str
+
+
+@dataclass(frozen=True)
 class Plan:
     job_name: str
     image: str
@@ -115,6 +125,9 @@ class Plan:
     # The folder staging fills with the start-up hook and the emulated nvidia-smi (emulator/hooks.py),
     # which hosts mount; None when no host needs them.
     hook_dir: str | None = None
+    # The job's AWS (emulator/job_aws.py): None when the job is kept from AWS (network isolation) or
+    # the engine has no gateway for it.
+    aws: JobAws | None = None
 
     def host(self, name: str) -> HostPlan:
         return next(h for h in self.hosts if h.name == name)
@@ -494,6 +507,12 @@ def parse_memory(text: str) -> MemoryLimit:
     if size < MIN_MEMORY:
         raise ValueError(f"{text!r} is less than {MIN_MEMORY // 1024**2} MiB: too little to start a host")
     return size
+
+
+def network_members(plan: Plan) -> tuple[HostPlan, ...]:
+    """Every container on the job's network that gets a fixed address: the hosts, then the job's AWS
+    gateway if it has one."""
+    return plan.hosts + ((plan.aws.gateway,) if plan.aws is not None else ())
 
 
 def host_addresses(subnet: str, gateway: str | None, hosts: Sequence[str]) -> dict[str, str]:

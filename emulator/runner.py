@@ -41,6 +41,7 @@ from emulator import (
     debugger,
     hardware,
     hostfiles,
+    job_aws,
     job_records,
     pipes,
     secrets,
@@ -226,6 +227,8 @@ def run_job(
         job_name = job_name_from(spec, now())
         plan = make_plan(spec, job_name, options.host_order, seed, memory=options.memory, debug=debug,
                          hardware=choose_hardware(spec, options, job_name, seed, machine))
+        if backend.capabilities.aws_gateway:
+            plan = job_aws.with_aws(plan)  # the hosts reach the emulator's AWS (an isolated job's: none)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
             return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()
@@ -260,6 +263,7 @@ class Run:
         self.image_builder = image_builder
         self.framework_builder = framework_builder
         self.names = [h.container.name for h in plan.hosts]
+        self.gateway: str | None = None  # the job's AWS gateway's container while it runs
         self.masker = secrets.Masker(*(h.container.environment for h in plan.hosts))
         self.host_of = {h.container.name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
@@ -489,7 +493,8 @@ class Run:
             # A swarm copies the image to its nodes and checks they see the job folder.
             self.backend.prepare(plan, reporter, self.options.grace)
             # Checkpoints are copied to the checkpoint URI while the hosts run (emulator/checkpoints.py).
-            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as syncs:
+            # The job's AWS endpoint serves its hosts' calls while they run (emulator/job_aws.py).
+            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as syncs, job_aws.endpoint(plan):
                 self.syncs = syncs
                 self.create_hosts(logs)
                 self.start_hosts(ran)
@@ -504,6 +509,8 @@ class Run:
             ran.reason = err.message
             reporter.warn(ran.reason)
         finally:
+            # The gateway serves no host now; its output stream ends with it, before the hosts' are read.
+            self.stop_gateway()
             # Every host has exited (or never started): read each stream to its end, so the log
             # files hold every byte. Streams from an engine that stopped answering will not end.
             try:
@@ -520,6 +527,8 @@ class Run:
                            total=len(plan.hosts)) as creating:
             self.backend.create_network(plan)
             self.created_network = True
+            self.start_gateway()
+            plan = self.plan  # without AWS if the gateway did not start
             made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
 
             def created(name: str) -> None:
@@ -530,6 +539,41 @@ class Run:
             # Each host's stream is attached before any host starts: every byte is read.
             self.backend.create_containers(plan, plan.hosts, logs, created)
         self.warn_refused_ulimits()
+
+    def start_gateway(self) -> None:
+        """The job's AWS gateway (emulator/job_aws.py), up before any host is made: the hosts name it as
+        their DNS server. One that does not come up costs a warning, and the hosts are made without
+        AWS (the plan without it), as they ran before there was any."""
+        aws = self.plan.aws
+        if aws is None:
+            return
+        gateway = aws.gateway.container.name
+        output = job_aws.GatewayOutput(Path(aws.files_dir) / job_aws.GATEWAY_LOG)
+        try:
+            self.backend.create_containers(self.plan, [aws.gateway], output, lambda name: None)
+            self.gateway = gateway
+            self.backend.start([gateway])
+        except EmulatorError as err:
+            output.failed(err.message)
+        deadline = time.monotonic() + job_aws.READY_SECONDS
+        while not output.ready.wait(0.2):
+            # One that has ended (an image without python3) is told at once, not after the wait.
+            if time.monotonic() > deadline or not self.gateway or not any(
+                    state.running for state in self.backend.states([gateway])):
+                break
+        else:
+            return
+        self.reporter.warn(f"AWS inside the job is not available: its gateway did not start ({output.last_words()}); "
+                           "the hosts reach no AWS")
+        self.stop_gateway()
+        self.plan = job_aws.without_aws(self.plan)
+
+    def stop_gateway(self) -> None:
+        """Stop the job's AWS gateway, if it runs (its container goes with the job's at teardown)."""
+        if self.gateway is not None:
+            with contextlib.suppress(EmulatorError):
+                self.backend.kill([self.gateway])
+            self.gateway = None
 
     def start_hosts(self, ran: HostsOutcome) -> None:
         """Start every host at once; `ran` gets the moment they run (TrainingStartTime)."""

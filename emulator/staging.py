@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulator import hooks, sm_debugger, sshkeys
+from emulator import hooks, job_aws, sm_debugger, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.plan import SSH_FOLDER, Plan, share_dir, tensorboard_folder
@@ -31,7 +31,7 @@ HOST_FOLDERS = ("model", "output/data", "checkpoints", "input/data", "code")
 
 
 # What a run makes in its job folder; all of it is removed again when staging fails.
-RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json", SSH_FOLDER)
+RUN_ENTRIES = ("logs", "output", "hosts", ".staging", "job.json", SSH_FOLDER, job_aws.FOLDER)
 
 # Files copied at once: creating a file costs the filesystem's journal a wait of its own (a few
 # milliseconds each on a busy disk), and copies in parallel share those waits. See
@@ -141,6 +141,7 @@ def _lay_out(plan: Plan, job_dir: Path, progress: Progress | None) -> None:
         sshkeys.write_keys(Path(plan.ssh_dir), plan.job_name, client_config=os.getuid() == 0)
     if plan.hook_dir is not None:
         hooks.stage(Path(plan.hook_dir))
+    job_aws.stage(plan)  # the job's AWS: its certificates, the hosts' config (nothing for an isolated job)
     lay_out_hosts(plan, progress)
 
 
@@ -314,5 +315,6 @@ def unstage(plan: Plan) -> None:
     for every host of every run (a 500 MB source_dir on 4 hosts: 2 GB). rmtree follows no link, so a
     script that made its code folder a link leaves the link's target alone."""
     shutil.rmtree(Path(plan.job_dir) / ".staging", ignore_errors=True)
+    job_aws.unstage(plan)
     for host in plan.hosts:
         shutil.rmtree(Path(host.host_dir) / "code", ignore_errors=True)

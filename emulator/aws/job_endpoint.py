@@ -103,6 +103,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server: _UnixServer
+    # The Server header: not Python's version (the services name themselves; `serve` says nothing more).
+    server_version = "hetero-emu"
+    sys_version = ""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # the job's own log is the hosts'
@@ -203,11 +206,15 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
 
 
 @contextlib.contextmanager
-def serving(endpoint: Endpoint) -> Iterator[Path]:
-    """The endpoint served on a Unix socket in a new folder of its own (short enough for a socket's
-    path, which Linux bounds at 107 bytes) until the block ends; yields the folder (the socket is
-    `aws.sock` in it). The folder is removed at the end."""
-    folder = Path(tempfile.mkdtemp(prefix="hetero-emu-aws-"))
+def serving(endpoint: Endpoint, folder: Path | None = None) -> Iterator[Path]:
+    """The endpoint served on a Unix socket, `aws.sock` in `folder` (made, and emptied of an earlier
+    socket; by default a new folder, short enough for a socket's path, which Linux bounds at 107
+    bytes), until the block ends; yields the folder, which is removed at the end."""
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="hetero-emu-aws-"))
+    else:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (folder / SOCKET_NAME).unlink(missing_ok=True)
     server = _UnixServer(str(folder / SOCKET_NAME), endpoint)
     thread = threading.Thread(target=server.serve_forever, name="job-aws", daemon=True)
     thread.start()
@@ -225,9 +232,15 @@ SOCKET_NAME = "aws.sock"
 def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:
     """The endpoint a job's hosts reach: every service `hetero-emu serve` answers, on the job's S3 root
     and region, with what a remote client of `serve` may name (S3 locations only)."""
-    from emulator.sagemaker.local import local_aws, services
+    from emulator.aws.cloudwatch import CloudWatch
+    from emulator.aws.iam import IAM
+    from emulator.aws.logs import Logs
+    from emulator.aws.s3 import S3
+    from emulator.aws.sts import STS
+    from emulator.aws.training import SageMakerTraining
     from emulator.spec.request import HostPaths
 
-    aws = local_aws(s3_root=s3_root, images=None, region=region, engine=engine_name, origin="the job's S3 root",
-                    host_paths=HostPaths.only(()))
-    return Endpoint(services(aws.training, aws.s3_root, aws.region), aws.region)
+    s3_root.mkdir(parents=True, exist_ok=True)
+    training = SageMakerTraining(s3_root, region=region, engine_name=engine_name, s3_origin="the job's S3 root",
+                                 host_paths=HostPaths.only(()))
+    return Endpoint([training, S3(s3_root, region=region), STS(), IAM(), Logs(region=region), CloudWatch()], region)

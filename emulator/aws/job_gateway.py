@@ -256,7 +256,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--credentials-only", metavar="PORT", type=int,
                         help="answer only for the role's credentials, on --listen:PORT")
     parser.add_argument("--credentials-seconds", type=int, default=CREDENTIALS_SECONDS)
+    parser.add_argument("--credential-process", action="store_true",
+                        help="print new credentials as a credential_process does, and end")
     args = parser.parse_args(argv)
+    if args.credential_process:
+        # https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-sourcing-external.html: Version 1,
+        # the session token as SessionToken; with an Expiration the SDK runs the process again before it.
+        made = credentials(args.credentials_seconds)
+        print(json.dumps({"Version": 1, "AccessKeyId": made["AccessKeyId"], "SecretAccessKey": made["SecretAccessKey"],
+                          "SessionToken": made["Token"], "Expiration": made["Expiration"]}))
+        return 0
     servers: list[socketserver.BaseServer]
     if args.credentials_only is not None:
         servers = [CredentialsServer((args.listen, args.credentials_only), args.credentials_seconds)]

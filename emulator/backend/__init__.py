@@ -60,6 +60,9 @@ class Capabilities:
     passes_devices: bool = False
     # `exec_in` reaches a host that has exited (a kept job's), not only a running one.
     execs_in_stopped_hosts: bool = False
+    # A job's AWS gateway (emulator/job_aws.py) on its network, with fixed addresses for the hosts'
+    # DNS: without it, a job's hosts reach no AWS from inside the job.
+    aws_gateway: bool = False
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,16 @@ from emulator.backend.liveness import driver_alive
 from emulator.console import Reporter
 from emulator.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
-from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan, host_addresses
+from emulator.plan import (
+    LABEL_DRIVER,
+    LABEL_HOST,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    HostPlan,
+    Plan,
+    host_addresses,
+    network_members,
+)
 
 # `hetero-emu exec` in a stopped host commits its container first (see exec_in).
 COMMIT_TIMEOUT = 300
@@ -132,6 +141,9 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
                                                        capabilities=[list(GPU_CAPABILITIES)])]
         if container.gpus else None,
         "port_bindings": {p.container_port: (p.host_ip, p.host_port) for p in container.ports} or None,
+        # The job's AWS gateway (emulator/job_aws.py) by its fixed address: Docker's embedded resolver
+        # still answers the hosts' names and forwards every other name there.
+        "dns": [addresses[name] for name in container.dns if name in addresses] or None,
         "network_mode": network,
         # The emulator reads each host's output over an attach made before the start (see
         # follow_logs), which gets every byte as written. No engine log driver: an engine's
@@ -149,7 +161,7 @@ class DockerBackend(SharedMembers):
     """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses. `memory` is
     where the engine keeps what it learns about itself (ulimit verdicts, the subnet last picked)."""
 
-    capabilities = Capabilities(builds_images=True, probes_ulimits=True, publishes_ports=True,
+    capabilities = Capabilities(builds_images=True, probes_ulimits=True, publishes_ports=True, aws_gateway=True,
                                 passes_devices=True, execs_in_stopped_hosts=True)
 
     def __init__(self, client: docker.DockerClient | None = None, memory: EngineMemory | None = None) -> None:
@@ -240,7 +252,7 @@ class DockerBackend(SharedMembers):
             if given is None or given.get("carved"):
                 subnets.remember(config)
             self._addresses[plan.job_name] = host_addresses(config["Subnet"], config.get("Gateway"),
-                                                            [h.name for h in plan.hosts])
+                                                            [h.name for h in network_members(plan)])
             return
         raise EnvironmentProblem(
             f"cannot create network {plan.network}: {first_line(last_error or Exception('unknown'))}",
@@ -255,7 +267,7 @@ class DockerBackend(SharedMembers):
             taken = networks.engine_subnets(self.api.networks()) + networks.local_routes()
         except (docker.errors.APIError, requests.exceptions.RequestException):
             return []
-        blocks = networks.candidate_subnets(len(plan.hosts), taken, (remembered or {}).get("Subnet"), pool)
+        blocks = networks.candidate_subnets(len(network_members(plan)), taken, (remembered or {}).get("Subnet"), pool)
         # A few: each refusal is a job beside that took the block at the same moment.
         return [{"Subnet": block, "Gateway": str(next(ipaddress.ip_network(block).hosts())), "carved": "yes"}
                 for block in blocks[:CARVED_TRIES]]

@@ -155,6 +155,11 @@ def service_options(container: ContainerSpec, network: str, image: str, driver: 
     )
     # docker-py has no argument for these two; API 1.41 takes them in the task's ContainerSpec.
     spec["Ulimits"] = [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in container.ulimits]
+    if container.dns:
+        # The engine's capabilities say it has no AWS gateway (emulator/job_aws.py), so no plan for it
+        # names one; a plan that does is refused, not run with hosts that resolve nothing.
+        raise UsageError("a job's AWS gateway is not supported on the swarm engine",
+                         hint="run the job on the docker engine (--engine docker)")
     if container.ports:
         raise UsageError("a published port (the debugger's) is not supported on the swarm engine",
                          hint="debug on the docker engine (--engine docker)")

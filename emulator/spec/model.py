@@ -293,6 +293,9 @@ class JobSpec:
     container_arguments: tuple[str, ...] | None = None
     container_log_level: int = DEFAULT_LOG_LEVEL
     region: str = DEFAULT_REGION
+    # The folder s3:// URIs map under for this job (emulator/spec/s3.py `choose_root`): the S3 its
+    # hosts reach from inside the job (emulator/job_aws.py).
+    s3_root: Path | None = None
     spec_dir: Path = Path(".")
     # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
     # unpacked into each host's /opt/ml/code, as the training toolkit unpacks it.

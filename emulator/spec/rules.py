@@ -338,6 +338,7 @@ class Validator(FieldReader):
             container_arguments=launch.args,
             container_log_level=log_level if log_level is not None else DEFAULT_LOG_LEVEL,
             region=region,
+            s3_root=s3_root,
             spec_dir=self.base_dir,
             source_archive=self.source_archive,
             shm_size=shm_size,

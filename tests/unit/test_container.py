@@ -69,6 +69,8 @@ SAMPLES: dict[str, tuple[Any, str | None]] = {
     "placement": (("node.labels.marker==yes",), "node.labels.marker==yes"),
     # docker and compose name the ids; a swarm service reserves a count of them (no marker common to all).
     "gpus": (("GPU-marker-1", "GPU-marker-2"), None),
+    # The job's AWS gateway by its fixed address (emulator/job_aws.py).
+    "dns": (("algo-7",), "10.7.7.7"),
 }
 # What an engine cannot give, and why. A swarm service refuses it (test below) rather than drop it.
 NOT_TRANSLATED = {
@@ -77,6 +79,7 @@ NOT_TRANSLATED = {
     ("swarm", "extra_hosts"): "a host on an overlay has no fixed address; the others resolve through its DNS",
     ("swarm", "ports"): "a published port (the debugger's) is not supported on the swarm engine",
     ("swarm", "devices"): "a service cannot take --device",
+    ("swarm", "dns"): "a job's AWS gateway is not supported on the swarm engine",
 }
 
 
@@ -114,7 +117,7 @@ def test_every_engine_translates_every_field(engine: str, name: str) -> None:
         assert marker not in base and marker in changed, f"{name}'s value is not in the engine's arguments"
 
 
-@pytest.mark.parametrize("name", ["ports", "devices"])
+@pytest.mark.parametrize("name", ["ports", "devices", "dns"])
 def test_a_swarm_service_refuses_what_it_cannot_give(name: str) -> None:
     with pytest.raises(UsageError, match="swarm"):
         _swarm(dataclasses.replace(BASE, **{name: SAMPLES[name][0]}))

@@ -1,0 +1,194 @@
+"""AWS inside a job: what a job's hosts reach when their code calls AWS.
+
+On the service a training job's code calls AWS with its role's temporary credentials and the job's
+region: boto3 in a script, the TensorFlow toolkit asking S3 where the SDK's default `model_dir`
+bucket is (sagemaker_tensorflow_container/s3_utils.py), the AWS CLI. Here every host of a job that
+is not kept from the network (`enable_network_isolation`) reaches the emulator's AWS instead, with
+whatever SDK and version its image has:
+
+- a **gateway** container of the job's own image on the job's network (`gateway.py`, which is
+  emulator/aws/job_gateway.py: the standard library only) is each host's DNS server: AWS's names
+  resolve to it, every other name is asked of Docker's resolver as before;
+- it relays each connection (HTTPS with a certificate for AWS's names made for the job, and HTTP) to
+  the job's endpoint, which the job's driver serves on a Unix socket (emulator/aws/job_endpoint.py):
+  `hetero-emu serve`'s endpoint on the job's S3 root and region, S3 locations only;
+- each host trusts the job's certificate authority (`AWS_CA_BUNDLE`, read by every botocore), and
+  finds the role's credentials through `AWS_CONFIG_FILE`: a `credential_process` that prints new
+  temporary keys, which an SDK refreshes before they expire.
+
+The service hands its containers the role's credentials through the container credentials endpoint
+(`AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`, at 169.254.170.2). That address would have to be taken on
+this machine for every job, and on an ECS instance or a CodeBuild host (where CI runs) it already
+answers with the machine's own AWS credentials; a `credential_process` (botocore 1.11 and later, the
+AWS CLI, every other SDK) gives the same refreshing keys without touching the machine's network.
+
+An isolated job gets none of it, as the service keeps an isolated job from AWS: its hosts resolve no
+AWS name. The plan part is pure (`with_aws`, `without_aws`); `stage` writes the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from emulator.container import ContainerSpec, Mount
+from emulator.plan import LABEL_PREFIX, HostPlan, JobAws, Plan, container_name
+
+FOLDER = "aws"  # under the job folder
+HOSTS_FOLDER = "hosts"  # what every host mounts: the CA's certificate, the config, the credential process
+GATEWAY_FOLDER = "gateway"  # what only the gateway mounts: its certificate, its key, its program
+HOSTS_TARGET = "/etc/hetero-emu/aws"
+GATEWAY_TARGET = "/hetero-emu/gateway"
+SOCKET_TARGET = "/hetero-emu/run"
+GATEWAY_HOST = "aws-gateway"  # its name on the job's network
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+CA_FILE, CONFIG_FILE, PROGRAM = "ca.pem", "config", "gateway.py"
+CERT_FILE, KEY_FILE = "cert.pem", "key.pem"
+SOCKET_NAME = "aws.sock"
+GATEWAY_LOG = "gateway.log"  # what the gateway printed, in the job's aws/ folder
+READY_SECONDS = 30.0  # how long the gateway may take to say it is ready
+
+
+def socket_dir(job_dir: str) -> str:
+    """The folder of the endpoint's Unix socket: short (Linux bounds a socket's path at 107 bytes, and a
+    job folder may be deep), one per job folder."""
+    digest = hashlib.sha256(job_dir.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"hetero-emu-aws-{digest}")
+
+
+def with_aws(plan: Plan) -> Plan:
+    """The plan with AWS inside: the gateway, and every host pointed at it. An isolated job's plan is
+    returned as it is."""
+    if plan.network_isolation or plan.aws is not None:
+        return plan
+    files = Path(plan.job_dir) / FOLDER
+    sockets = socket_dir(plan.job_dir)
+    gateway = ContainerSpec(
+        image=plan.image,
+        entrypoint=("python3", f"{GATEWAY_TARGET}/{PROGRAM}"),
+        command=("--socket", f"{SOCKET_TARGET}/{SOCKET_NAME}", "--cert", f"{GATEWAY_TARGET}/{CERT_FILE}",
+                 "--key", f"{GATEWAY_TARGET}/{KEY_FILE}"),
+        name=container_name(plan.job_name, GATEWAY_HOST),
+        hostname=GATEWAY_HOST,
+        aliases=(GATEWAY_HOST,),
+        extra_hosts=(),
+        init=True,
+        labels={**plan.labels, LABEL_ROLE: GATEWAY_HOST},
+        environment={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
+        mounts=(Mount(str(files / GATEWAY_FOLDER), GATEWAY_TARGET, read_only=True),
+                Mount(sockets, SOCKET_TARGET, read_only=False)),
+        shm_bytes=64 * 1024**2,
+        ulimits=(),
+    )
+    host = HostPlan(name=GATEWAY_HOST, group="", instance_type="", host_dir=str(files), channels=(), shards={},
+                    files={}, pipes={}, container=gateway)
+    hosts = tuple(replace(h, container=_pointed(h.container, files)) for h in plan.hosts)
+    return replace(plan, hosts=hosts, aws=JobAws(host, str(files), sockets))
+
+
+def _pointed(container: ContainerSpec, files: Path) -> ContainerSpec:
+    """A host's container with the job's AWS: its DNS, the CA and the credentials; a variable the
+    job's own environment sets keeps the job's value."""
+    environment = {"AWS_CA_BUNDLE": f"{HOSTS_TARGET}/{CA_FILE}", "AWS_CONFIG_FILE": f"{HOSTS_TARGET}/{CONFIG_FILE}",
+                   **container.environment}
+    return replace(container, environment=environment, dns=(GATEWAY_HOST,),
+                   mounts=(*container.mounts, Mount(str(files / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)))
+
+
+def without_aws(plan: Plan) -> Plan:
+    """The plan as it was before `with_aws`: for a job whose gateway could not start."""
+    if plan.aws is None:
+        return plan
+    target = Mount(str(Path(plan.aws.files_dir) / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)
+
+    def bare(container: ContainerSpec) -> ContainerSpec:
+        environment = {k: v for k, v in container.environment.items()
+                       if not (k in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE") and v.startswith(HOSTS_TARGET))}
+        return replace(container, environment=environment, dns=(),
+                       mounts=tuple(m for m in container.mounts if m != target))
+
+    return replace(plan, hosts=tuple(replace(h, container=bare(h.container)) for h in plan.hosts), aws=None)
+
+
+def config_text() -> str:
+    """The AWS config file every host reads (AWS_CONFIG_FILE): the role's credentials from the
+    credential process (https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-sourcing-external.html)."""
+    return f"[default]\ncredential_process = python3 {HOSTS_TARGET}/{PROGRAM} --credential-process\n"
+
+
+def stage(plan: Plan) -> None:
+    """Write the job's AWS files: the CA's certificate, the config and the program for every host; the
+    gateway's certificate and key (for AWS's names in the job's region and us-east-1, where the
+    global endpoints are) for the gateway alone."""
+    if plan.aws is None:
+        return
+    from emulator.aws import job_gateway
+    from emulator.aws.job_endpoint import Authority
+
+    files = Path(plan.aws.files_dir)
+    authority = Authority.make([plan.spec.region, "us-east-1"])
+    program = Path(job_gateway.__file__)
+    for folder in (files / HOSTS_FOLDER, files / GATEWAY_FOLDER):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(program, folder / PROGRAM)
+    (files / HOSTS_FOLDER / CA_FILE).write_bytes(authority.ca_pem)
+    (files / HOSTS_FOLDER / CONFIG_FILE).write_text(config_text())
+    (files / GATEWAY_FOLDER / CERT_FILE).write_bytes(authority.cert_pem)
+    key = files / GATEWAY_FOLDER / KEY_FILE
+    key.touch(mode=0o600)
+    key.write_bytes(authority.key_pem)
+
+
+def unstage(plan: Plan) -> None:
+    """After the run: the files the gateway and the hosts were given go (the gateway's key among
+    them); what the gateway printed stays, beside the hosts' logs."""
+    for folder in (HOSTS_FOLDER, GATEWAY_FOLDER):
+        shutil.rmtree(Path(plan.job_dir) / FOLDER / folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def endpoint(plan: Plan) -> Iterator[None]:
+    """The job's AWS endpoint served on its socket while the block runs (nothing for a job without)."""
+    if plan.aws is None:
+        yield
+        return
+    from emulator.aws.job_endpoint import job_endpoint, serving
+    from emulator.backend.registry import DEFAULT_ENGINE
+    from emulator.spec.s3 import default_root
+
+    root = plan.spec.s3_root or default_root()
+    with serving(job_endpoint(root, plan.spec.region, DEFAULT_ENGINE), Path(plan.aws.socket_dir)):
+        yield
+
+
+class GatewayOutput:
+    """The gateway's output stream (a `LineSink`): kept in its log file, and `ready` set once it says
+    it is (emulator/aws/job_gateway.py READY)."""
+
+    def __init__(self, path: Path) -> None:
+        from emulator.aws.job_gateway import READY
+
+        self.path = path
+        self.marker = READY.encode()
+        self.ready = threading.Event()
+        self.seen = b""
+
+    def __call__(self, name: str, chunk: bytes, stream: int = 1) -> None:
+        self.seen = (self.seen + chunk)[-4096:]
+        with contextlib.suppress(OSError), self.path.open("ab") as log:
+            log.write(chunk)
+        if self.marker in self.seen:
+            self.ready.set()
+
+    def failed(self, message: str) -> None:
+        self.seen += b"\n" + message.encode(errors="replace")
+
+    def last_words(self) -> str:
+        lines = [line for line in self.seen.decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1][:300] if lines else "it printed nothing"

@@ -1,0 +1,111 @@
+"""AWS inside a job, the plan's part (emulator/job_aws.py): the gateway's container, every host pointed
+at it, nothing for an isolated job, the files staged for both, and the credential process as botocore
+runs it."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.credentials import ProcessProvider
+from cryptography import x509
+
+from emulator import job_aws
+from emulator.backend.docker import container_options
+from emulator.plan import LABEL_HOST, host_addresses, make_plan, network_members
+from emulator.spec import JobSpec
+
+Load = Callable[[dict[str, Any]], JobSpec]
+
+
+@pytest.fixture
+def plan(load: Load, valid_raw: dict[str, Any], tmp_path: Path) -> Any:
+    return make_plan(load({**valid_raw, "environment": {"AWS_CONFIG_FILE": "/mine/config"}}), "aws-job",
+                     job_dir=tmp_path / "aws-job")
+
+
+def test_every_host_is_pointed_at_the_gateway_which_runs_the_jobs_image(plan: Any) -> None:
+    aws = job_aws.with_aws(plan)
+    gateway = aws.aws.gateway.container
+    assert gateway.image == plan.image
+    assert gateway.entrypoint == ("python3", f"{job_aws.GATEWAY_TARGET}/{job_aws.PROGRAM}")
+    assert LABEL_HOST not in gateway.labels and gateway.labels[job_aws.LABEL_ROLE] == job_aws.GATEWAY_HOST
+    assert {(m.target, m.read_only) for m in gateway.mounts} == {(job_aws.GATEWAY_TARGET, True),
+                                                                 (job_aws.SOCKET_TARGET, False)}
+    assert [h.name for h in aws.hosts] == [h.name for h in plan.hosts]
+    for host in aws.hosts:
+        container = host.container
+        assert container.dns == (job_aws.GATEWAY_HOST,)
+        assert container.environment["AWS_CA_BUNDLE"] == f"{job_aws.HOSTS_TARGET}/{job_aws.CA_FILE}"
+        assert container.environment["AWS_CONFIG_FILE"] == "/mine/config"  # the job's own value stays
+        added = [m for m in container.mounts if m.target == job_aws.HOSTS_TARGET]
+        assert len(added) == 1 and added[0].read_only
+        assert not any(m.source.endswith(job_aws.GATEWAY_FOLDER) for m in container.mounts)  # not its key
+
+
+def test_an_isolated_job_gets_no_aws(load: Load, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    plan = make_plan(load({**valid_raw, "enable_network_isolation": True}), "iso", job_dir=tmp_path / "iso")
+    assert job_aws.with_aws(plan) == plan and job_aws.with_aws(plan).aws is None
+
+
+def test_without_aws_gives_the_plan_back(plan: Any) -> None:
+    assert job_aws.without_aws(job_aws.with_aws(plan)) == plan
+
+
+def test_the_gateway_has_an_address_and_each_hosts_dns_is_it(plan: Any) -> None:
+    aws = job_aws.with_aws(plan)
+    members = [h.name for h in network_members(aws)]
+    assert members == [*(h.name for h in plan.hosts), job_aws.GATEWAY_HOST]
+    addresses = host_addresses("172.16.5.0/24", "172.16.5.1", members)
+    options = container_options(aws.hosts[0].container, "net", addresses, "driver")
+    assert options.host_config["dns"] == [addresses[job_aws.GATEWAY_HOST]]
+    gateway = container_options(aws.aws.gateway.container, "net", addresses, "driver")
+    assert gateway.endpoint["ipv4_address"] == addresses[job_aws.GATEWAY_HOST]
+    assert gateway.host_config["dns"] is None
+
+
+def test_the_socket_folder_is_short_enough_for_a_socket_and_one_per_job(tmp_path: Path) -> None:
+    deep = str(tmp_path / ("x" * 200) / "job")
+    assert len(job_aws.socket_dir(deep) + "/" + job_aws.SOCKET_NAME) < 107
+    assert job_aws.socket_dir(deep) != job_aws.socket_dir(deep + "2")
+
+
+def test_staged_files_the_certificate_names_and_the_key_kept_private(plan: Any) -> None:
+    aws = job_aws.with_aws(plan)
+    job_aws.stage(aws)
+    files = Path(aws.aws.files_dir)
+    hosts, gateway = files / job_aws.HOSTS_FOLDER, files / job_aws.GATEWAY_FOLDER
+    assert sorted(p.name for p in hosts.iterdir()) == [job_aws.CA_FILE, job_aws.CONFIG_FILE, job_aws.PROGRAM]
+    assert stat.S_IMODE((gateway / job_aws.KEY_FILE).stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate((gateway / job_aws.CERT_FILE).read_bytes())
+    ca = x509.load_pem_x509_certificate((hosts / job_aws.CA_FILE).read_bytes())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    region = plan.spec.region
+    for wanted in (f"*.{region}.amazonaws.com", f"*.s3.{region}.amazonaws.com", "*.amazonaws.com",
+                   "*.s3.amazonaws.com", "*.us-east-1.amazonaws.com"):
+        assert wanted in names
+    job_aws.unstage(aws)
+    assert not hosts.exists() and not gateway.exists()
+
+
+def test_the_credential_process_as_botocore_runs_it(plan: Any) -> None:
+    """botocore's own ProcessProvider runs the staged program (with this Python for `python3`) and
+    gets refreshable temporary credentials."""
+    aws = job_aws.with_aws(plan)
+    job_aws.stage(aws)
+    program = Path(aws.aws.files_dir) / job_aws.HOSTS_FOLDER / job_aws.PROGRAM
+    config = job_aws.config_text()
+    assert f"credential_process = python3 {job_aws.HOSTS_TARGET}/{job_aws.PROGRAM} --credential-process" in config
+    command = f"{sys.executable} {program} --credential-process"
+    provider = ProcessProvider("default", lambda: {"profiles": {"default": {"credential_process": command}}})
+    found = provider.load()
+    assert found is not None and found.method == "custom-process"
+    first = found.get_frozen_credentials()
+    assert first.access_key.startswith("ASIA") and first.token
+    assert found.refresh_needed() is False  # an hour to go: refreshed only near its expiry
