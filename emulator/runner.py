@@ -50,7 +50,7 @@ from emulator import (
     wheelhouse,
 )
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
-from emulator.backend import Backend, ContainerState
+from emulator.backend import Backend, ContainerState, Resource
 from emulator.backend.liveness import current_driver
 from emulator.backend.networks import RESTART_FIX
 from emulator.console import ConsoleReporter, Reporter
@@ -569,10 +569,11 @@ class Run:
         self.plan = job_aws.without_aws(self.plan)
 
     def stop_gateway(self) -> None:
-        """Stop the job's AWS gateway, if it runs (its container goes with the job's at teardown)."""
+        """Remove the job's AWS gateway, if it runs: it serves no host once they have exited, and a kept
+        job (--keep) keeps its hosts for a look inside, not the gateway."""
         if self.gateway is not None:
             with contextlib.suppress(EmulatorError):
-                self.backend.kill([self.gateway])
+                self.backend.remove_resources([Resource("container", self.gateway, self.plan.job_name, {})])
             self.gateway = None
 
     def start_hosts(self, ran: HostsOutcome) -> None:

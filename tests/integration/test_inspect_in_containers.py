@@ -127,8 +127,9 @@ def test_exec_runs_a_command_in_a_running_host_and_its_exit_code_is_execs(
     spec, job = write_spec(tmp_path, WAITS_FOR_GO)
     run = start("run", str(spec))
     try:
-        wait_for(lambda: any(s == "running" for s in job_resources(docker_client, job).values())
-                 and len(job_resources(docker_client, job)) == 3, "both hosts running")
+        hosts = (f"{job}-algo-1", f"{job}-algo-2")
+        wait_for(lambda: [job_resources(docker_client, job).get(name) for name in hosts] == ["running"] * 2,
+                 "both hosts running")
         wait_for(lambda: "algo-2 before" in (tmp_path / "out" / job / "logs" / "algo-2.log").read_text(),
                  "algo-2's script running")
         hostname = cli("exec", job, "algo-2", "--", "hostname")
