@@ -163,7 +163,7 @@ def endpoint(plan: Plan) -> Iterator[None]:
     from emulator.spec.s3 import default_root
 
     root = plan.spec.s3_root or default_root()
-    with serving(job_endpoint(root, plan.spec.region, DEFAULT_ENGINE), Path(plan.aws.socket_dir)):
+    with serving(lambda: job_endpoint(root, plan.spec.region, DEFAULT_ENGINE), Path(plan.aws.socket_dir)):
         yield
 
 

@@ -510,7 +510,9 @@ class Run:
             reporter.warn(ran.reason)
         finally:
             # The gateway serves no host now; its output stream ends with it, before the hosts' are read.
-            self.stop_gateway()
+            # (An engine that stopped answering is not asked: the watcher removes it with the rest.)
+            if ran.lost is None:
+                self.stop_gateway()
             # Every host has exited (or never started): read each stream to its end, so the log
             # files hold every byte. Streams from an engine that stopped answering will not end.
             try:
@@ -527,8 +529,12 @@ class Run:
                            total=len(plan.hosts)) as creating:
             self.backend.create_network(plan)
             self.created_network = True
-            self.start_gateway()
-            plan = self.plan  # without AWS if the gateway did not start
+            # The job's AWS gateway is made and started while the hosts are made (they need its
+            # address, not yet its answers), rather than before them.
+            gateway = job_aws.GatewayOutput(Path(plan.aws.files_dir) / job_aws.GATEWAY_LOG) if plan.aws else None
+            starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway", daemon=True)
+            if gateway is not None:
+                starting.start()
             made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
 
             def created(name: str) -> None:
@@ -538,42 +544,50 @@ class Run:
 
             # Each host's stream is attached before any host starts: every byte is read.
             self.backend.create_containers(plan, plan.hosts, logs, created)
+            if gateway is not None:
+                starting.join()
+            if gateway is not None and not self.gateway_ready(gateway):
+                # No host has started: they are made again without the gateway as their DNS server,
+                # which would leave them no name beyond the job's (pypi.org, on a machine online).
+                self.reporter.warn(f"AWS inside the job is not available: its gateway did not start "
+                                   f"({gateway.last_words()}); the hosts reach no AWS")
+                self.stop_gateway()
+                hosts = [Resource("container", h.container.name, plan.job_name, {}) for h in plan.hosts]
+                self.backend.remove_resources(hosts)
+                self.created = [name for name in self.created if name not in {h.name for h in hosts}]
+                self.plan = plan = job_aws.without_aws(plan)
+                self.backend.create_containers(plan, plan.hosts, logs, lambda name: self.created.append(name))
         self.warn_refused_ulimits()
 
-    def start_gateway(self) -> None:
-        """The job's AWS gateway (emulator/job_aws.py), up before any host is made: the hosts name it as
-        their DNS server. One that does not come up costs a warning, and the hosts are made without
-        AWS (the plan without it), as they ran before there was any."""
+    def start_gateway(self, output: job_aws.GatewayOutput) -> None:
+        """Create and start the job's AWS gateway (emulator/job_aws.py), its output to `output`, without
+        waiting for it to be ready; what goes wrong is said in `output`."""
         aws = self.plan.aws
-        if aws is None:
-            return
-        gateway = aws.gateway.container.name
-        output = job_aws.GatewayOutput(Path(aws.files_dir) / job_aws.GATEWAY_LOG)
+        assert aws is not None
         try:
             self.backend.create_containers(self.plan, [aws.gateway], output, lambda name: None)
-            self.gateway = gateway
-            self.backend.start([gateway])
+            self.gateway = aws.gateway.container.name
+            self.backend.start([self.gateway])
         except EmulatorError as err:
             output.failed(err.message)
+
+    def gateway_ready(self, output: job_aws.GatewayOutput) -> bool:
+        """Whether the gateway said it is ready within READY_SECONDS; one that has ended (an image
+        without python3) is told at once, not after the wait."""
         deadline = time.monotonic() + job_aws.READY_SECONDS
-        while not output.ready.wait(0.2):
-            # One that has ended (an image without python3) is told at once, not after the wait.
-            if time.monotonic() > deadline or not self.gateway or not any(
-                    state.running for state in self.backend.states([gateway])):
-                break
-        else:
-            return
-        self.reporter.warn(f"AWS inside the job is not available: its gateway did not start ({output.last_words()}); "
-                           "the hosts reach no AWS")
-        self.stop_gateway()
-        self.plan = job_aws.without_aws(self.plan)
+        while not output.ready.wait(0.1):
+            if time.monotonic() > deadline or self.gateway is None or not any(
+                    state.running for state in self.backend.states([self.gateway])):
+                return output.ready.is_set()
+        return True
 
     def stop_gateway(self) -> None:
-        """Remove the job's AWS gateway, if it runs: it serves no host once they have exited, and a kept
-        job (--keep) keeps its hosts for a look inside, not the gateway."""
+        """Stop the job's AWS gateway, if it runs: it serves no host once they have exited, and its
+        output stream must end before the hosts' are read to their end. Its container goes with the
+        job's (a kept job's too: `keep_resources`)."""
         if self.gateway is not None:
             with contextlib.suppress(EmulatorError):
-                self.backend.remove_resources([Resource("container", self.gateway, self.plan.job_name, {})])
+                self.backend.kill([self.gateway])
             self.gateway = None
 
     def start_hosts(self, ran: HostsOutcome) -> None:
@@ -700,6 +714,11 @@ class Run:
         failure): the watcher is told to forget them, so neither the run nor it removes them."""
         plan = self.plan
         why = "--keep" if self.options.keep else "--keep-on-failure"
+        if plan.aws is not None:
+            # The hosts stay for a look inside; the AWS gateway served them only while they ran.
+            with contextlib.suppress(EmulatorError):
+                self.backend.remove_resources([Resource("container", plan.aws.gateway.container.name,
+                                                        plan.job_name, {})])
         try:
             self.backend.keep(plan)
         except EmulatorError as err:

@@ -23,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import http.server
+import logging
 import shutil
 import socketserver
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from emulator.aws.wire.chunked import aws_chunked, unchunk
 
 # The largest request body read: S3's largest single PUT is 5 GiB; SDKs go multipart far below.
 BODY_LIMIT = 1024**3
+log = logging.getLogger(__name__)
 CERTIFICATE_DAYS = 30
 
 
@@ -119,15 +121,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self._body(headers)
         if body is None:
             return
+        try:
+            endpoint = self.server.endpoint
+        except Exception:  # noqa: BLE001 - answered, and said in the driver's log
+            log.exception("the job's AWS endpoint could not be made")
+            self._send(HttpResponse(500, {"content-type": "text/plain"}, b"the job's AWS endpoint could not be made\n"))
+            return
         request = HttpRequest(self.command, path, parse_qsl(query, keep_blank_values=True), headers, body,
                               headers.get("host", "").rsplit(":", 1)[0])
         if aws_chunked(headers):
             try:
                 request.body = unchunk(body)
             except ValueError as err:
-                self._send(self.server.endpoint.malformed(request, f"the aws-chunked body cannot be read: {err}"))
+                self._send(endpoint.malformed(request, f"the aws-chunked body cannot be read: {err}"))
                 return
-        self._send(self.server.endpoint.handle(request))
+        self._send(endpoint.handle(request))
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _any
 
@@ -200,23 +208,37 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _UnixServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
+    def __init__(self, path: str, make: Callable[[], Endpoint]) -> None:
+        self._make = make
+        self._made: Endpoint | None = None
+        self._making = threading.Lock()
         super().__init__(path, _Handler)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The endpoint, made at the first call: loading the services' models costs about 0.5 s of
+        CPU, which a job that never calls AWS (most) need not spend while its hosts start."""
+        with self._making:
+            if self._made is None:
+                self._made = self._make()
+            return self._made
 
 
 @contextlib.contextmanager
-def serving(endpoint: Endpoint, folder: Path | None = None) -> Iterator[Path]:
-    """The endpoint served on a Unix socket, `aws.sock` in `folder` (made, and emptied of an earlier
-    socket; by default a new folder, short enough for a socket's path, which Linux bounds at 107
-    bytes), until the block ends; yields the folder, which is removed at the end."""
+def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterator[Path]:
+    """The endpoint `make()` builds, served on a Unix socket, `aws.sock` in `folder` (made, and emptied
+    of an earlier socket; by default a new folder, short enough for a socket's path, which Linux
+    bounds at 107 bytes), until the block ends; yields the folder, which is removed at the end. The
+    endpoint is made at the first call (`_UnixServer.endpoint`)."""
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="hetero-emu-aws-"))
     else:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         (folder / SOCKET_NAME).unlink(missing_ok=True)
-    server = _UnixServer(str(folder / SOCKET_NAME), endpoint)
-    thread = threading.Thread(target=server.serve_forever, name="job-aws", daemon=True)
+    server = _UnixServer(str(folder / SOCKET_NAME), make)
+    # A short poll: `shutdown` waits for the loop to look again, which at the default 0.5 s kept
+    # every job's end waiting that long.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="job-aws", daemon=True)
     thread.start()
     try:
         yield folder
@@ -240,7 +262,6 @@ def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:
     from emulator.aws.training import SageMakerTraining
     from emulator.spec.request import HostPaths
 
-    s3_root.mkdir(parents=True, exist_ok=True)
     training = SageMakerTraining(s3_root, region=region, engine_name=engine_name, s3_origin="the job's S3 root",
                                  host_paths=HostPaths.only(()))
     return Endpoint([training, S3(s3_root, region=region), STS(), IAM(), Logs(region=region), CloudWatch()], region)

@@ -39,6 +39,11 @@ HOST, GROUP = RC["current_host"], RC["current_group_name"]
 """
 
 
+# What a running two-host job has on the engine: two hosts, the job's AWS gateway (emulator/job_aws.py)
+# and the network.
+RUNNING_JOB = 4
+
+
 def job_resources(client: Any, job: str) -> list[str]:
     """Names of every container and network labelled with this job, running or not."""
     filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_JOB}={job}"]}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from harness import (
     PRELUDE,
+    RUNNING_JOB,
     Driver,
     EngineProxy,
     cli,
@@ -256,7 +257,7 @@ def test_driver_sigkilled_its_watcher_removes_everything(tmp_path: Path, docker_
     spec = write_spec(tmp_path, SLEEPER)
     with Driver(spec, job, out) as driver:
         driver.wait_for("READY", 2)
-        assert len(job_resources(docker_client, job)) == 3  # two hosts and the network
+        assert len(job_resources(docker_client, job)) == RUNNING_JOB
         network = docker_client.api.inspect_network(f"hetero-emu-{job}")["Id"]
         fault = time.monotonic()
         driver.proc.kill()
@@ -265,7 +266,8 @@ def test_driver_sigkilled_its_watcher_removes_everything(tmp_path: Path, docker_
     record("6. the driver is SIGKILLed (its watcher cleans up)", "containers removed by the watcher", teardown,
            len(job_resources(docker_client, job)))
     log = wait_for_line(out / job / "logs" / "reaper.log", f"removed network {network[:12]}")
-    assert "the driver is gone" in log and "removing 2 containers, 1 networks" in log
+    # Two hosts and the job's AWS gateway.
+    assert "the driver is gone" in log and "removing 3 containers, 1 networks" in log
 
 
 def test_driver_sigkilled_with_keep_leaves_leftovers_that_run_warns_about_and_clean_removes(
@@ -281,7 +283,7 @@ def test_driver_sigkilled_with_keep_leaves_leftovers_that_run_warns_about_and_cl
             driver.wait()
     time.sleep(1)
     try:
-        assert all(len(job_resources(docker_client, job)) == 3 for job in jobs)
+        assert all(len(job_resources(docker_client, job)) == RUNNING_JOB for job in jobs)
         quick = write_spec(tmp_path / "next", PRELUDE + "print('hello')\n")
         nxt = cli("run", str(quick), "--output-path", str(out), "--job-name", unique("f6-next"))
         assert nxt.returncode == 0, nxt.stderr[-2000:]
@@ -310,7 +312,7 @@ def test_clean_leaves_a_job_another_driver_is_running(tmp_path: Path, docker_cli
         only_these_left_behind([])
         cleaned = cli("clean", "--json")
         assert job in json.loads(cleaned.stdout)["skipped_running_jobs"]
-        assert len(job_resources(docker_client, job)) == 3
+        assert len(job_resources(docker_client, job)) == RUNNING_JOB
         driver.proc.send_signal(signal.SIGINT)
         assert driver.wait() == 130
 
@@ -346,7 +348,7 @@ def test_engine_stops_answering_mid_job(tmp_path: Path, docker_client: Any, how:
             proxy.refuse() if how == "refuses" else proxy.hang()
             code = driver.wait(timeout=90)
             seconds = time.monotonic() - t0
-            assert len(job_resources(docker_client, job)) == 3  # the engine itself is fine: only we lost it
+            assert len(job_resources(docker_client, job)) == RUNNING_JOB  # the engine is fine: only we lost it
             resumed = time.monotonic()
             proxy.resume()
             # The watcher keeps trying, and removes everything once the engine answers again.
@@ -420,7 +422,7 @@ def test_leftover_of_a_job_of_the_same_name_is_refused_clearly(tmp_path: Path, d
     assert kept.returncode == 0, kept.stderr[-2000:]
     try:
         before = job_resources(docker_client, job)
-        assert len(before) == 3
+        assert len(before) == 3  # two hosts and the network: the AWS gateway went when the hosts ended
         again = cli("run", str(spec), "--output-path", str(tmp_path / "second"), "--job-name", job)
         assert again.returncode == 3
         assert f"containers or networks of an earlier job named {job} are still there" in again.stderr

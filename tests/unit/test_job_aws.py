@@ -129,7 +129,7 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
     (tmp_path / "ca.pem").write_bytes(authority.ca_pem)
     (tmp_path / "cert.pem").write_bytes(authority.cert_pem)
     (tmp_path / "key.pem").write_bytes(authority.key_pem)
-    with serving(job_endpoint(root, REGION, "docker")) as folder:
+    with serving(lambda: job_endpoint(root, REGION, "docker")) as folder:
         sock = str(folder / "aws.sock")
         tls = job_gateway.tls_context(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
         relays = [job_gateway.RelayServer(("127.0.0.1", 0), sock), job_gateway.RelayServer(("127.0.0.1", 0), sock, tls)]
