@@ -42,10 +42,14 @@ TRAINING_MODULES: dict[str, str] = {
 #: Distribution launchers each framework image carries besides mpirun and sshd.
 EXTRA_LAUNCHERS: dict[str, tuple[str, ...]] = {"pytorch": ("torchrun",), "tensorflow": ()}
 LOCAL_REPOSITORY = "hetero-emu/{repository}"
+#: How the frameworks are named in messages.
+NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 
 # An ECR tag of a Deep Learning Container: `1.11.0-gpu-py38`, `2.9.2-cpu-py39-ubuntu20.04-sagemaker`.
-_ECR_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?:cpu|gpu)-(?P<py>py\d{2,3})(?:-.*)?")
-_PY = re.compile(r"py(?P<major>\d)(?P<minor>\d{1,2})")
+# A bare `py3` is a py_version too: SDK v2 lists PyTorch 1.8.x for ["py3", "py36"]
+# (sagemaker/image_uri_config/pytorch.json, training "1.8.1"), and `1.8.1-gpu-py3` is an ECR tag.
+_ECR_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?:cpu|gpu)-(?P<py>py\d{1,3})(?:-.*)?")
+_PY = re.compile(r"py(?P<major>\d)(?P<minor>\d{1,2})?")
 
 
 @dataclass(frozen=True)
@@ -178,17 +182,39 @@ def requirements(framework: str, version: str, python: str) -> tuple[str, ...]:
 
 def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
     """The framework image for an ECR name's repository and tag (`pytorch-training`, `1.11.0-gpu-py38`),
-    None when it is not a framework training image this table covers (another repository, a tag of
-    another shape, a version before PyTorch 1.10 or TensorFlow 2.6). Raises UsageError when the
-    version is one but cannot run here (as `choose`)."""
+    None when no image can stand in for it here (another repository, a tag of another shape, a version
+    before the table's, or one whose wheels are for no Python this machine has: `no_stand_in` says
+    why), so that only a real image, loaded or mapped, runs it. Raises UsageError when the version
+    could run here but the tag names a Python SageMaker never released it for (as `choose`)."""
     framework = next((f for f, repo in FRAMEWORKS.items() if repo == repository), None)
     match = _ECR_TAG.fullmatch(tag)
     if framework is None or match is None:
         return None
     version = match["version"]
-    if _version_key(version) < _version_key(versions(framework)[0]):
+    # Compared on as many parts as the tag has: the SDK's alias `1.8` of the first version, 1.8.0, is no older.
+    key = _version_key(version)
+    if key < _version_key(versions(framework)[0])[:len(key)]:
+        return None
+    if full_version(framework, version) not in runnable_versions(framework):
         return None
     return choose(framework, version, match["py"])
+
+
+def no_stand_in(repository: str, tag: str) -> str:
+    """Why no framework image stands in for an ECR repository and tag (`from_ecr` gave None): the
+    versions stand-ins exist for and, for a version the table knows, the Pythons its wheels are for."""
+    firsts = {f: runnable_versions(f)[0] for f in FRAMEWORKS}
+    why = ("stand-ins are built for AWS's " + " and ".join(
+        f"{FRAMEWORKS[f]} images from {NAMES[f]} {'.'.join(v.split('.')[:2])}" for f, v in firsts.items()))
+    framework = next((f for f, repo in FRAMEWORKS.items() if repo == repository), None)
+    match = _ECR_TAG.fullmatch(tag)
+    if framework is not None and match is not None:
+        known = [v for v in versions(framework) if v == match["version"] or v.startswith(match["version"] + ".")]
+        if known and known[-1] not in runnable_versions(framework):
+            wheels = table()[framework][known[-1]]["wheel_pythons"]
+            why += (f"; {NAMES[framework]} {known[-1]} has wheels only for Python {', '.join(wheels)}, "
+                    f"none of which this machine runs ({', '.join(DEBIAN_PYTHONS)})")
+    return why
 
 
 def for_tag(tag: str) -> FrameworkImage | None:
@@ -233,8 +259,9 @@ def _py_to_python(py_version: str) -> str:
 
 
 def _py_key(py_version: str) -> tuple[int, int]:
+    """`py38` -> (3, 8); a bare `py3` -> (3, 0), so that a version's `py36` beside it is its default."""
     match = _PY.fullmatch(py_version)
-    return (int(match["major"]), int(match["minor"])) if match else (0, 0)
+    return (int(match["major"]), int(match["minor"] or 0)) if match else (0, 0)
 
 
 def _python_key(python: str) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Data table for the framework images: what SageMaker SDK v2 lists, what PyPI can install.
 
-For every PyTorch (>= 1.10) and TensorFlow (>= 2.6) *training* version in the SageMaker Python SDK v2's
+For every PyTorch (>= 1.8) and TensorFlow (>= 2.4) *training* version in the SageMaker Python SDK v2's
 image config (``sagemaker/image_uri_config/{pytorch,tensorflow}.json``), this script records:
 
 * the SDK's ``py_versions`` for it;
@@ -48,7 +48,7 @@ from typing import Any
 
 PYPI = "https://pypi.org"
 PYTHONS: tuple[str, ...] = ("3.9", "3.11", "3.13")
-MIN_VERSION = {"pytorch": (1, 10), "tensorflow": (2, 6)}
+MIN_VERSION = {"pytorch": (1, 8), "tensorflow": (2, 4)}
 TIMEOUT = 120
 USER_AGENT = "hetero-emu-framework-table/1 (urllib)"
 
@@ -56,6 +56,10 @@ USER_AGENT = "hetero-emu-framework-table/1 (urllib)"
 # Each pair is checked against the torchvision / torchaudio wheel's own ``Requires-Dist: torch==V``; a torch
 # version missing here is looked up through the same pin on nearby releases.
 KNOWN_COMPANIONS: dict[str, tuple[str, str]] = {
+    "1.8.0": ("0.9.0", "0.8.0"),
+    "1.8.1": ("0.9.1", "0.8.1"),
+    "1.9.0": ("0.10.0", "0.9.0"),
+    "1.9.1": ("0.10.1", "0.9.1"),
     "1.10.0": ("0.11.1", "0.10.0"),
     "1.10.2": ("0.11.3", "0.10.2"),
     "1.11.0": ("0.12.0", "0.11.0"),
@@ -800,7 +804,7 @@ def build_table() -> dict[str, Any]:
         "pythons": list(PYTHONS),
         "sdk_image_uri_config": str(config_dir),
         "sdk_version": _sdk_version(config_dir),
-        "scope": "training; pytorch >= 1.10, tensorflow >= 2.6",
+        "scope": "training; pytorch >= 1.8, tensorflow >= 2.4",
         "wheel_rule": "manylinux x86_64 wheel with the cpXY tag (or abi3 / py3-none) on PyPI, not yanked",
     }
     return table

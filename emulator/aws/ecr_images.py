@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from emulator.errors import ImageMissing
-from emulator.frameworks import FrameworkImage, from_ecr
+from emulator.frameworks import FrameworkImage, from_ecr, no_stand_in
 from emulator.spec.model import JobSpec
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]
@@ -79,8 +79,8 @@ def choose_image(name: str, table: Mapping[str, str], present: Callable[[str], b
     if "*" in table:
         return ImageChoice(name, table["*"])
     raise ImageMissing(
-        f"image {name} is not in the Docker engine, and no local image stands in for it (stand-ins are built "
-        "for AWS's pytorch-training images from PyTorch 1.10 and tensorflow-training from TensorFlow 2.6)",
+        f"image {name} is not in the Docker engine, and no local image stands in for it "
+        f"({no_stand_in(repository, tag)})",
         hint=f"load or tag a local image as {name} (docker load / docker tag), or map its repository to a "
         f"local image: EmulatorSession(images={{'{repository}': 'IMAGE'}})")
 

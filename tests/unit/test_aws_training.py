@@ -242,7 +242,7 @@ def test_a_stand_in_says_what_it_stands_in_for_and_the_python_it_runs() -> None:
 @pytest.mark.parametrize("name", [
     "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-trainer:latest",
     "763104351884.dkr.ecr.us-west-2.amazonaws.com/xgboost:1.7-1",
-    "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.5.0-gpu-py36",  # before 1.10
+    "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.5.0-gpu-py36",  # before 1.8
 ])
 def test_an_ecr_name_with_no_stand_in_is_refused_naming_it(name: str) -> None:
     with pytest.raises(ImageMissing) as info:
