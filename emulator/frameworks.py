@@ -123,8 +123,8 @@ def full_version(framework: str, version: str) -> str:
         return version
     matching = [v for v in known if v.startswith(version + ".")]
     if not matching:
-        raise UsageError(f"{framework} {version} is not one of the {framework} versions SageMaker trains "
-                         f"heterogeneous clusters with (from {known[0]})",
+        raise UsageError(f"{framework} {version} is not one of the {framework} versions hetero-emu has an image "
+                         f"for (from {known[0]})",
                          hint=f"{framework} versions: {', '.join(known)}")
     return matching[-1]
 

@@ -466,7 +466,7 @@ def test_run_and_image_build_offer_verbose_and_run_no_build() -> None:
 
 
 @pytest.mark.parametrize(("args", "said"), [
-    (["--framework", "pytorch:1.9"], "pytorch 1.9 is not one of the pytorch versions"),
+    (["--framework", "pytorch:1.7"], "pytorch 1.7 is not one of the pytorch versions"),
     (["--framework", "pytorch:1.11", "--python", "py310"], "pytorch 1.11.0 was never released for py310"),
     (["--framework", "jax:0.4"], "is not FRAMEWORK:VERSION"),
     (["--python", "py38"], "--python goes with --framework"),
