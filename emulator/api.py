@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +28,7 @@ from emulator import (
     debugger,
     frameworks,
     hostfiles,
+    job_aws,
     job_records,
     staging,
     warm_pools,
@@ -559,6 +561,10 @@ def clean(job: str | None = None, *, everything: bool = False,
         backend.remove_resources(chosen)
     except NetworkStuck as err:
         chosen = [r for r in chosen if not (r.kind == "network" and r.name in err.networks)]
+    if job is None:
+        # A killed driver's AWS endpoint socket folder (emulator/job_aws.py): nothing listens there now.
+        for folder in job_aws.stale_socket_dirs():
+            shutil.rmtree(folder, ignore_errors=True)
     return chosen, skipped
 
 

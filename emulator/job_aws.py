@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -143,6 +145,25 @@ def stage(plan: Plan) -> None:
     key = files / GATEWAY_FOLDER / KEY_FILE
     key.touch(mode=0o600)
     key.write_bytes(authority.key_pem)
+
+
+def stale_socket_dirs(base: Path | None = None) -> list[Path]:
+    """The endpoints' socket folders (`socket_dir`) of jobs whose driver is gone (killed before its
+    `endpoint` block could remove the folder): this user's own folders, not links, whose socket no
+    one listens on."""
+    found = []
+    for folder in sorted((base or Path(tempfile.gettempdir())).glob("hetero-emu-aws-*")):
+        try:
+            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(folder / SOCKET_NAME))
+            except OSError:
+                found.append(folder)  # no socket, or nothing behind it
+    return found
 
 
 def unstage(plan: Plan) -> None:

@@ -109,3 +109,24 @@ def test_the_credential_process_as_botocore_runs_it(plan: Any) -> None:
     first = found.get_frozen_credentials()
     assert first.access_key.startswith("ASIA") and first.token
     assert found.refresh_needed() is False  # an hour to go: refreshed only near its expiry
+
+
+def test_a_killed_drivers_socket_folder_is_stale_and_a_served_one_is_not(tmp_path: Path) -> None:
+    """`clean` removes the socket folders nothing listens on (a driver killed before its endpoint
+    block ended); a job's that is running is left alone, and so is a link."""
+    import socket
+
+    served, dead, empty = (tmp_path / f"hetero-emu-aws-{n}" for n in ("served", "dead", "empty"))
+    for folder in (served, dead, empty):
+        folder.mkdir()
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(str(served / job_aws.SOCKET_NAME))
+    listening.listen(1)
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    gone.bind(str(dead / job_aws.SOCKET_NAME))
+    gone.close()  # the file stays, nothing behind it: as a SIGKILLed driver leaves it
+    (tmp_path / "hetero-emu-aws-link").symlink_to(dead)
+    try:
+        assert job_aws.stale_socket_dirs(tmp_path) == [dead, empty]
+    finally:
+        listening.close()
