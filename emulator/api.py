@@ -30,6 +30,7 @@ from emulator import (
     hostfiles,
     job_aws,
     job_records,
+    prebuild,
     staging,
     warm_pools,
     wheelhouse,
@@ -576,16 +577,24 @@ def stuck_networks(job: str | None = None, *, engine_name: str = DEFAULT_ENGINE)
 
 def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
                 progress: StepReporter | Callable[[str], None] = lambda message: None, verbose: bool = False,
-                framework: str | None = None, python: str | None = None) -> Any:
+                framework: str | None = None, python: str | None = None, for_file: Path | str | None = None,
+                s3_root: Path | str | None = None) -> Any:
     """Build the image of a recipe in images/ (default: the training image) in the Docker engine
     (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes,
     waited_seconds). `progress` gets one line per step (an `emulator.progress.StepPrinter` draws them
     live); the tools' output goes to a log file it names, and to `progress` too when `verbose`.
     `framework` ("pytorch:1.11") builds that framework's image instead, on the Python nearest to
     `python` ("py38"; default: the newest the SDK lists for that version), saying so when it differs
-    (`emulator.frameworks`)."""
+    (`emulator.frameworks`). `for_file` (a YAML spec or a CreateTrainingJob request, checked as `run`
+    checks it, its S3 URIs under `s3_root`) builds the image that job would run (`emulator.prebuild`)."""
     from emulator.backend.docker_parts import connect
 
+    if for_file is not None:
+        if framework is not None or python is not None or variant != DEFAULT_VARIANT:
+            raise UsageError("--for names the image by its job: it goes without --variant, --framework and --python",
+                             hint="hetero-emu image build --for job.yaml")
+        return prebuild.build_for(load(for_file, s3_root=s3_root).image_uri, rebuild=rebuild, progress=progress,
+                                  verbose=verbose)
     if framework is not None:
         from emulator.backend.framework_build import build_framework_image
 

@@ -488,13 +488,19 @@ def image_build(
         "--python", metavar="PY_VERSION",
         help="With --framework: the estimator's py_version (py38, py310). The image runs it where Debian has "
         "it (3.9, 3.11, 3.13), else the nearest Python the framework has wheels for, and says so.")] = None,
+    for_file: Annotated[Path | None, typer.Option(
+        "--for", metavar="FILE", show_default=False,
+        help="Build the image the job of FILE (a YAML spec, or a CreateTrainingJob request) would run, its "
+        "ECR name's framework image included, so that its first run does not wait for the build.")] = None,
+    s3_root: S3RootOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build an image offline from its recipe (default: the training image, Debian rootfs + the real
     sagemaker-training toolkit + Open MPI): one line per step, the tools' output in a log file."""
     report = api.build_image(variant=variant, rebuild=rebuild, progress=StepPrinter(sys.stderr, verbose=verbose),
-                             verbose=verbose, framework=framework, python=python)
+                             verbose=verbose, framework=framework, python=python, for_file=for_file,
+                             s3_root=s3_root)
     if as_json:
         _emit_json({"image": report.image, "built": report.built, "seconds": round(report.seconds, 1),
                     "size_bytes": report.size_bytes})

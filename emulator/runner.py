@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from emulator import (
     artifacts,
     attempts,
+    build_status,
     checkpoints,
     debugger,
     hardware,
@@ -829,7 +830,8 @@ class Run:
         # The builder says what comes of it: built (its steps and its log file), or found built by
         # another process that held the build lock meanwhile ("waited 93 s for another build").
         self.reporter.step(f"the default image {image} is missing")
-        self.image_builder(self.reporter)
+        with self.build_said(image) as reporter:
+            self.image_builder(reporter)
 
     def build_framework_image(self, framework: FrameworkImage) -> None:
         """A missing framework image is built as the default one is (progress, under the build lock, once)."""
@@ -844,7 +846,16 @@ class Run:
                            f"({framework.framework} {framework.version} on Python {framework.python})")
         if (missing := framework.horovod_missing()) is not None:
             self.reporter.warn(missing)
-        self.framework_builder(framework, self.reporter)
+        with self.build_said(framework.tag) as reporter:
+            self.framework_builder(framework, reporter)
+
+    def build_said(self, image: str) -> contextlib.AbstractContextManager[Reporter]:
+        """The reporter a build of `image` reports to: the console, and for a job CreateTrainingJob recorded
+        before this run (the SDK's, `serve`'s) its Starting StatusMessage, which says the build's steps
+        while the job waits (emulator/build_status.py). A `hetero-emu run` job is recorded once staged."""
+        made = self.options.created is not None
+        return build_status.publishing(self.reporter, image,
+                                       build_status.to_record(self.plan.job_name) if made else None)
 
     def ensure_wheels(self) -> None:
         """The wheelhouse the hosts' `pip install -r requirements.txt` reads, resolved in a container of

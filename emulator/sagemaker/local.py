@@ -16,6 +16,7 @@ from typing import Any
 
 import boto3
 
+from emulator import build_status, job_records
 from emulator.attempts import parse_injection
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
@@ -128,6 +129,7 @@ class LogsWithWarnings:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._warnings: dict[str, DriverWarnings] = {}
+        self._building: dict[str, str] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -148,3 +150,10 @@ class LogsWithWarnings:
             self._warnings[job] = DriverWarnings(driver_log(job))
         for line in self._warnings[job].poll():
             print(line, flush=True)
+        # v3's wait prints nothing of the job's status but its TrainingJobStatus: the image build a
+        # starting job waits for is said here, each new message of it once (emulator/build_status.py).
+        record = job_records.find(job)
+        building = build_status.build_message(record.doc) if record is not None else None
+        if building is not None and building != self._building.get(job):
+            self._building[job] = building
+            print(building, flush=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
+from emulator import prebuild
 from emulator.aws.training import FINAL, driver_log
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import ConsoleReporter
@@ -67,6 +68,13 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         self.poll_seconds = poll_seconds
         super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),
                          **session_args)
+
+    def prebuild(self, estimator: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
+        """Build the image `estimator.fit()` would run (the ECR name the SDK gives it, by this session's
+        `images`; emulator/prebuild.py), or nothing when it is up to date, so that the first `fit()` does
+        not wait for it; the build report (`image`, `built`, `seconds`). Each step is a line to `progress`."""
+        return prebuild.build_for(estimator.training_image_uri(), images=self.training.images, rebuild=rebuild,
+                                  progress=progress)
 
     def wait_for_job(self, job: str, poll: int = 5) -> dict[str, Any]:
         """Wait for a training job to end, as `sagemaker.Session.wait_for_job` does (its status lines,

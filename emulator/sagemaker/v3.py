@@ -17,7 +17,7 @@ own boto3 session; the jobs' logs are found by job name, whichever session start
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ from sagemaker.core.config.config import load_sagemaker_config
 from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.utils.logs import CloudWatchLogsClient
 
+from emulator import prebuild
 from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.errors import UsageError
 from emulator.sagemaker.local import LogsWithWarnings, local_aws, telemetry_off
 
 
@@ -50,6 +52,17 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
         # Wrapped: the job's driver warnings (a fault injected, a flood, clashing model files) are
         # printed as train(logs=True) reads the job's streams, as EmulatorSession's fit() prints them.
         use_logs_client(LogsWithWarnings(aws.boto_session.client("logs")))
+
+
+    def prebuild(self, model_trainer: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
+        """Build the image `model_trainer.train()` would run (its `training_image`, by this session's
+        `images`; emulator/prebuild.py), or nothing when it is up to date: `EmulatorSession.prebuild`'s
+        counterpart."""
+        image = getattr(model_trainer, "training_image", None)
+        if not isinstance(image, str) or not image:
+            raise UsageError("prebuild: the ModelTrainer names no training_image",
+                             hint="give ModelTrainer(training_image=...), as train() needs it")
+        return prebuild.build_for(image, images=self.training.images, rebuild=rebuild, progress=progress)
 
 
 def use_logs_client(client: Any) -> None:

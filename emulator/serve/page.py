@@ -49,7 +49,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from emulator import contract, hostfiles, job_records
+from emulator import build_status, contract, hostfiles, job_records
 from emulator import metrics as metrics_module
 from emulator.aws.stub import ApiError
 from emulator.backend import Backend
@@ -750,6 +750,8 @@ class _Page:
                 end = now
             rows.append({"name": record.job_name, "status": status,
                          "secondary": str(doc.get("SecondaryStatus", "")),
+                         # The image build a starting job waits for: its step and minutes (build_status.py).
+                         "building": build_status.building_message(record.doc) or "",
                          "groups": [{"name": g, "type": t, "count": c, "fill": colours[g].fill,
                                      "stroke": colours[g].stroke} for g, t, c in groups],
                          "hosts": sum(c for _, _, c in groups),
