@@ -53,6 +53,7 @@ LABEL_ROLE = f"{LABEL_PREFIX}.role"
 CA_FILE, CONFIG_FILE, PROGRAM = "ca.pem", "config", "gateway.py"
 CERT_FILE, KEY_FILE = "cert.pem", "key.pem"
 SOCKET_NAME = "aws.sock"
+SOCKET_FOLDER = "run"  # the socket's folder in the job's aws/ folder, on an engine that wants it there
 GATEWAY_LOG = "gateway.log"  # what the gateway printed, in the job's aws/ folder
 READY_SECONDS = 30.0  # how long the gateway may take to say it is ready
 
@@ -64,13 +65,15 @@ def socket_dir(job_dir: str) -> str:
     return str(Path(tempfile.gettempdir()) / f"hetero-emu-aws-{digest}")
 
 
-def with_aws(plan: Plan) -> Plan:
+def with_aws(plan: Plan, socket_in_job_folder: bool = False) -> Plan:
     """The plan with AWS inside: the gateway, and every host pointed at it. An isolated job's plan is
-    returned as it is."""
+    returned as it is. `socket_in_job_folder`: the endpoint's socket is in the job folder (a swarm's
+    gateway may run on any node, and every node sees the job folder), else in this machine's
+    temporary folder (`socket_dir`)."""
     if plan.network_isolation or plan.aws is not None:
         return plan
     files = Path(plan.job_dir) / FOLDER
-    sockets = socket_dir(plan.job_dir)
+    sockets = str(files / SOCKET_FOLDER) if socket_in_job_folder else socket_dir(plan.job_dir)
     gateway = ContainerSpec(
         image=plan.image,
         entrypoint=("python3", f"{GATEWAY_TARGET}/{PROGRAM}"),
@@ -126,15 +129,15 @@ def config_text() -> str:
 
 def stage(plan: Plan) -> None:
     """Write the job's AWS files: the CA's certificate, the config and the program for every host; the
-    gateway's certificate and key (for AWS's names in the job's region and us-east-1, where the
-    global endpoints are) for the gateway alone."""
+    gateway's certificate and key (for AWS's names in every region: the job's, us-east-1, where the
+    global endpoints are, and any other a script may call) for the gateway alone."""
     if plan.aws is None:
         return
     from emulator.aws import job_gateway
     from emulator.aws.job_endpoint import Authority
 
     files = Path(plan.aws.files_dir)
-    authority = Authority.make([plan.spec.region, "us-east-1"])
+    authority = Authority.make([plan.spec.region, "us-east-1", *aws_regions()])
     program = Path(job_gateway.__file__)
     for folder in (files / HOSTS_FOLDER, files / GATEWAY_FOLDER):
         folder.mkdir(parents=True, exist_ok=True)
@@ -145,6 +148,15 @@ def stage(plan: Plan) -> None:
     key = files / GATEWAY_FOLDER / KEY_FILE
     key.touch(mode=0o600)
     key.write_bytes(authority.key_pem)
+
+
+def aws_regions() -> list[str]:
+    """AWS's commercial regions as the botocore here knows them: a job's code may call any region's
+    endpoints (a bucket in another region), as it may on the service."""
+    import botocore.loaders
+
+    partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
+    return sorted(next(p for p in partitions if p["partition"] == "aws")["regions"])
 
 
 def stale_socket_dirs(base: Path | None = None) -> list[Path]:

@@ -229,7 +229,8 @@ def run_job(
         plan = make_plan(spec, job_name, options.host_order, seed, memory=options.memory, debug=debug,
                          hardware=choose_hardware(spec, options, job_name, seed, machine))
         if backend.capabilities.aws_gateway:
-            plan = job_aws.with_aws(plan)  # the hosts reach the emulator's AWS (an isolated job's: none)
+            # The hosts reach the emulator's AWS (an isolated job's: none).
+            plan = job_aws.with_aws(plan, socket_in_job_folder=backend.capabilities.aws_socket_in_job_folder)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
             return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()

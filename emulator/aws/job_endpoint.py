@@ -24,6 +24,7 @@ import contextlib
 import datetime as dt
 import http.server
 import logging
+import os
 import shutil
 import socketserver
 import tempfile
@@ -214,6 +215,20 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
         self._making = threading.Lock()
         super().__init__(path, _Handler)
 
+    def server_bind(self) -> None:
+        """Bind the socket at its path, however long: Linux bounds a socket's path at 107 bytes, and a
+        job folder (a swarm's socket is in it) may be deeper, so a long one is bound through the
+        `/proc/self/fd` link of its folder, which names the same folder in a few bytes."""
+        path = str(self.server_address)
+        if len(path.encode()) <= SOCKET_PATH_LIMIT:
+            super().server_bind()
+            return
+        folder = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
+        try:
+            self.socket.bind(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+        finally:
+            os.close(folder)
+
     @property
     def endpoint(self) -> Endpoint:
         """The endpoint, made at the first call: loading the services' models costs about 0.5 s of
@@ -227,9 +242,9 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
 @contextlib.contextmanager
 def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterator[Path]:
     """The endpoint `make()` builds, served on a Unix socket, `aws.sock` in `folder` (made, and emptied
-    of an earlier socket; by default a new folder, short enough for a socket's path, which Linux
-    bounds at 107 bytes), until the block ends; yields the folder, which is removed at the end. The
-    endpoint is made at the first call (`_UnixServer.endpoint`)."""
+    of an earlier socket; by default a new folder in the temporary folder), until the block ends;
+    yields the folder, which is removed at the end. The endpoint is made at the first call
+    (`_UnixServer.endpoint`)."""
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix="hetero-emu-aws-"))
     else:
@@ -249,6 +264,7 @@ def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterato
 
 
 SOCKET_NAME = "aws.sock"
+SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path, less its NUL)
 
 
 def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:

@@ -37,6 +37,7 @@ import string
 import struct
 import sys
 import threading
+import time
 
 UPSTREAM_DNS = ("127.0.0.11", 53)  # Docker's embedded resolver, in every container on a user network
 AWS_DOMAINS = ("amazonaws.com",)
@@ -242,6 +243,21 @@ def own_address() -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
+def endpoint_unreachable(path: str, seconds: float = 5.0) -> str:
+    """Why the job's endpoint does not answer a connection on its socket within `seconds` ("" when it
+    does): the driver serves it before any container of the job is made."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+                return ""
+            except OSError as err:
+                if time.monotonic() > deadline:
+                    return err.strerror or str(err)
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--socket", help="the job endpoint's Unix socket")
@@ -278,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             RelayServer((args.listen, args.http_port), args.socket),
             RelayServer((args.listen, args.https_port), args.socket, tls_context(args.cert, args.key)),
         ]
+    if args.socket and (unreachable := endpoint_unreachable(args.socket)):
+        # On a swarm the gateway may run on a node of another machine, where the driver's socket in the
+        # shared job folder is a file no one listens on: the driver then runs the job without AWS.
+        print(f"cannot reach the job's endpoint at {args.socket}: {unreachable}", flush=True)
+        return 1
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     # The one line the driver waits for before it starts the hosts.

@@ -60,9 +60,12 @@ class Capabilities:
     passes_devices: bool = False
     # `exec_in` reaches a host that has exited (a kept job's), not only a running one.
     execs_in_stopped_hosts: bool = False
-    # A job's AWS gateway (emulator/job_aws.py) on its network, with fixed addresses for the hosts'
-    # DNS: without it, a job's hosts reach no AWS from inside the job.
+    # A job's AWS gateway (emulator/job_aws.py) on its network, whose address the hosts are given as
+    # their DNS server: without it, a job's hosts reach no AWS from inside the job.
     aws_gateway: bool = False
+    # The gateway may run on another node than the driver: the endpoint's socket is in the job folder,
+    # which every node sees (a swarm's), not in this machine's temporary folder.
+    aws_socket_in_job_folder: bool = False
 
 
 @dataclass(frozen=True)

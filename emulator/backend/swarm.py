@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -131,11 +132,13 @@ def service_name(container_name: str) -> str:
 
 
 def service_options(container: ContainerSpec, network: str, image: str, driver: str,
-                    grace: float) -> dict[str, Any]:
+                    grace: float, addresses: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A host's `ContainerSpec` as the arguments of docker-py's `APIClient.create_service`: every field
     translated once (docker.container_options and compose.service are the other translations;
     tests/unit/test_container.py checks all three). Pure: no engine is asked. `image` is the
-    reference the nodes run (the image's id: see SwarmBackend.prepare)."""
+    reference the nodes run (the image's id: see SwarmBackend.prepare); `addresses` the job's hosts'
+    addresses on its network that are known (a running task's: an overlay has no fixed ones), by
+    hostname, for the DNS servers the container names."""
     mounts = [docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in container.mounts]
     # No --shm-size for services: /dev/shm is a tmpfs mount of that size instead (what `docker
     # service create --mount type=tmpfs,destination=/dev/shm,tmpfs-size=...` does).
@@ -152,14 +155,13 @@ def service_options(container: ContainerSpec, network: str, image: str, driver: 
         init=container.init,
         stop_grace_period=int(max(1.0, grace) * 1e9),
         hosts=None,  # no fixed addresses on an overlay: the other hosts resolve through its DNS
+        # The job's AWS gateway (emulator/job_aws.py) by the address its running task has: as on the
+        # docker engine, the embedded resolver still answers the hosts' names and forwards the rest.
+        dns_config=docker.types.DNSConfig(nameservers=[addresses[n] for n in container.dns if n in addresses])
+        if container.dns and addresses else None,
     )
     # docker-py has no argument for these two; API 1.41 takes them in the task's ContainerSpec.
     spec["Ulimits"] = [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in container.ulimits]
-    if container.dns:
-        # The engine's capabilities say it has no AWS gateway (emulator/job_aws.py), so no plan for it
-        # names one; a plan that does is refused, not run with hosts that resolve nothing.
-        raise UsageError("a job's AWS gateway is not supported on the swarm engine",
-                         hint="run the job on the docker engine (--engine docker)")
     if container.ports:
         raise UsageError("a published port (the debugger's) is not supported on the swarm engine",
                          hint="debug on the docker engine (--engine docker)")
@@ -296,7 +298,8 @@ class SwarmBackend(SharedMembers):
     builds are on this machine's engine (`client`), where the image is copied from; the watcher is
     aimed at the manager. `memory` is where the ulimit verdicts are kept."""
 
-    capabilities = Capabilities(builds_images=True, probes_ulimits=True)
+    capabilities = Capabilities(builds_images=True, probes_ulimits=True, aws_gateway=True,
+                                aws_socket_in_job_folder=True)
 
     def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None,
                  memory: EngineMemory | None = None) -> None:
@@ -386,6 +389,16 @@ class SwarmBackend(SharedMembers):
         # By id: a task naming an image id never pulls (moby daemon/cluster/executor/container/adapter.go
         # pullImage: "Skip pulling if the image is referenced by image ID"), so a node uses the copy it
         # has, the very same image everywhere, and no registry is asked.
+        if plan.aws is not None:
+            # The job's AWS gateway relays to the driver's socket in the job folder, which only a
+            # container on this machine's kernel can connect to (a socket is no file a network share
+            # carries): on this machine's node when it is one. Elsewhere (the nodes are containers of
+            # this machine, as in the tests) it may run on any node; on a node of another machine it
+            # says it cannot reach the socket and the job runs without AWS (emulator/job_aws.py).
+            here = next((n["ID"] for n in nodes
+                         if n.get("Description", {}).get("Hostname") == socket.gethostname()), None)
+            if here is not None:
+                self._node_of[plan.aws.gateway.container.name] = here
         ref = str(self.client.images.get(plan.image).id)
         self._copy_image(plan.image, ref, nodes, reporter)
         self._image_ref[plan.job_name] = ref
@@ -559,7 +572,8 @@ class SwarmBackend(SharedMembers):
             container = host.container.without_ulimits(self._refused.get(plan.job_name, set()))
             if name in self._node_of:
                 container = replace(container, placement=(*container.placement, f"node.id=={self._node_of[name]}"))
-            options = service_options(container, plan.network, image, self._driver, self._grace)
+            addresses = self._addresses(plan, container.dns) if container.dns else None
+            options = service_options(container, plan.network, image, self._driver, self._grace, addresses)
             with interrupts_deferred():
                 try:
                     service = self.api.create_service(**options)["ID"]
@@ -573,6 +587,22 @@ class SwarmBackend(SharedMembers):
         together(create, names)
         if errors:
             raise EnvironmentProblem("cannot create the hosts' services: " + "; ".join(errors))
+
+    def _addresses(self, plan: Plan, hostnames: Sequence[str]) -> dict[str, str]:
+        """The addresses on the job's network of the job's hosts named (the AWS gateway's, which runs
+        before the hosts start), from their running tasks; a host with no running task is left out."""
+        found: dict[str, str] = {}
+        for name, (job_plan, host) in list(self._hosts.items()):
+            service = self._services.get(name)
+            if job_plan.job_name != plan.job_name or host.container.hostname not in hostnames or service is None:
+                continue
+            for task in self.api.tasks(filters={"service": service, "desired-state": "running"}):
+                for attachment in task.get("NetworksAttachments") or ():
+                    if (attachment.get("Network") or {}).get("Spec", {}).get("Name") == plan.network:
+                        # "10.0.3.5/24": the address and its network's prefix length.
+                        for address in (attachment.get("Addresses") or [])[:1]:
+                            found[host.container.hostname] = address.split("/")[0]
+        return found
 
     def follow_logs(self, name: str, sink: LineSink) -> None:
         self._logs[name] = _Stream(service_name(name), sink)

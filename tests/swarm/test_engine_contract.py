@@ -357,6 +357,44 @@ def test_hosts_reach_each_other_by_name_over_tcp(engine: Engine) -> None:
     assert tagged(result, "algo-1", "GOT") == {"answer": "hello from algo-2 to algo-1"}
 
 
+def test_hosts_reach_the_emulator_s_aws_by_aws_names_and_still_each_other(engine: Engine) -> None:
+    # AWS inside the job (emulator/job_aws.py): on every engine, each host's boto3 (the default image
+    # has the toolkit's) reaches S3 and STS by AWS's own names, through the job's gateway, with no
+    # endpoint URL set; S3 is the job's S3 root. The job's own names still resolve.
+    root = engine.folder / "s3"
+    (root / "job-bucket").mkdir(parents=True)
+    spec = make_spec(
+        engine,
+        """
+        import socket, boto3
+        s3 = boto3.client("s3")  # in the job's region: AWS_REGION, as the service sets it
+        s3.put_object(Bucket="job-bucket", Key=f"from/{HOST}", Body=HOST.encode())
+        for _ in range(300):  # a swarm's host has a name once its task runs
+            try:
+                peer = socket.gethostbyname("algo-2")
+                break
+            except OSError:
+                time.sleep(0.2)
+        report("AWS", {"account": boto3.client("sts").get_caller_identity()["Account"],
+                       "endpoint": s3.meta.endpoint_url, "peer": bool(peer),
+                       "env": sorted(k for k in os.environ if k.startswith("AWS_ENDPOINT"))})
+        """,
+        job_name("ct-aws"),
+        instance_groups=groups(("ga", 1), ("gb", 1)),
+        local_s3_root=str(root),
+        region="us-west-2",
+    )
+    result = run(engine, spec)
+
+    gateway_log = result.job_dir / "aws" / "gateway.log"
+    assert result.status == "Completed", (result.failure_reason, gateway_log.is_file() and gateway_log.read_text())
+    for name in ("algo-1", "algo-2"):
+        said = tagged(result, name, "AWS")
+        assert said["endpoint"] == "https://s3.us-west-2.amazonaws.com" and said["env"] == [], said
+        assert said["account"].isdigit() and said["peer"], said
+        assert (root / "job-bucket" / "from" / name).read_text() == name
+
+
 def test_a_fast_writer_s_log_has_every_byte_and_its_unterminated_last_line(engine: Engine) -> None:
     spec = make_spec(
         engine,

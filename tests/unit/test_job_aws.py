@@ -4,6 +4,7 @@ this process on loopback addresses with real boto3 clients."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -207,3 +208,29 @@ def test_the_roles_credentials_are_temporary_and_refreshed(monkeypatch: pytest.M
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_gateway_tells_when_the_jobs_endpoint_socket_answers_and_when_not(tmp_path: Path) -> None:
+    # On a swarm node of another machine the driver's socket in the shared job folder is a file no one
+    # listens on: the gateway says so instead of claiming to be ready (the driver then runs without AWS).
+    path = str(tmp_path / "aws.sock")
+    assert "No such file" in job_gateway.endpoint_unreachable(path, seconds=0.3)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+        listening.bind(path)
+        listening.listen(1)
+        assert job_gateway.endpoint_unreachable(path, seconds=0.3) == ""
+    assert "refused" in job_gateway.endpoint_unreachable(path, seconds=0.3).lower()
+
+
+def test_the_endpoint_serves_on_a_socket_whose_path_is_longer_than_linux_allows(tmp_path: Path) -> None:
+    # A swarm's socket is in the job folder, which may be deep: it is bound through /proc/self/fd.
+    deep = tmp_path / ("d" * 100) / "aws" / "run"
+    assert len(str(deep / "aws.sock")) > 107
+    with serving(lambda: job_endpoint(tmp_path, "us-west-2", "docker"), deep) as folder:
+        assert (folder / "aws.sock").is_socket()
+        short = os.open(folder, os.O_PATH)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(f"/proc/self/fd/{short}/aws.sock")
+            os.close(short)
+            client.sendall(b"GET / HTTP/1.1\r\nHost: sts.us-west-2.amazonaws.com\r\nConnection: close\r\n\r\n")
+            assert client.recv(12).startswith(b"HTTP/1.")

@@ -130,3 +130,14 @@ def test_a_killed_drivers_socket_folder_is_stale_and_a_served_one_is_not(tmp_pat
         assert job_aws.stale_socket_dirs(tmp_path) == [dead, empty]
     finally:
         listening.close()
+
+
+def test_on_an_engine_whose_gateway_may_run_elsewhere_the_socket_is_in_the_job_folder(plan: Any) -> None:
+    # A swarm's gateway runs on any node, and every node sees the job folder (not this machine's /tmp).
+    aws = job_aws.with_aws(plan, socket_in_job_folder=True)
+    assert aws.aws is not None
+    assert Path(aws.aws.socket_dir) == Path(plan.job_dir) / job_aws.FOLDER / job_aws.SOCKET_FOLDER
+    mounts = {m.target: m.source for m in aws.aws.gateway.container.mounts}
+    assert mounts[job_aws.SOCKET_TARGET] == aws.aws.socket_dir
+    # On one machine's engine it stays in the temporary folder, short whatever the job folder's depth.
+    assert job_aws.with_aws(plan).aws.socket_dir == job_aws.socket_dir(plan.job_dir)  # type: ignore[union-attr]
