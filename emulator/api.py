@@ -255,7 +255,7 @@ def _render_wheelhouse(plan: Plan, engine_name: str, progress: Callable[[str], N
         else:
             wheelhouse.ensure(plan.spec.requirements, Path(plan.wheelhouse), backend.image_id(plan.image), progress,
                               lambda code, out, lines, shown: backend.build_wheelhouse(plan.image, code, out, lines,
-                                                                                       shown))
+                                                                                       shown), warn=warn)
     except DockerUnavailable as err:
         why = err.message
     if why is not None:

@@ -94,9 +94,31 @@ class FrameworkImage:
     def training_module(self) -> str:
         return TRAINING_MODULES[self.framework]
 
-    def python_note(self) -> str:
-        """The line a job prints once: `pytorch 1.11.0 py38: running on Python 3.9`."""
-        return f"{self.framework} {self.version} {self.py_version}: running on Python {self.python}"
+    @property
+    def named_python(self) -> str | None:
+        """The Python the estimator names (`py38` -> "3.8"); None for a bare `py3`, which names no minor."""
+        major, minor = _py_key(self.py_version)
+        return f"{major}.{minor}" if _PY.fullmatch(self.py_version) and minor else None
+
+    def python_note(self, requirements: bool = False) -> str:
+        """The line a job prints once: `pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8)`,
+        and with `requirements` (the job has a requirements.txt, `emulator.wheelhouse`) `; requirements.txt
+        resolved as for Python 3.8`."""
+        named = self.named_python
+        if named is None:
+            why = f"{self.py_version} names no minor version"
+        elif named in DEBIAN_PYTHONS:
+            why = f"{NAMES[self.framework]} {self.version} has no wheels for {named}"
+        else:
+            why = f"Debian has no {named}"
+        note = f"{self.framework} {self.version} {self.py_version}: running on Python {self.python} ({why})"
+        return note + (f"; requirements.txt resolved as for Python {named}" if requirements and named else "")
+
+    @property
+    def framework_pins(self) -> tuple[str, ...]:
+        """The framework and its companions as pinned in the image (`torch==1.11.0`, `torchvision==0.12.0`)."""
+        packages: dict[str, str] = table()[self.framework][self.version]["packages"]
+        return tuple(f"{name}=={pin}" for name, pin in sorted(packages.items()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"Framework": self.framework, "FrameworkVersion": self.version, "PyVersion": self.py_version,

@@ -50,7 +50,7 @@ from emulator import (
     warm_pools,
     wheelhouse,
 )
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
+from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.backend import Backend, ContainerState, Resource
 from emulator.backend.liveness import current_driver
 from emulator.backend.networks import RESTART_FIX
@@ -314,8 +314,11 @@ class Run:
     def execute(self) -> JobResult:
         plan, reporter = self.plan, self.reporter
         self.backend.ping()
-        for note in plan.spec.image_notes:  # which image stands in for the one named, on which Python
-            reporter.info(note)
+        # Which image stands in for the one named; on which Python, as a warning: the job's code and its
+        # requirements.txt may behave otherwise than on the named one (emulator/wheelhouse.py).
+        substituted = python_note(plan.spec)
+        for note in plan.spec.image_notes:
+            (reporter.warn if note == substituted else reporter.info)(note)
         try:
             self.ensure_image()
         except KeyboardInterrupt:
@@ -871,7 +874,8 @@ class Run:
         def build(code: Path, out: Path, progress: Callable[[str], None], shown: str) -> None:
             self.backend.build_wheelhouse(image, code, out, progress, shown)
 
-        wheelhouse.ensure(requirements, Path(folder), self.backend.image_id(image), self.reporter.info, build)
+        wheelhouse.ensure(requirements, Path(folder), self.backend.image_id(image), self.reporter.info, build,
+                          warn=self.reporter.warn)
 
     def check_leftovers(self) -> None:
         """Refuse to start over resources of a job with this very name; warn about other jobs' ones

@@ -15,6 +15,16 @@ on a PyTorch image) is not fetched, and every wheel matches the image's Python a
 A wheelhouse is cached per (image name, requirements bytes with every nested `-r`/`-c` file) and
 holds the id of the image it was resolved against: a rebuilt image resolves it again.
 
+On a framework stand-in that runs another Python than the estimator names (py38 on Python 3.9,
+`emulator.frameworks`), pip would pick other releases than on the service: an unpinned `transformers`
+is 4.46.3 for 3.8 but a release that needs a newer PyTorch for 3.9. So such a file is resolved as pip
+resolves it for the named Python (`--python-version 3.8 --only-binary=:all:`, the image's framework
+pins kept as constraints), and those versions are installed on the stand-in's Python: the wheelhouse
+holds them and a `constraints.txt` naming them, which the hosts' pip honours (PIP_CONSTRAINT). A chosen
+version that does not install there is said, with what pip took instead (its choice for the image's
+Python), as is a file that has no resolution for the named Python from wheels alone (then it is
+resolved for the image's Python, as before). `emulator.backend.index_container` runs the steps.
+
 `find` (reading the files, in `emulator.spec.requirements`) runs while the spec is checked; the plan
 adds the mount and variables (`mount`, `environment`) without I/O; `ensure` (the build) runs before
 any container starts.
@@ -23,6 +33,7 @@ any container starts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -45,6 +56,12 @@ from emulator.spec.requirements import included_digest as included_digest
 CONTAINER_PATH = "/opt/hetero-emu/wheelhouse"
 #: The file in a wheelhouse that names the image id it was resolved against.
 IMAGE_ID_FILE = ".image-id"
+#: The file in a wheelhouse (written before pip runs) asking for a resolution as for another Python.
+AS_FOR_FILE = ".as-for.json"
+#: The constraints the hosts' pip reads (PIP_CONSTRAINT) when the file was resolved as for another Python.
+CONSTRAINTS = "constraints.txt"
+#: How a progress line that is a warning starts (`ensure` gives it to its `warn`).
+WARNING = "warning: "
 TAIL_LINES = 20
 Progress = Callable[[str], None]
 #: Builds a wheelhouse: (the code folder pip runs in, the folder the wheels go to, progress, the file as
@@ -52,11 +69,12 @@ Progress = Callable[[str], None]
 Builder = Callable[[Path, Path, Progress, str], None]
 
 
-def cache_key(digest: str, image: str, package: bool = False) -> str:
+def cache_key(digest: str, image: str, package: bool = False, as_python: str | None = None) -> str:
     """One wheelhouse per (requirements bytes, image): an edit or another image resolves anew. A
-    package's (setup.py) holds setuptools as well."""
+    package's (setup.py) holds setuptools as well; one resolved as for another Python says which."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", image)[-80:]
-    return f"{name}-{digest[:16]}{'-setuptools' if package else ''}"
+    as_for = f"-as-py{as_python.replace('.', '')}" if as_python else ""
+    return f"{name}-{digest[:16]}{'-setuptools' if package else ''}{as_for}"
 
 
 def cache_root() -> Path:
@@ -64,7 +82,7 @@ def cache_root() -> Path:
 
 
 def location(requirements: Requirements, root: Path, image: str) -> Path:
-    return root / cache_key(requirements.digest, image, requirements.package)
+    return root / cache_key(requirements.digest, image, requirements.package, requirements.as_python)
 
 
 def environment(requirements: Requirements | None) -> dict[str, str]:
@@ -72,17 +90,26 @@ def environment(requirements: Requirements | None) -> dict[str, str]:
     the toolkit's `pip install -r requirements.txt` then takes every package from the mount."""
     if requirements is None:
         return {}
-    return {"PIP_FIND_LINKS": CONTAINER_PATH, "PIP_NO_INDEX": "1"}
+    variables = {"PIP_FIND_LINKS": CONTAINER_PATH, "PIP_NO_INDEX": "1"}
+    if requirements.as_python:
+        # The versions chosen as for the named Python, which that unchanged command then installs.
+        variables["PIP_CONSTRAINT"] = f"{CONTAINER_PATH}/{CONSTRAINTS}"
+    return variables
 
 
-def ensure(requirements: Requirements, target: Path, image_id: str, progress: Progress, build: Builder) -> bool:
+def ensure(requirements: Requirements, target: Path, image_id: str, progress: Progress, build: Builder,
+           warn: Progress | None = None) -> bool:
     """Build the wheelhouse `target` for the image `image_id` unless it is there already (resolved
     against that very image); True when it was built. `build` runs pip against the image; it raises
-    WheelhouseError naming the requirement, the Python and why."""
+    WheelhouseError naming the requirement, the Python and why. Its lines that are warnings (a
+    version chosen for the named Python that does not install on the image's) go to `warn`."""
     shown = f"{requirements.code}{'!' if requirements.archive else '/'}{REQUIREMENTS}"
     if _resolved_for(target) == image_id:
-        progress(f"requirements.txt: wheels cached in {target}")
+        progress(f"requirements.txt: wheels cached in {target}"
+                 + (f" (resolved as for Python {requirements.as_python})" if requirements.as_python else ""))
         return False
+    if warn is not None:
+        progress = _routed(progress, warn)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.part-"))
@@ -91,6 +118,9 @@ def ensure(requirements: Requirements, target: Path, image_id: str, progress: Pr
                               hint="set XDG_CACHE_HOME to a writable folder") from None
     started = time.monotonic()
     try:
+        if requirements.as_python:
+            (partial / AS_FOR_FILE).write_text(json.dumps({"python": requirements.as_python,
+                                                           "keep": list(requirements.keep)}) + "\n")
         with _code_folder(requirements) as code:
             progress(f"requirements.txt: resolving {shown} against the job's image, once")
             build(code, partial, progress, shown)
@@ -112,10 +142,84 @@ def ensure(requirements: Requirements, target: Path, image_id: str, progress: Pr
     return True
 
 
+def _routed(progress: Progress, warn: Progress) -> Progress:
+    """`progress`, whose lines that start with WARNING go to `warn` instead (without it)."""
+    def line(text: str) -> None:
+        if text.startswith(WARNING):
+            warn(text.removeprefix(WARNING))
+        else:
+            progress(text)
+    return line
+
+
 def _resolved_for(target: Path) -> str | None:
     try:
         return (target / IMAGE_ID_FILE).read_text().strip()
     except OSError:
+        return None
+
+
+class ResolveLines:
+    """The resolving script's output (`emulator.backend.index_container`) as the user reads it: its
+    markers become progress lines (a warning starts with WARNING), pip's own lines are shown indented
+    and kept for a failure's message (only those of the last resolution: what failed)."""
+
+    def __init__(self, image: str, progress: Progress) -> None:
+        self.image = image
+        self.progress = progress
+        self.python = "?"  # the image's, as the script says
+        self.named: str | None = None  # the Python resolved as for, when asked
+        self.lines: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        marker, _, rest = text.partition(" ")
+        said = self._said(marker, rest.split())
+        if said is None:
+            self.lines.append(text)
+            self.progress(f"  {text}")
+        elif said:
+            self.progress(said)
+
+    def _said(self, marker: str, words: list[str]) -> str | None:
+        """The line a marker of the script says ("" for none), None for a line of pip's."""
+        python, named = self.python, self.named
+        instead = f"resolved for Python {python}, the image's, instead"
+        if marker == "PYTHON" and words:
+            self.python = words[0]
+            return f"requirements.txt: pip of {self.image} (Python {self.python}) decides what the image lacks"
+        if marker == "ASFOR" and words:
+            self.named = words[0]
+            return (f"requirements.txt: pip chooses the versions as for Python {self.named}, the job's (the image "
+                    f"runs {python}), keeping {', '.join(words[1:]) or 'what the image has'}")
+        if marker == "ASFOR_CHOSEN":
+            return (f"requirements.txt: for Python {named} pip chooses {', '.join(words)}" if words else
+                    f"requirements.txt: for Python {named} the image already has everything it asks for")
+        if marker == "ASFOR_NONE":
+            return (f"{WARNING}requirements.txt: pip finds no resolution for Python {named} from wheels alone "
+                    f"(its lines above say why); {instead}")
+        if marker == "ASFOR_NOT_HERE" and len(words) == 2:
+            name = words[0].split("==")[0]
+            then = (f"{name}=={words[1]}, pip's choice for Python {python}, instead" if words[1] != "-" else
+                    f"Python {python} needs no {name}")
+            return (f"{WARNING}requirements.txt: {words[0]}, pip's choice for Python {named}, does not install on "
+                    f"Python {python}: {then}")
+        if marker == "ASFOR_CONFLICT":
+            return (f"{WARNING}requirements.txt: the versions pip chose for Python {named} do not resolve together "
+                    f"on Python {python} (its lines above say why); {instead}")
+        if marker == "ASFOR_BUILD_FAILED":
+            return (f"{WARNING}requirements.txt: a version pip chose for Python {named} does not build on Python "
+                    f"{python} (its lines above say which); {instead}")
+        if marker == "RESOLVE":
+            self.lines.clear()
+            return ""
+        if marker == "SDIST" and words:
+            chosen = f" (pip's choice for Python {named})" if words[1:] == ["as-for"] else ""
+            return (f"requirements.txt: {words[0]}{chosen} has no wheel for Python {python}: pip builds it from its "
+                    "source package (this can take minutes)")
+        if marker == "FETCH" and words and words[0].isdigit():
+            count = int(words[0])
+            return (f"requirements.txt: {count} package(s) to fetch" if count else
+                    "requirements.txt: the image already has everything it asks for")
         return None
 
 

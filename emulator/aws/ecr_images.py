@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from emulator.errors import ImageMissing
+from emulator.errors import EmulatorError, ImageMissing
 from emulator.frameworks import FrameworkImage, from_ecr, no_stand_in
 from emulator.spec.model import JobSpec
 
@@ -47,15 +47,21 @@ class ImageChoice:
     def stands_in(self) -> bool:
         return self.image != self.requested
 
-    def notes(self) -> tuple[str, ...]:
+    def notes(self, requirements: bool = False) -> tuple[str, ...]:
         """The lines a job prints once: which image stands in for the one it named, and on which Python
-        a framework image runs when it is not the one named (`pytorch 1.11.0 py38: running on Python 3.9`)."""
+        a framework image runs when it is not the one named (`pytorch 1.11.0 py38: running on Python 3.9
+        (Debian has no 3.8)`, with `requirements` saying how its requirements.txt resolves)."""
         if not self.stands_in:
             return ()
         lines = [f"{self.image} stands in for {self.requested}, which is not in the Docker engine"]
         if self.framework is not None and self.framework.substituted:
-            lines.append(self.framework.python_note())
+            lines.append(self.framework.python_note(requirements))
         return tuple(lines)
+
+    @property
+    def python_substituted(self) -> FrameworkImage | None:
+        """The framework stand-in when it runs another Python than the one named, else None."""
+        return self.framework if self.framework is not None and self.framework.substituted else None
 
 
 def is_ecr_name(name: str) -> bool:
@@ -91,8 +97,29 @@ def local_image(name: str, table: Mapping[str, str], present: Callable[[str], bo
 
 
 def with_image(spec: JobSpec, table: Mapping[str, str], present: Callable[[str], bool]) -> JobSpec:
-    """The spec with the image that runs it (`choose_image`), the name it gave and the notes kept."""
+    """The spec with the image that runs it (`choose_image`), the name it gave and the notes kept. On
+    a framework stand-in that runs another Python than the one named, the job's requirements.txt is
+    resolved as pip would resolve it for the named one, the framework's pins kept (emulator.wheelhouse)."""
     choice = choose_image(spec.image_uri, table, present)
     if not choice.stands_in:
         return spec
-    return replace(spec, image_uri=choice.image, requested_image=choice.requested, image_notes=choice.notes())
+    requirements = spec.requirements
+    framework = choice.python_substituted
+    if requirements is not None and framework is not None and framework.named_python is not None:
+        requirements = replace(requirements, as_python=framework.named_python, keep=framework.framework_pins)
+    return replace(spec, image_uri=choice.image, requested_image=choice.requested, requirements=requirements,
+                   image_notes=choice.notes(requirements is not None))
+
+
+def python_note(spec: JobSpec) -> str | None:
+    """Of a spec `with_image` gave, the note that its framework stand-in runs another Python (None
+    when it does not): the one note a job says as a warning, since the job's code may behave otherwise."""
+    if spec.requested_image is None:
+        return None
+    try:
+        framework = choose_image(spec.requested_image, {}, lambda name: False).python_substituted
+    except EmulatorError:  # a name the user's table maps, which no framework image stands in for
+        return None
+    if framework is None or framework.tag != spec.image_uri:
+        return None
+    return framework.python_note(spec.requirements is not None)

@@ -132,47 +132,127 @@ def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, env
 
 
 # Run by the image's own Python (the interpreter of its `train`, which runs the toolkit's pip): what
-# `pip install -r requirements.txt` would install there, then exactly those, as wheels.
+# `pip install -r requirements.txt` would install there, then exactly those, as wheels. Asked (a
+# .as-for.json in `out`, emulator.wheelhouse) to resolve as for another Python, it first lets pip
+# choose for that one (`--python-version` needs `--only-binary=:all:`) with the framework pins kept,
+# then resolves on this Python with those choices as constraints; a choice that does not install
+# here is dropped, and said, and pip chooses it for this Python.
 _RESOLVE = r'''
-import json, os, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
 out, package = sys.argv[1], sys.argv[2] == "1"
 print("PYTHON %d.%d" % sys.version_info[:2], flush=True)
 pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 scratch = tempfile.mkdtemp()
 # An old source package's build may import pkg_resources, which setuptools 81 dropped.
-constraints = os.path.join(scratch, "build-constraints.txt")
-with open(constraints, "w") as f:
-    f.write("setuptools<81\n")
-env = dict(os.environ, PIP_CONSTRAINT=constraints, PIP_BUILD_CONSTRAINT=constraints)
-report = os.path.join(scratch, "report.json")
-code = subprocess.call(pip + ["install", "--dry-run", "--prefer-binary", "--report", report,
-                              "-r", "requirements.txt"], env=env)
-if code:
-    # "Not found" is also what pip says when it reached no index at all: ask the index itself.
-    import ssl, urllib.request
-    index = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
-    try:
-        context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
-        urllib.request.urlopen(index.rstrip("/") + "/pip/", timeout=20, context=context).read(1)
-    except Exception as err:
-        print("INDEX_UNREACHABLE %s (%s)" % (index, err), flush=True)
-    sys.exit(code)
-wanted = []
-for item in json.load(open(report)).get("install", []):
-    name, version = item["metadata"]["name"], item["metadata"]["version"]
-    url = item.get("download_info", {}).get("url", "")
-    wanted.append(url if item.get("is_direct") else "%s==%s" % (name, version))
-    if not url.endswith(".whl"):
-        print("SDIST %s==%s" % (name, version), flush=True)
-print("FETCH %d" % len(wanted), flush=True)
-if wanted:
-    code = subprocess.call(pip + ["wheel", "--no-deps", "--prefer-binary", "-w", out] + wanted, env=env)
+BUILD = ["setuptools<81"]
+
+def constraints(lines):
+    path = os.path.join(scratch, "constraints-%d.txt" % len(os.listdir(scratch)))
+    with open(path, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    return path
+
+def environment(pins=()):
+    return dict(os.environ, PIP_CONSTRAINT=constraints(BUILD + list(pins)), PIP_BUILD_CONSTRAINT=constraints(BUILD))
+
+def resolve(options, pins=()):
+    # (pip's exit code, what it would install or None)
+    report = os.path.join(scratch, "report.json")
+    if os.path.exists(report):
+        os.remove(report)
+    code = subprocess.call(pip + ["install", "--dry-run", "--report", report] + options + ["-r", "requirements.txt"],
+                           env=environment(pins))
+    return code, (json.load(open(report)).get("install", []) if code == 0 else None)
+
+def pin(item):
+    return "%s==%s" % (item["metadata"]["name"], item["metadata"]["version"])
+
+def key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+def fetch(items, pins):
+    chosen = {key(p) for p in pins}
+    wanted = []
+    for item in items:
+        url = item.get("download_info", {}).get("url", "")
+        wanted.append(url if item.get("is_direct") else pin(item))
+        if not url.endswith(".whl"):
+            print("SDIST %s%s" % (pin(item), " as-for" if key(pin(item)) in chosen else ""), flush=True)
+    print("FETCH %d" % len(wanted), flush=True)
+    if not wanted:
+        return 0
+    return subprocess.call(pip + ["wheel", "--no-deps", "--prefer-binary", "-w", out] + wanted, env=environment(pins))
+
+request = os.path.join(out, ".as-for.json")
+asked = json.load(open(request)) if os.path.exists(request) else None
+pins, items = [], None
+if asked:
+    keep = asked["keep"]
+    print("ASFOR %s %s" % (asked["python"], " ".join(keep)), flush=True)
+    code, found = resolve(["--python-version", asked["python"], "--only-binary=:all:"], keep)
+    if found is None:
+        print("ASFOR_NONE", flush=True)
+    else:
+        pins = [pin(i) for i in found if not i.get("is_direct")]
+        print("ASFOR_CHOSEN " + " ".join(pins), flush=True)
+        code, items = resolve(["--prefer-binary"], keep + pins)
+        if items is None and pins:
+            # Which choices do not install on this Python at all (no release file for it, or a
+            # Requires-Python it fails): pip chooses those for this Python instead.
+            bad = [p for p in pins if subprocess.call(pip + ["install", "--dry-run", "--quiet", "--no-deps",
+                                                             "--ignore-installed", "--prefer-binary", p],
+                                                      env=environment())]
+            if bad:
+                pins = [p for p in pins if p not in bad]
+                code, items = resolve(["--prefer-binary"], keep + pins)
+            if items is not None:
+                here = {key(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+                for p in bad:
+                    print("ASFOR_NOT_HERE %s %s" % (p, here.get(key(p.split("==")[0]), "-")), flush=True)
+        if items is None:
+            print("ASFOR_CONFLICT", flush=True)
+            pins = []
+# The constraints the hosts' pip honours: those of the resolution as for the named Python, if it held.
+honoured = asked["keep"] + pins if asked and items is not None else []
+fetched = False
+if items is not None:
+    code = fetch(items, pins)
+    if code and not pins:
+        sys.exit(code)
+    if code:
+        # A version chosen for the named Python that pip could not build here: this Python's choices.
+        print("ASFOR_BUILD_FAILED", flush=True)
+        for name in os.listdir(out):
+            if name.endswith(".whl"):
+                os.remove(os.path.join(out, name))
+        pins, items, honoured = [], None, []
+    fetched = items is not None
+if items is None:
+    print("RESOLVE", flush=True)
+    code, items = resolve(["--prefer-binary"])
+    if items is None:
+        # "Not found" is also what pip says when it reached no index at all: ask the index itself.
+        import ssl, urllib.request
+        index = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple/"
+        try:
+            context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+            urllib.request.urlopen(index.rstrip("/") + "/pip/", timeout=20, context=context).read(1)
+        except Exception as err:
+            print("INDEX_UNREACHABLE %s (%s)" % (index, err), flush=True)
+        sys.exit(code)
+if not fetched:
+    code = fetch(items, [])
     if code:
         sys.exit(code)
+if asked:
+    # What the hosts' pip honours (PIP_CONSTRAINT): the framework pins and the versions chosen.
+    with open(os.path.join(out, "constraints.txt"), "w") as f:
+        f.write("# requirements.txt resolved as for Python %s\n" % asked["python"])
+        f.write("".join(line + "\n" for line in honoured))
 if package:
     # `pip install . -r requirements.txt` builds "." in isolation: its setuptools comes from here too.
     sys.exit(subprocess.call(pip + ["download", "--no-deps", "--only-binary=:all:", "-d", out,
-                                    "setuptools<81", "wheel"], env=env))
+                                    "setuptools<81", "wheel"], env=environment()))
 '''
 # The toolkit's pip is the one of the interpreter that runs `train`; python3 where there is none.
 _WRAPPER = ('py=$(sed -n "1s/^#!//p" "$(command -v train 2>/dev/null)" 2>/dev/null); '
@@ -187,29 +267,11 @@ def build_wheelhouse(client: docker.DockerClient, image: str, code: Path, out: P
     image's Python and why (emulator.wheelhouse.pip_failure)."""
     from emulator import wheelhouse
 
-    python = "?"
-    lines: list[str] = []
-
-    def line(text: str) -> None:
-        nonlocal python
-        if text.startswith("PYTHON "):
-            python = text.split()[1]
-            progress(f"requirements.txt: pip of {image} (Python {python}) decides what the image lacks")
-        elif text.startswith("SDIST "):
-            progress(f"requirements.txt: {text.split()[1]} has no wheel for Python {python}: pip builds it from "
-                     "its source package (this can take minutes)")
-        elif text.startswith("FETCH "):
-            count = int(text.split()[1])
-            progress(f"requirements.txt: {count} package(s) to fetch" if count else
-                     "requirements.txt: the image already has everything it asks for")
-        else:
-            lines.append(text)
-            progress(f"  {text}")
-
+    said = wheelhouse.ResolveLines(image, progress)
     package = (code / "setup.py").is_file()
     outcome = run(client, image, ["sh", "-c", _WRAPPER, _RESOLVE, OUT, "1" if package else "0"],
                   environment={}, binds={str(code): {"bind": "/opt/ml/code", "mode": "ro"},
                                          str(out): {"bind": OUT, "mode": "rw"}},
-                  on_line=line, tail_lines=1, working_dir="/opt/ml/code")
+                  on_line=said, tail_lines=1, working_dir="/opt/ml/code")
     if outcome.exit_code != 0:
-        raise wheelhouse.failure(shown, lines, python, outcome.exit_code)
+        raise wheelhouse.failure(shown, said.lines, said.python, outcome.exit_code)

@@ -30,6 +30,11 @@ class Requirements:
     # source_dir has setup.py: the toolkit runs `pip install . -r requirements.txt`, whose isolated
     # build of "." needs setuptools from the wheelhouse too (pip reads PIP_FIND_LINKS there as well).
     package: bool = False
+    # The Python pip resolves the file as for (`3.8`), when a framework stand-in runs another one than
+    # the request names, and the framework's pins kept while it does (`torch==1.11.0`); set with the
+    # image that runs the job (emulator.aws.ecr_images.with_image), resolved by emulator.wheelhouse.
+    as_python: str | None = None
+    keep: tuple[str, ...] = ()
 
 
 def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: bool) -> Requirements | None:

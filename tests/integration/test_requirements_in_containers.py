@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -212,3 +213,58 @@ def test_no_package_index_is_said_before_anything_is_created(
     assert caught.value.message.startswith(
         "requirements.txt: the package index could not be reached from the image's container"), caught.value.message
     assert not (tmp_path / "out" / "wheels-no-index").exists()
+
+
+# AWS's PyTorch 1.11 image is Python 3.8; its stand-in here runs 3.9 (emulator/frameworks.py).
+PY38_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
+# Pure Python, small, not in the image, and its newest release requires Python >= 3.9.
+AS_FOR_PACKAGE = "more-itertools"
+
+AS_FOR_TRAIN = '''\
+import json, os, platform
+import more_itertools
+print("AS_FOR_SEEN " + json.dumps({"python": platform.python_version(), "version": more_itertools.__version__,
+                                   "constraint": os.environ.get("PIP_CONSTRAINT")}), flush=True)
+'''
+
+
+def pip_picks(package: str, python_version: str) -> str:
+    """The version of `package` the real pip picks for `python_version` from wheels (as the service's
+    pip on that Python would, for a package no installed one constrains)."""
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "--only-binary=:all:", "--python-version", python_version, "-d", folder,
+                        package], check=True, capture_output=True, timeout=300)
+        [wheel] = os.listdir(folder)
+    return wheel.split("-")[1]
+
+
+def test_a_py38_job_on_its_python_3_9_stand_in_gets_what_pip_picks_for_3_8(
+        tmp_path: Path, wheel_cache: Path, framework_image: Callable[[str, str, str], str]) -> None:
+    """An unpinned requirement on the py38 estimator's stand-in (Python 3.9) resolves as pip resolves
+    it for 3.8, the Python the job names, and that version is what every host's toolkit installs."""
+    framework_image("pytorch", "1.11.0", "py38")
+    for_38, for_39 = pip_picks(AS_FOR_PACKAGE, "3.8"), pip_picks(AS_FOR_PACKAGE, "3.9")
+    assert for_38 != for_39, f"premise: {AS_FOR_PACKAGE}'s newest release ({for_39}) no longer installs on 3.8"
+    raw = _raw(tmp_path, AS_FOR_PACKAGE, "wheels-as-for-38")
+    (tmp_path / "code" / "train.py").write_text(AS_FOR_TRAIN)
+    spec = validate({**raw, "image_uri": PY38_IMAGE}, base_dir=tmp_path)
+    reporter = RecordingReporter()
+    result = run_job(spec, reporter=reporter)
+    assert result.status == "Completed", result.failure_reason
+
+    note = ("pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8); requirements.txt resolved as for "
+            "Python 3.8")
+    assert reporter.warnings.count(note) == 1, reporter.warnings
+    assert f"requirements.txt: for Python 3.8 pip chooses {AS_FOR_PACKAGE}=={for_38}" in reporter.infos
+    [house] = wheel_cache.iterdir()
+    assert house.name.endswith("-as-py38")
+    assert sorted(p.name for p in house.glob("*.whl")) == [f"more_itertools-{for_38}-py3-none-any.whl"]
+    pins = (house / wheelhouse.CONSTRAINTS).read_text().splitlines()
+    assert f"{AS_FOR_PACKAGE}=={for_38}" in pins and "torch==1.11.0" in pins
+    for host in ("algo-1", "algo-2"):
+        log = [line for h, _, line in reporter.lines if h == host]
+        assert any(f"Successfully installed {AS_FOR_PACKAGE}-{for_38}" in line for line in log), log
+        [seen] = [json.loads(line.split("AS_FOR_SEEN ", 1)[1]) for line in log if "AS_FOR_SEEN " in line]
+        assert seen["python"].startswith("3.9.") and seen["version"] == for_38
+        assert seen["constraint"] == f"{wheelhouse.CONTAINER_PATH}/{wheelhouse.CONSTRAINTS}"

@@ -232,7 +232,7 @@ def test_a_stand_in_says_what_it_stands_in_for_and_the_python_it_runs() -> None:
     choice = choose_image(name, DEFAULT_IMAGE_MAP, lambda _: False)
     assert choice.notes() == (
         f"hetero-emu/pytorch-training:1.11.0-py39 stands in for {name}, which is not in the Docker engine",
-        "pytorch 1.11.0 py38: running on Python 3.9")
+        "pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8)")
     # The Python named where Debian has it: no second line.
     same = choose_image(name.replace("1.11.0-gpu-py38", "2.9.2-gpu-py39").replace("pytorch", "tensorflow"),
                         DEFAULT_IMAGE_MAP, lambda _: False)

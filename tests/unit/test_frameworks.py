@@ -32,7 +32,11 @@ def test_the_issue_examples_run_on_the_pythons_debian_has() -> None:
     torch = choose("pytorch", "1.11", "py38")
     assert (torch.version, torch.python, torch.suite, torch.tag) == (
         "1.11.0", "3.9", "bullseye", "hetero-emu/pytorch-training:1.11.0-py39")
-    assert torch.substituted and torch.python_note() == "pytorch 1.11.0 py38: running on Python 3.9"
+    assert torch.substituted and torch.python_note() == "pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8)"
+    assert torch.python_note(requirements=True) == ("pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8); "
+                                                    "requirements.txt resolved as for Python 3.8")
+    assert (torch.named_python, torch.framework_pins) == ("3.8", ("torch==1.11.0", "torchaudio==0.11.0",
+                                                                  "torchvision==0.12.0"))
     tf = choose("tensorflow", "2.9.2", "py39")
     assert (tf.python, tf.substituted, tf.horovod) == ("3.9", False, "0.28.1")
     assert choose("pytorch", "2.1.0", "py310").python == "3.11"
@@ -145,7 +149,12 @@ def test_pytorch_1_8_and_1_9_stand_in_on_python_3_9_and_say_so() -> None:
     for version, py_version, full in (("1.8", "py36", "1.8.1"), ("1.8.0", "py3", "1.8.0"), ("1.9", "py38", "1.9.1")):
         image = choose("pytorch", version, py_version)
         assert (image.version, image.python, image.tag) == (full, "3.9", f"hetero-emu/pytorch-training:{full}-py39")
-        assert image.substituted and image.python_note() == f"pytorch {full} {py_version}: running on Python 3.9"
+        # A bare py3 names no Python to resolve a requirements.txt as for.
+        why = "py3 names no minor version" if py_version == "py3" else f"Debian has no 3.{py_version[3:]}"
+        assert image.substituted
+        assert image.python_note() == f"pytorch {full} {py_version}: running on Python 3.9 ({why})"
+        assert image.python_note(requirements=True) == image.python_note() + (
+            "" if py_version == "py3" else f"; requirements.txt resolved as for Python 3.{py_version[3:]}")
         pins = dict(p.split("==") for p in image.requirements)
         assert pins["torch"] == full
         # torchvision and torchaudio of the release whose wheels pin this very torch (0.9.1 / 0.8.1 for 1.8.1).
@@ -163,13 +172,13 @@ def test_pytorch_1_8_and_1_9_stand_in_on_python_3_9_and_say_so() -> None:
 def test_an_ecr_name_of_pytorch_1_8_gets_a_stand_in_said_out_loud(tag: str) -> None:
     choice = choose_image(f"763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:{tag}", {}, lambda _: False)
     assert choice.image == "hetero-emu/pytorch-training:1.8.1-py39"
-    assert choice.notes()[1] == f"pytorch 1.8.1 {tag.rpartition('-')[2]}: running on Python 3.9"
+    assert choice.notes()[1].startswith(f"pytorch 1.8.1 {tag.rpartition('-')[2]}: running on Python 3.9 (")
 
 
 def test_tensorflow_2_5_stands_in_on_python_3_9_with_the_numpy_it_requires() -> None:
     image = choose("tensorflow", "2.5", "py37")
     assert (image.version, image.python, image.substituted) == ("2.5.1", "3.9", True)
-    assert image.python_note() == "tensorflow 2.5.1 py37: running on Python 3.9"
+    assert image.python_note() == "tensorflow 2.5.1 py37: running on Python 3.9 (Debian has no 3.7)"
     pins = dict(p.split("==") for p in image.requirements)
     # tensorflow 2.5.1 requires numpy~=1.19.2; sagemaker-tensorflow-training 20.5.0 sagemaker-training<=4.8.3.
     assert pins["tensorflow"] == "2.5.1" and pins["numpy"].startswith("1.19.")
