@@ -13,6 +13,7 @@ home of the launchers label, which the runner reads to refuse a distribution an 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -59,8 +60,19 @@ class Recipe:
         return tuple(sorted(p for p in self.folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts))
 
 
+#: A folder of recipes to build from instead of the package's (a copy of images/ with recipes of one's own).
+IMAGES_DIR_ENV = "HETERO_EMU_IMAGES_DIR"
+
+
 def images_dir() -> Path:
-    """The folder of recipes: `emulator/images` in an installed package, else `images/` of the checkout."""
+    """The folder of recipes: $HETERO_EMU_IMAGES_DIR, else `emulator/images` in an installed package, else
+    `images/` of the checkout."""
+    if os.environ.get(IMAGES_DIR_ENV):
+        chosen = Path(os.environ[IMAGES_DIR_ENV]).expanduser()
+        if not any(chosen.glob(f"*/{RECIPE_FILE}")):
+            raise ImageBuildError(f"{IMAGES_DIR_ENV}={chosen} holds no recipe (no */{RECIPE_FILE})",
+                                  hint="a copy of hetero-emu's images/ folder with recipes of your own, or unset it")
+        return chosen
     # A wheel carries the top-level images/ as emulator/images (pyproject: package-dir). A source
     # checkout (editable install, PYTHONPATH) has it next to the package.
     candidates = (_PACKAGE / "images", _PACKAGE.parent / "images")

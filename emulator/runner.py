@@ -68,7 +68,7 @@ from emulator.errors import (
 )
 from emulator.frameworks import FrameworkImage, for_tag
 from emulator.hardware import Hardware, Machine, parse_gpu_mode
-from emulator.image_recipes import variant_for_tag
+from emulator.image_recipes import all_launchers, load_recipe, variant_for_tag
 from emulator.launchers import launcher_hint, missing_launchers, required_launchers
 from emulator.logs import LogCollector
 from emulator.mpi_wait import WorkerWait
@@ -818,9 +818,12 @@ class Run:
             self.build_framework_image(framework)
             return
         if image != DEFAULT_IMAGE:
-            # A recipe's image (the swarm node, say) is not built on the fly like the default one and
-            # the framework images: say how to build it.
             variant = variant_for_tag(image)
+            if variant is not None and all_launchers(load_recipe(variant)):
+                self.build_recipe_image(image, variant)
+                return
+            # An image no recipe builds, or one that runs no jobs (the swarm node carries no launchers)
+            # is not built on the fly: say how to build it.
             raise ImageMissing(
                 f"image {image} is not in the Docker engine",
                 hint=f"build it with `hetero-emu image build --variant {variant}`" if variant else
@@ -852,6 +855,19 @@ class Run:
             self.reporter.warn(missing)
         with self.build_said(framework.tag) as reporter:
             self.framework_builder(framework, reporter)
+
+    def build_recipe_image(self, image: str, variant: str) -> None:
+        """A missing image of another training recipe of images/ (a variant of the default image) is
+        built as the default one is."""
+        command = f"hetero-emu image build --variant {variant}"
+        if not self.options.build_image:
+            raise ImageMissing(f"image {image} is not built yet (and --no-build builds nothing)",
+                               hint=f"build it with `{command}`, or run without --no-build")
+        if not self.backend.capabilities.builds_images:
+            raise ImageMissing(f"image {image} is not in the Docker engine", hint=f"build it with `{command}`")
+        self.reporter.step(f"the image {image} is missing: building it from its recipe {variant}")
+        with self.build_said(image) as reporter:
+            self.backend.build_recipe_image(variant, reporter)
 
     def build_said(self, image: str) -> contextlib.AbstractContextManager[Reporter]:
         """The reporter a build of `image` reports to: the console, and for a job CreateTrainingJob recorded

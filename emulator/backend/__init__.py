@@ -48,8 +48,8 @@ class Capabilities:
     Each is a fact of the engine, the same for every run; asked to do what it lacks, an engine raises
     an EmulatorError saying so (a port or a device on the swarm: UsageError, before anything starts)."""
 
-    # `build_default_image` and `build_framework_image` build on this machine's engine, so `run` builds
-    # a missing image instead of failing with ImageMissing.
+    # `build_default_image`, `build_framework_image` and `build_recipe_image` build on this machine's
+    # engine, so `run` builds a missing image instead of failing with ImageMissing.
     builds_images: bool = False
     # `refused_ulimits` asks the engine which of the plan's ulimits it cannot give; without it, every
     # ulimit is given as planned.
@@ -137,6 +137,9 @@ class Backend(Protocol):
 
     def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
         """Build a framework image offline, reporting to `reporter` (`capabilities.builds_images`)."""
+
+    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
+        """Build the image of a recipe of images/ offline, reporting to `reporter` (`capabilities.builds_images`)."""
 
     def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
         """The ulimits of `wanted` this engine cannot give the job's containers, which it then runs

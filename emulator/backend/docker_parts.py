@@ -42,6 +42,7 @@ from emulator.backend.reaper import Reaper
 from emulator.container import Ulimit
 from emulator.errors import DockerUnavailable, EnvironmentProblem
 from emulator.hardware import Machine
+from emulator.image_recipes import load_recipe
 from emulator.plan import LABEL_DRIVER, Plan
 
 if TYPE_CHECKING:
@@ -145,6 +146,12 @@ class LocalImages:
         from emulator.backend.framework_build import build_framework_image
 
         build_framework_image(self._client(), framework, progress=reporter)
+
+    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
+        """Build the image of a recipe of images/ offline, reporting progress (`run` does this when missing)."""
+        from emulator.backend.image_build import build_image
+
+        build_image(self._client(), load_recipe(variant), progress=reporter)
 
 
 class Tracker:
@@ -262,6 +269,9 @@ class SharedMembers:
 
     def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
         self._images.build_framework_image(framework, reporter)
+
+    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
+        self._images.build_recipe_image(variant, reporter)
 
     def image_id(self, image: str) -> str:
         return self._images.image_id(image)

@@ -40,6 +40,7 @@ from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
 from emulator.frameworks import FrameworkImage
 from emulator.hardware import Machine
+from emulator.image_recipes import load_recipe
 from emulator.logs import STDERR, STDOUT
 from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
 
@@ -251,6 +252,9 @@ class FakeBackend:
 
     def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
         self._build(framework.tag)
+
+    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
+        self._build(load_recipe(variant).tag)
 
     def _build(self, image: str) -> None:
         self._record("build_image", image)

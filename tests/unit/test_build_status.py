@@ -257,3 +257,79 @@ def test_a_cli_job_has_no_record_while_its_image_builds(spec_of: Callable[[str],
                      framework_builder=builder)
     assert result.status == "Completed" and during == [None]
     assert VENV in reporter.steps  # the console has the step, as `hetero-emu run` shows it
+
+
+def test_a_variant_of_the_default_image_is_built_on_the_fly_and_its_build_said(
+    spec_of: Callable[[str], JobSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from emulator.image_recipes import IMAGES_DIR_ENV, images_dir
+
+    recipes = tmp_path / "images"
+    recipes.mkdir()
+    for folder in images_dir().iterdir():
+        if folder.is_dir():
+            (recipes / folder.name).symlink_to(folder, target_is_directory=True)
+    (recipes / "variant").mkdir()
+    (recipes / "variant" / "recipe.yaml").write_text("tag: my/variant:1\nbase:\n  recipe: training\n")
+    monkeypatch.setenv(IMAGES_DIR_ENV, str(recipes))
+    fake = FakeBackend(images=(), builds_images=True)
+    spec = load_spec_file(_spec_file(tmp_path, "variant-built", "my/variant:1"))
+    reporter = RecordingReporter()
+    result = run_job(spec, RunOptions(grace=2.5), backend=fake, reporter=reporter)
+    assert result.status == "Completed" and fake.built == ["my/variant:1"]
+    assert "the image my/variant:1 is missing: building it from its recipe variant" in reporter.steps
+    # The swarm node is no training image (it carries no launchers): still refused, with its command.
+    from emulator.errors import ImageMissing
+
+    with pytest.raises(ImageMissing, match="swarm-node"):
+        run_job(load_spec_file(_spec_file(tmp_path, "node-refused", "hetero-emu/swarm-node:bookworm")),
+                RunOptions(grace=2.5), backend=FakeBackend(images=(), builds_images=True), reporter=RecordingReporter())
+
+
+def _spec_file(tmp_path: Path, name: str, image: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(HETERO + f"job_name: {name}\nimage_uri: {image}\noutput_path: ./out\n")
+    return path
+
+
+# -- what the page and SDK v3's console show of it
+
+
+def test_the_index_page_shows_the_build_a_starting_job_waits_for(tmp_path: Path) -> None:
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from emulator.serve.page import LiveJobs, routes
+
+    created("page-building", tmp_path / "out" / "page-building")
+    message = f"Building image {IMAGE}: step 3/4, venv: pip <in> a container (2 min)"
+    build_status.to_record("page-building")(message, True)
+    source = LiveJobs(SageMakerTraining(tmp_path, region="eu-west-1", base_dir=tmp_path))
+    body = TestClient(Starlette(routes=routes(source))).get("/").text
+    assert "step 3/4, venv: pip &lt;in&gt; a container (2 min)" in body  # escaped, as every name is
+    build_status.to_record("page-building")(f"Image {IMAGE} built in 6 min", False)
+    assert "built in 6 min" not in TestClient(Starlette(routes=routes(source))).get("/").text
+
+
+def test_sdk_v3_s_console_prints_each_build_message_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from emulator.sagemaker.local import LogsWithWarnings
+
+    class Logs:
+        def describe_log_streams(self, **params: Any) -> dict[str, Any]:
+            return {"logStreams": []}
+
+    created("v3-building", tmp_path / "out" / "v3-building")
+    logs = LogsWithWarnings(Logs())
+    publish = build_status.to_record("v3-building")
+    for message, building in ((f"Building image {IMAGE} (0 s)", True), (f"Building image {IMAGE} (0 s)", True),
+                              (f"Building image {IMAGE}: step 3/4, venv (1 min)", True),
+                              (f"Image {IMAGE} built in 2 min", False)):
+        publish(message, building)
+        # TrainingJob.wait(logs=True) asks for the job's streams at each poll until they are there.
+        logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="v3-building/")
+        logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="v3-building/")
+    assert capsys.readouterr().out.splitlines() == [
+        f"Building image {IMAGE} (0 s)", f"Building image {IMAGE}: step 3/4, venv (1 min)",
+        f"Image {IMAGE} built in 2 min"]
