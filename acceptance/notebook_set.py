@@ -36,6 +36,8 @@ OVERRIDE_KINDS = {
     "hyperparameters": "epochs, steps, batch sizes and workers scaled down for two CPU cores",
     "data": "a data location pointed at the synthetic data's s3:// URI",
 }
+#: How a notebook's run ends (acceptance/run.py; docs/notebooks.md#results).
+RESULTS = ("ran", "failed: emulator", "failed: notebook itself offline", "failed: notebook itself", "not runnable here")
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 # A line IPython would run and Python cannot: `!pip ...`, `%store x`, `%%bash`.
 _MAGIC = re.compile(r"^\s*[!%]", re.MULTILINE)
@@ -135,6 +137,9 @@ class Notebook:
                     compile(text, f"cell {index}", "exec")
                 except SyntaxError as err:
                     found.append(f"cell {index} does not compile: {err}")
+        for known in self.known:
+            if known.get("result") not in RESULTS or not known.get("match") or not known.get("why"):
+                found.append(f"known failure {known}: needs match, why and a result of {', '.join(RESULTS)}")
         for data in self.data:
             if data.replaces is not None and data.replaces in self.cells:
                 found.append(f"data {data.make} replaces cell {data.replaces}, which still runs")
