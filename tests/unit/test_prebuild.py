@@ -136,3 +136,23 @@ def test_for_goes_without_the_options_that_name_an_image(tmp_path: Path) -> None
     proc = invoke("image", "build", "--for", "job.yaml", "--framework", "pytorch:1.11",
                   env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
     assert proc.returncode == 2 and "--for names the image by its job" in proc.stderr
+
+
+def test_emulator_session_prebuilds_what_fit_would_run(builds: list[str], tmp_path: Path) -> None:
+    from sagemaker.pytorch import PyTorch
+
+    from emulator.sagemaker import EmulatorSession
+
+    (tmp_path / "s3").mkdir()
+    session = EmulatorSession(s3_root=tmp_path / "s3")
+    estimator = PyTorch(entry_point="train.py", framework_version="1.11.0", py_version="py38",
+                        role="arn:aws:iam::111122223333:role/x", instance_count=1, instance_type="ml.c5.xlarge",
+                        sagemaker_session=session)
+    said: list[str] = []
+    report = session.prebuild(estimator, progress=said.append)
+    # The SDK names AWS's image (estimator.training_image_uri(), what fit() sends); its stand-in is built.
+    assert estimator.training_image_uri().endswith("/pytorch-training:1.11.0-cpu-py38")
+    assert builds == ["framework:hetero-emu/pytorch-training:1.11.0-py39"]
+    assert report.image == "hetero-emu/pytorch-training:1.11.0-py39" and report.built
+    assert any("stands in for" in line for line in said)
+
