@@ -12,7 +12,8 @@ whatever SDK and version its image has:
 - it relays each connection (HTTPS with a certificate for AWS's names made for the job, and HTTP) to
   the job's endpoint, which the job's driver serves on a Unix socket (emulator/aws/job_endpoint.py):
   `hetero-emu serve`'s endpoint on the job's S3 root and region, S3 locations only;
-- each host trusts the job's certificate authority (`AWS_CA_BUNDLE`, read by every botocore), and
+- each host trusts the job's certificate authority (`AWS_CA_BUNDLE`, read by every botocore; and
+  beside the public ones, through `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE` and `CURL_CA_BUNDLE`), and
   finds the role's credentials through `AWS_CONFIG_FILE`: a `credential_process` that prints new
   temporary keys, which an SDK refreshes before they expire.
 
@@ -51,6 +52,11 @@ SOCKET_TARGET = "/hetero-emu/run"
 GATEWAY_HOST = "aws-gateway"  # its name on the job's network
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 CA_FILE, CONFIG_FILE, PROGRAM = "ca.pem", "config", "gateway.py"
+BUNDLE_FILE = "ca-bundle.pem"  # the public authorities this machine trusts, and the job's
+# Where the public authorities are: Debian's bundle (with what its administrator added), else certifi's.
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+# The variables by which OpenSSL (Python's ssl, urllib), requests and curl take a bundle of their own.
+TRUST_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 CERT_FILE, KEY_FILE = "cert.pem", "key.pem"
 SOCKET_NAME = "aws.sock"
 SOCKET_FOLDER = "run"  # the socket's folder in the job's aws/ folder, on an engine that wants it there
@@ -100,7 +106,11 @@ def with_aws(plan: Plan, socket_in_job_folder: bool = False) -> Plan:
 def _pointed(container: ContainerSpec, files: Path) -> ContainerSpec:
     """A host's container with the job's AWS: its DNS, the CA and the credentials; a variable the
     job's own environment sets keeps the job's value."""
+    # Not botocore alone: a script that downloads a public dataset over HTTPS from an S3 name (torchvision's
+    # MNIST mirror, https://ossci-datasets.s3.amazonaws.com) reaches the job's S3 too, and trusts it
+    # through the bundle of the public authorities and the job's that the standard variables name.
     environment = {"AWS_CA_BUNDLE": f"{HOSTS_TARGET}/{CA_FILE}", "AWS_CONFIG_FILE": f"{HOSTS_TARGET}/{CONFIG_FILE}",
+                   **{name: f"{HOSTS_TARGET}/{BUNDLE_FILE}" for name in TRUST_VARIABLES},
                    **container.environment}
     return replace(container, environment=environment, dns=(GATEWAY_HOST,),
                    mounts=(*container.mounts, Mount(str(files / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)))
@@ -114,7 +124,8 @@ def without_aws(plan: Plan) -> Plan:
 
     def bare(container: ContainerSpec) -> ContainerSpec:
         environment = {k: v for k, v in container.environment.items()
-                       if not (k in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE") and v.startswith(HOSTS_TARGET))}
+                       if not (k in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", *TRUST_VARIABLES)
+                               and v.startswith(HOSTS_TARGET))}
         return replace(container, environment=environment, dns=(),
                        mounts=tuple(m for m in container.mounts if m != target))
 
@@ -143,11 +154,23 @@ def stage(plan: Plan) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(program, folder / PROGRAM)
     (files / HOSTS_FOLDER / CA_FILE).write_bytes(authority.ca_pem)
+    (files / HOSTS_FOLDER / BUNDLE_FILE).write_bytes(public_authorities().rstrip(b"\n") + b"\n" + authority.ca_pem)
     (files / HOSTS_FOLDER / CONFIG_FILE).write_text(config_text())
     (files / GATEWAY_FOLDER / CERT_FILE).write_bytes(authority.cert_pem)
     key = files / GATEWAY_FOLDER / KEY_FILE
     key.touch(mode=0o600)
     key.write_bytes(authority.key_pem)
+
+
+def public_authorities() -> bytes:
+    """The public certificate authorities this machine trusts (PEM): its system bundle, else certifi's
+    (a dependency of requests, which docker-py needs)."""
+    for path in SYSTEM_BUNDLES:
+        with contextlib.suppress(OSError):
+            return Path(path).read_bytes()
+    import certifi
+
+    return Path(certifi.where()).read_bytes()
 
 
 def aws_regions() -> list[str]:

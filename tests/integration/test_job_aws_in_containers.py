@@ -86,6 +86,28 @@ def test_a_jobs_hosts_reach_s3_and_sts_by_aws_names_with_refreshing_credentials(
     assert sorted(p.name for p in (job / "aws").iterdir()) == ["gateway.log"]
 
 
+DOWNLOAD_SCRIPT = """\
+import json, os, urllib.request
+# What torchvision's MNIST does when its first mirror fails: a plain HTTPS download from a public
+# bucket by its S3 name, with Python's own trust store (no botocore, no credentials).
+url = "https://ossci-datasets.s3.amazonaws.com/mnist/train-labels-idx1-ubyte.gz"
+try:
+    body = urllib.request.urlopen(url, timeout=30).read().decode()
+except Exception as err:
+    body = f"{type(err).__name__}: {err}"
+print("RESULT " + json.dumps({"host": os.environ["SM_CURRENT_HOST"], "body": body}), flush=True)
+"""
+
+
+def test_a_plain_https_download_from_an_s3_name_reads_the_s3_root(tmp_path: Path) -> None:
+    public = tmp_path / "s3" / "ossci-datasets" / "mnist"
+    public.mkdir(parents=True)
+    (public / "train-labels-idx1-ubyte.gz").write_text("a synthetic copy")
+    done, results, _ = run(tmp_path, {"instance_groups": TWO_GROUPS[:1], "prefix": "aws-download"}, DOWNLOAD_SCRIPT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results == [{"host": "algo-1", "body": "a synthetic copy"}]
+
+
 ISOLATED_SCRIPT = BOTO3_SCRIPT + """\
 try:  # with keys of its own, the network is still not there
     boto3.client("s3", aws_access_key_id="AKIA", aws_secret_access_key="x").list_buckets()

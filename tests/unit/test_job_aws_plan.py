@@ -42,6 +42,8 @@ def test_every_host_is_pointed_at_the_gateway_which_runs_the_jobs_image(plan: An
         assert container.dns == (job_aws.GATEWAY_HOST,)
         assert container.environment["AWS_CA_BUNDLE"] == f"{job_aws.HOSTS_TARGET}/{job_aws.CA_FILE}"
         assert container.environment["AWS_CONFIG_FILE"] == "/mine/config"  # the job's own value stays
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+            assert container.environment[name] == f"{job_aws.HOSTS_TARGET}/{job_aws.BUNDLE_FILE}"
         added = [m for m in container.mounts if m.target == job_aws.HOSTS_TARGET]
         assert len(added) == 1 and added[0].read_only
         assert not any(m.source.endswith(job_aws.GATEWAY_FOLDER) for m in container.mounts)  # not its key
@@ -79,7 +81,12 @@ def test_staged_files_the_certificate_names_and_the_key_kept_private(plan: Any) 
     job_aws.stage(aws)
     files = Path(aws.aws.files_dir)
     hosts, gateway = files / job_aws.HOSTS_FOLDER, files / job_aws.GATEWAY_FOLDER
-    assert sorted(p.name for p in hosts.iterdir()) == [job_aws.CA_FILE, job_aws.CONFIG_FILE, job_aws.PROGRAM]
+    assert sorted(p.name for p in hosts.iterdir()) == sorted([job_aws.BUNDLE_FILE, job_aws.CA_FILE, job_aws.CONFIG_FILE,
+                                                              job_aws.PROGRAM])
+    # The bundle that SSL_CERT_FILE & co name: every public authority this machine trusts, then the job's.
+    bundle = (hosts / job_aws.BUNDLE_FILE).read_bytes()
+    assert bundle.startswith(job_aws.public_authorities().rstrip(b"\n"))
+    assert bundle.endswith((hosts / job_aws.CA_FILE).read_bytes())
     assert stat.S_IMODE((gateway / job_aws.KEY_FILE).stat().st_mode) == 0o600
     cert = x509.load_pem_x509_certificate((gateway / job_aws.CERT_FILE).read_bytes())
     ca = x509.load_pem_x509_certificate((hosts / job_aws.CA_FILE).read_bytes())
