@@ -110,12 +110,13 @@ class SageMakerTraining(Service):
                            f"and a training job with this name already exists ({arn})")
         raw = json.loads(json.dumps(params, default=str))
         algorithm = raw.get("AlgorithmSpecification")
-        local = None
+        local = choice = None
         if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
             # Which image will run is decided again by the driver (it may have been built meanwhile);
             # asked here too, an ECR name nothing stands in for is refused at once.
             try:
-                local = choose_image(algorithm["TrainingImage"], self.images, self.image_present).image
+                choice = choose_image(algorithm["TrainingImage"], self.images, self.image_present)
+                local = choice.image
             except EmulatorError as err:
                 raise ApiError("ValidationException", err.message + (f" ({err.hint})" if err.hint else "")) from None
         overrides = self.region_override(raw)
@@ -141,7 +142,9 @@ class SageMakerTraining(Service):
                         "StatusMessage": "Launching requested ML instances"}]
         job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),
                     CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
-                    SecondaryStatusTransitions=transitions, LocalImage=local)
+                    SecondaryStatusTransitions=transitions, LocalImage=local,
+                    # What stands in for the image, on which Python: described (and on serve's page) from now.
+                    ImageNotes=list(choice.notes(spec.requirements is not None)) if choice is not None else [])
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(Path(emulator.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
@@ -316,6 +319,9 @@ class SageMakerTraining(Service):
             # What ran (job.json's, once there is one), else what CreateTrainingJob chose.
             emulated = dict(doc.get("Emulator") or {})
             emulated.setdefault("Image", record.doc.get("LocalImage") or requested)
+            if record.doc.get("ImageNotes") and "StandIn" not in emulated:
+                emulated["StandIn"] = {"For": requested, "Image": emulated["Image"],
+                                       "Notes": list(record.doc["ImageNotes"])}
             doc["Emulator"] = emulated
         return doc
 

@@ -653,6 +653,15 @@ def decode_resume(text: str | None) -> dict[str, dict[str, Any]]:
             if isinstance(data.get(key), dict) else {} for key in ("l", "m")}
 
 
+def image_notes(doc: Mapping[str, Any]) -> list[str]:
+    """What the description says stands in for the job's image, and on which Python (from the job's
+    creation on: emulator/aws/training.py), the lines `hetero-emu run` says once."""
+    emulated = doc.get("Emulator")
+    stand_in = emulated.get("StandIn") if isinstance(emulated, Mapping) else None
+    notes = stand_in.get("Notes") if isinstance(stand_in, Mapping) else None
+    return [str(note) for note in notes] if isinstance(notes, list) else []
+
+
 def status_of(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The status line of a described job: status, secondary status and its message, times."""
     transitions = doc.get("SecondaryStatusTransitions")
@@ -785,7 +794,8 @@ class _Page:
                 "groups": {g: {"fill": c.fill, "stroke": c.stroke} for g, c in colours.items()},
                 "hosts": [h.to_json() for h in hosts], "failure": FAILURE, "status": status}
         return {"name": name, "status": status, "hosts": hosts, "colours": colours, "svg": svg, "dot": dot,
-                "data": data, "ended": status["status"] in FINAL_STATUSES, "phases": PHASES}
+                "data": data, "ended": status["status"] in FINAL_STATUSES, "phases": PHASES,
+                "image_notes": image_notes(doc)}
 
     async def events(self, request: Request) -> Response:
         name = request.path_params["name"]

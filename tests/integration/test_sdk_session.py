@@ -118,7 +118,8 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     # version on the nearest Python (emulator/aws/ecr_images.py), and the job says so.
     assert described["Emulator"]["Image"] == PYTORCH_IMAGE
     assert described["Emulator"]["StandIn"]["For"] == described["AlgorithmSpecification"]["TrainingImage"]
-    assert "pytorch 2.1.0 py310: running on Python 3.11" in described["Emulator"]["StandIn"]["Notes"]
+    note = "pytorch 2.1.0 py310: running on Python 3.11 (Debian has no 3.10)"
+    assert note in described["Emulator"]["StandIn"]["Notes"]
     assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
         ("algo-1", G1, 0), ("algo-2", G2, 0), ("algo-3", G2, 0)]
 
@@ -128,6 +129,8 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     assert "algo-3 (instance_group_2) | CHANNELS_JSON" in out
     assert "Training - Training image download completed. Training in progress." in out
     assert "Completed - Training job completed" in out
+    # The Python substitution, said once as the driver's warning (emulator/sagemaker/local.py).
+    assert out.count(f"warning: {note}") == 1, out[-3000:]
 
 
 def test_the_guides_tensorflow_estimator_with_mpi_on_one_group(

@@ -348,3 +348,17 @@ def test_a_job_that_ended_before_staging_is_described_without_asking_the_engine(
     described = client(project).describe_training_job(TrainingJobName="stopped-early")
     assert described["TrainingJobStatus"] == "Stopped"
     assert described["FailureReason"] == "stopped before its hosts started"
+
+
+def test_a_stand_ins_notes_are_described_from_the_create_on(project: Path) -> None:
+    """What stands in and on which Python is in DescribeTrainingJob while the job starts (serve's job
+    page shows it from there), not only in job.json once the job has ended."""
+    (project / "code" / "requirements.txt").write_text("more-itertools\n")
+    sm = client(project, engine="no-such-engine")
+    sm.create_training_job(**request("notes-job"))
+    described = sm.describe_training_job(TrainingJobName="notes-job")
+    assert described["Emulator"]["StandIn"] == {
+        "For": ECR, "Image": "hetero-emu/pytorch-training:2.1.0-py311",
+        "Notes": [f"hetero-emu/pytorch-training:2.1.0-py311 stands in for {ECR}, which is not in the Docker engine",
+                  "pytorch 2.1.0 py310: running on Python 3.11 (Debian has no 3.10); requirements.txt resolved as "
+                  "for Python 3.10"]}

@@ -248,6 +248,19 @@ def test_the_job_page_holds_the_hosts_groups_colours_and_diagram() -> None:
     assert "Training now" in body  # the secondary status' message
 
 
+def test_the_job_page_says_what_stands_in_for_the_image_and_on_which_python() -> None:
+    notes = ["hetero-emu/pytorch-training:1.11.0-py39 stands in for 7631.../pytorch-training:1.11.0-gpu-py38",
+             "pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8)"]
+
+    class StandIn(FakeSource):
+        def describe(self, name: str) -> dict[str, Any]:
+            return {**super().describe(name), "Emulator": {"StandIn": {"Notes": notes}}}
+
+    body = client(StandIn([Frame()])).get(f"/jobs/{JOB}").text
+    assert re.findall(r'<p class="muted image-note">(.*?)</p>', body) == notes
+    assert "image-note" not in client(FakeSource([Frame()])).get(f"/jobs/{JOB}").text
+
+
 def test_without_graphviz_the_page_shows_the_dot_text_escaped() -> None:
     source = FakeSource([Frame()], svg=None, dot='digraph cluster { a [label="<b>x</b>"] }')
     body = client(source).get(f"/jobs/{JOB}").text
