@@ -159,9 +159,10 @@ _RECORDS_KEPT = 4096  # records; more are read again, after the cache is emptied
 def end(job_name: str, status: Status, reason: str | None = None) -> JobRecord | None:
     """Record that a job ended (`Failed` or `Stopped`) before its run could say so itself: its driver
     could not start it, was stopped before the hosts were, or died. A job whose record already says
-    how it ended is left as it is. Returns the record as it stands."""
+    how it ended is left as it is; one Stopping (StopTrainingJob recorded it while its image built)
+    has not ended yet. Returns the record as it stands."""
     earlier = find(job_name)
-    if earlier is None or earlier.status != Status.IN_PROGRESS:
+    if earlier is None or earlier.status not in (Status.IN_PROGRESS, Status.STOPPING):
         return earlier
     stamp = now_text()
     transitions = earlier.transitions

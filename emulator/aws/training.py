@@ -180,9 +180,12 @@ class SageMakerTraining(Service):
                            f"{record.status}.")
         pid = record.doc.get("DriverPid")
         if isinstance(pid, int) and self.driver_alive(record.job_name, pid):
-            os.kill(pid, signal.SIGTERM)
-            # Stopping from this moment, as the service answers; the driver keeps it until Stopped.
+            # Stopping from this moment, as the service answers; the driver keeps it until Stopped. Said
+            # before the signal: a driver stopped while the job's image builds ends at once, and its
+            # Stopped must come after this, not under it.
             job_records.record(record.job_name, record.job_dir, Status.STOPPING)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: `checked` ends the record
+                os.kill(pid, signal.SIGTERM)
             return {}
         try:
             api.stop(record.job_name, engine_name=self.engine_name)
@@ -249,10 +252,14 @@ class SageMakerTraining(Service):
         """The record, Failed if its driver ended without saying how the job ended (it could not start
         it: no engine, no image, a folder it could not write), with its driver's last words."""
         pid = record.doc.get("DriverPid")
-        if record.status != Status.IN_PROGRESS or not isinstance(pid, int) or self.driver_alive(record.job_name, pid):
+        if record.status not in (Status.IN_PROGRESS, Status.STOPPING) or not isinstance(pid, int) \
+                or self.driver_alive(record.job_name, pid):
             return record
-        # The driver records how a job it could not run ended; this is for one that died (SIGKILL).
+        # The driver records how a job it could not run ended; this is for one that died (SIGKILL), or
+        # ended between StopTrainingJob's Stopping and its signal.
         blocking.may_block()  # its log to read, the record to write
+        if record.status == Status.STOPPING:
+            return job_records.end(record.job_name, Status.STOPPED) or record
         log = driver_log(record.job_name)
         return job_records.end(record.job_name, Status.FAILED, f"the job's driver ended: {last_line(log)}") or record
 

@@ -18,6 +18,7 @@ import docker
 import docker.errors
 import pytest
 from sagemaker.estimator import Estimator
+from testkit import wait_for
 
 from emulator import build_status
 from emulator.backend.image_build import RECIPE_LABEL, recipe_hash
@@ -86,3 +87,27 @@ def test_fit_prints_the_build_steps_of_the_image_its_job_waits_for(
     described = session.describe_training_job(name)
     assert described["TrainingJobStatus"] == "Completed"
     assert described["AlgorithmSpecification"]["TrainingImage"] == throwaway
+
+
+def test_a_job_stopped_while_its_image_builds_ends_stopped(
+    throwaway: str, tmp_path: Path, docker_client: docker.DockerClient,
+) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('never runs')\n")
+    (tmp_path / "s3").mkdir()
+    session = EmulatorSession(s3_root=tmp_path / "s3")
+    name = f"build-stopped-{uuid.uuid4().hex[:8]}"
+    estimator = Estimator(image_uri=throwaway, entry_point="train.py", source_dir=str(tmp_path / "code"),
+                          role=ROLE, instance_count=1, instance_type="ml.c5.xlarge", sagemaker_session=session)
+    estimator.fit(job_name=name, wait=False)
+
+    def message() -> str:
+        return str(session.describe_training_job(name)["SecondaryStatusTransitions"][-1]["StatusMessage"])
+
+    wait_for(lambda: message().startswith(f"Building image {throwaway}"), "the build's first message", 120)
+    estimator.latest_training_job.stop()
+    # StopTrainingJob's Stopping, then the driver's Stopped: never Stopping for good.
+    wait_for(lambda: session.describe_training_job(name)["TrainingJobStatus"] == "Stopped", "Stopped", 120)
+    assert session.describe_training_job(name)["SecondaryStatus"] == "Stopped"
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(throwaway)

@@ -333,3 +333,14 @@ def test_sdk_v3_s_console_prints_each_build_message_once(
     assert capsys.readouterr().out.splitlines() == [
         f"Building image {IMAGE} (0 s)", f"Building image {IMAGE}: step 3/4, venv (1 min)",
         f"Image {IMAGE} built in 2 min"]
+
+
+def test_a_job_stopped_while_its_image_builds_ends_stopped(tmp_path: Path) -> None:
+    """StopTrainingJob records Stopping and sends the driver SIGTERM; the driver, interrupted in the
+    build, ends the job (emulator/aws/driver.py): it must not stay Stopping."""
+    created("stopped-building", tmp_path / "out" / "stopped-building")
+    build_status.to_record("stopped-building")(f"Building image {IMAGE} (0 s)", True)
+    job_records.record("stopped-building", tmp_path / "out" / "stopped-building", Status.STOPPING)
+    ended = job_records.end("stopped-building", Status.STOPPED)
+    assert ended is not None and ended.status == Status.STOPPED
+    assert ended.transitions[-1]["Status"] == "Stopped" and ended.doc["SecondaryStatus"] == "Stopped"
