@@ -62,16 +62,21 @@ def throwaway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_client: do
         docker_client.images.remove(tag, force=True)
 
 
+def estimator_of(image: str, tmp_path: Path, script: str) -> tuple[EmulatorSession, Estimator]:
+    """An SDK v2 estimator of `image` running `script`, with its EmulatorSession."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(script)
+    (tmp_path / "s3").mkdir()
+    session = EmulatorSession(s3_root=tmp_path / "s3")
+    return session, Estimator(image_uri=image, entry_point="train.py", source_dir=str(tmp_path / "code"), role=ROLE,
+                              instance_count=1, instance_type="ml.c5.xlarge", sagemaker_session=session)
+
+
 def test_fit_prints_the_build_steps_of_the_image_its_job_waits_for(
     throwaway: str, tmp_path: Path, docker_client: docker.DockerClient, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "train.py").write_text("print('trained on the new image')\n")
-    (tmp_path / "s3").mkdir()
-    session = EmulatorSession(s3_root=tmp_path / "s3")
+    session, estimator = estimator_of(throwaway, tmp_path, "print('trained on the new image')\n")
     name = f"build-status-{uuid.uuid4().hex[:8]}"
-    estimator = Estimator(image_uri=throwaway, entry_point="train.py", source_dir=str(tmp_path / "code"),
-                          role=ROLE, instance_count=1, instance_type="ml.c5.xlarge", sagemaker_session=session)
     estimator.fit(job_name=name)  # logs=True, wait=True: as notebooks call it
 
     out = capsys.readouterr().out
@@ -92,13 +97,8 @@ def test_fit_prints_the_build_steps_of_the_image_its_job_waits_for(
 def test_a_job_stopped_while_its_image_builds_ends_stopped(
     throwaway: str, tmp_path: Path, docker_client: docker.DockerClient,
 ) -> None:
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "train.py").write_text("print('never runs')\n")
-    (tmp_path / "s3").mkdir()
-    session = EmulatorSession(s3_root=tmp_path / "s3")
+    session, estimator = estimator_of(throwaway, tmp_path, "print('never runs')\n")
     name = f"build-stopped-{uuid.uuid4().hex[:8]}"
-    estimator = Estimator(image_uri=throwaway, entry_point="train.py", source_dir=str(tmp_path / "code"),
-                          role=ROLE, instance_count=1, instance_type="ml.c5.xlarge", sagemaker_session=session)
     estimator.fit(job_name=name, wait=False)
 
     def message() -> str:
