@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from emulator import hostfiles, sm_debugger
+from emulator import contract, hostfiles, sm_debugger
 from emulator.plan import Plan, tensorboard_folder
 
 SYNC_SECONDS = 1.0
@@ -102,8 +102,10 @@ def syncs(plan: Plan) -> list[LiveSync]:
     files to the TensorBoard output path, each when configured."""
     found = [LiveSync(plan)] if plan.spec.checkpoint_s3_uri is not None else []
     board = tensorboard_folder(plan.spec)
-    if board is not None:
-        found.append(LiveSync(plan, board, plan.spec.tensorboard_output_path, "TensorBoard files"))
+    if board is not None and plan.spec.tensorboard_output_path is not None:
+        # Under the job's name, as the service uploads them (contract.TENSORBOARD_PREFIX).
+        target = plan.spec.tensorboard_output_path / plan.job_name / contract.TENSORBOARD_PREFIX
+        found.append(LiveSync(plan, board, target, "TensorBoard files"))
     found += [LiveSync(plan, u.folder, u.target, u.what) for u in sm_debugger.uploads(plan.spec, plan.job_name)
               if u.target is not None]
     return found

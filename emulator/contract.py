@@ -47,7 +47,28 @@ def host_files(spec: JobSpec, job_name: str, groups: Cluster, host: str, channel
     for name, config in (("debughookconfig.json", spec.debug_hook), ("profilerconfig.json", spec.profiler)):
         if config is not None:
             files[f"{CONFIG_DIR}/{name}"] = dumps(json.loads(config.document))
+    # CheckpointConfig and TensorBoardOutputConfig as a real job's files hold them ({"LocalPath":"/state"};
+    # {"S3OutputPath":"<S3OutputPath>/<job>/tensorboard-output","LocalPath":"/opt/ml/output/tensorboard/"}:
+    # shiftan/simple_sagemaker examples/single_task/expected_output/.../input_dir_copy/config/), where
+    # smdebug reads their LocalPath: DEFAULT_CHECKPOINT_CONFIG_FILE and DEFAULT_SAGEMAKER_TENSORBOARD_PATH
+    # (awslabs/sagemaker-debugger smdebug/core/config_constants.py:22-26); docs/contract.md.
+    if spec.checkpoint_s3_uri is not None:
+        files[f"{CONFIG_DIR}/checkpointconfig.json"] = dumps({"LocalPath": spec.checkpoint_local_path})
+    if spec.tensorboard_output_path is not None:
+        files[f"{CONFIG_DIR}/tensorboardoutputconfig.json"] = dumps(
+            {"LocalPath": spec.tensorboard_local_path.rstrip("/") + "/",
+             "S3OutputPath": f"{tensorboard_uri(spec).rstrip('/')}/{job_name}/{TENSORBOARD_PREFIX}"})
     return files
+
+
+#: Where a job's TensorBoard files go under the TensorBoardOutputConfig's S3OutputPath, below the job's
+#: name: the SDK's `latest_job_tensorboard_artifacts_path()` (sagemaker/estimator.py).
+TENSORBOARD_PREFIX = "tensorboard-output"
+
+
+def tensorboard_uri(spec: JobSpec) -> str:
+    """The TensorBoardOutputConfig's S3OutputPath as the request gave it (its folder for a local path)."""
+    return spec.tensorboard_uri or str(spec.tensorboard_output_path)
 
 
 def resource_config(current_host: str, current_group: str, current_type: str, groups: Cluster) -> dict[str, Any]:

@@ -3,6 +3,7 @@ closed is at the checkpoint URI within about 2 s, while the host runs on."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -66,6 +67,9 @@ def test_a_closed_checkpoint_is_at_the_uri_within_seconds_while_the_job_runs(tmp
 # outside /opt/ml, as container_local_output_path allows), then 4 s of work.
 BOARD_SCRIPT = '''
 import os, time
+# What the service writes for CheckpointConfig and TensorBoardOutputConfig, as the host reads it.
+for name in ("checkpointconfig.json", "tensorboardoutputconfig.json"):
+    print("CONFIG " + name + " " + open("/opt/ml/input/config/" + name).read().replace("\\n", " "), flush=True)
 os.makedirs("/tmp/board/run-1", exist_ok=True)
 with open("/tmp/board/run-1/events.out.tfevents.1", "wb") as out:
     out.write(b"scalars " * 1000)
@@ -81,12 +85,15 @@ def test_tensorboard_files_reach_their_output_path_while_the_job_runs(tmp_path: 
     spec.write_text(yaml.safe_dump({
         "job_name": name, "entry_point": "train.py", "source_dir": "code", "output_path": "out",
         "tensorboard_output_config": {"s3_output_path": "board", "container_local_output_path": "/tmp/board"},
+        "checkpoint_s3_uri": "ckpt", "checkpoint_local_path": "/state",
         "instance_type": "ml.c5.xlarge", "instance_count": 1}))
     done: list[JobResult] = []
+    reporter = RecordingReporter()
     runner = threading.Thread(target=lambda: done.append(run_job(load_spec_file(spec), RunOptions(),
-                                                                 reporter=RecordingReporter())))
+                                                                 reporter=reporter)))
     runner.start()
-    copied = tmp_path / "board" / "run-1" / "events.out.tfevents.1"
+    # Under the job's name, as the service uploads them (the SDK's latest_job_tensorboard_artifacts_path()).
+    copied = tmp_path / "board" / name / "tensorboard-output" / "run-1" / "events.out.tfevents.1"
     try:
         wait_for(lambda: copied.is_file() or bool(done), "the event file at the output path", timeout=120)
         assert not done, "the TensorBoard file reached its output path only when the job ended"
@@ -95,3 +102,8 @@ def test_tensorboard_files_reach_their_output_path_while_the_job_runs(tmp_path: 
     (result,) = done
     assert result.status == "Completed", result.failure_reason
     assert copied.read_bytes() == b"scalars " * 1000
+    configs = {line.split()[1]: json.loads(line.split(" ", 2)[2]) for _, _, line in reporter.lines
+               if line.startswith("CONFIG ")}
+    board = f"{tmp_path / 'board'}/{name}/tensorboard-output"
+    assert configs == {"checkpointconfig.json": {"LocalPath": "/state"},
+                       "tensorboardoutputconfig.json": {"LocalPath": "/tmp/board/", "S3OutputPath": board}}

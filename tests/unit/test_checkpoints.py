@@ -77,7 +77,9 @@ def test_without_a_checkpoint_uri_nothing_runs(tmp_path: Path) -> None:
 
 def test_tensorboard_files_reach_their_output_path_as_they_settle(tmp_path: Path) -> None:
     """TensorBoardOutputConfig (the SDK's TensorBoardOutputConfig): each host's files under the local
-    path (default /opt/ml/output/tensorboard, in the host's folder) are copied while the job runs."""
+    path (default /opt/ml/output/tensorboard, in the host's folder) are copied while the job runs, under
+    `<S3OutputPath>/<job>/tensorboard-output/` as the service puts them (the SDK's
+    latest_job_tensorboard_artifacts_path())."""
     from emulator.checkpoints import syncs
 
     (tmp_path / "code").mkdir()
@@ -87,13 +89,13 @@ def test_tensorboard_files_reach_their_output_path_as_they_settle(tmp_path: Path
            "tensorboard_output_config": {"s3_output_path": "tb"}}
     plan = make_plan(validate(raw, base_dir=tmp_path), "tb-job")
     [board] = syncs(plan)
-    assert (board.folder, board.target) == ("output/tensorboard", tmp_path / "tb")
+    assert (board.folder, board.target) == ("output/tensorboard", tmp_path / "tb" / "tb-job" / "tensorboard-output")
     events = Path(plan.job_dir) / "hosts" / "algo-2" / "output" / "tensorboard" / "events.out.tfevents.1"
     events.parent.mkdir(parents=True)
     events.write_bytes(b"scalars")
     board.scan()
     board.scan()
-    assert (tmp_path / "tb" / "events.out.tfevents.1").read_bytes() == b"scalars"
+    assert (board.target / "events.out.tfevents.1").read_bytes() == b"scalars"
 
 
 def test_every_hosts_files_reach_the_uri(tmp_path: Path) -> None:

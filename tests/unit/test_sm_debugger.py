@@ -155,3 +155,46 @@ def test_smdebugs_own_parser_reads_the_hook_file(project: Path, tmp_path: Path,
     params = json_config.get_json_config_as_dict(str(path))
     assert json_config.collect_hook_config_params(params)["out_dir"] == "/opt/ml/output/tensors"
     assert json_config.get_include_collections(params) == ["losses", "weights"]
+
+
+# --------------------------------------------------------------------------------------------------
+# checkpointconfig.json and tensorboardoutputconfig.json, which smdebug reads too: written as a real
+# job's files hold them (shiftan/simple_sagemaker's expected output of a job on the service), the
+# TensorBoard prefix `<S3OutputPath>/<job>/tensorboard-output` (the SDK's
+# latest_job_tensorboard_artifacts_path()), where the job's TensorBoard files are synced too.
+
+BOARD_GOLDEN = Path(__file__).parent / "golden" / "checkpoint-tensorboard"
+BOARD_CONFIGS = ("checkpointconfig.json", "tensorboardoutputconfig.json")
+
+
+def plan_of(project: Path, **extra: Any) -> Any:
+    return make_plan(load_request(project, request(**extra)), "dbg-job")
+
+
+def test_the_checkpoint_and_tensorboard_configs_are_written_as_the_service_writes_them(project: Path) -> None:
+    plan = plan_of(project, CheckpointConfig={"S3Uri": "s3://bucket/ckpt"},
+                   TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/board"})
+    for host in plan.hosts:
+        for name in BOARD_CONFIGS:
+            assert host.files[f"input/config/{name}"] == (BOARD_GOLDEN / name).read_text(), (host.name, name)
+
+
+def test_the_checkpoint_and_tensorboard_local_paths_given_are_written(project: Path) -> None:
+    plan = plan_of(project, CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/state"},
+                   TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/board/", "LocalPath": "/tmp/board"})
+    files = plan.hosts[1].files
+    assert json.loads(files["input/config/checkpointconfig.json"]) == {"LocalPath": "/state"}
+    assert json.loads(files["input/config/tensorboardoutputconfig.json"]) == {
+        "LocalPath": "/tmp/board/", "S3OutputPath": "s3://bucket/board/dbg-job/tensorboard-output"}
+
+
+def test_without_checkpoint_or_tensorboard_configs_no_file_is_written(project: Path) -> None:
+    files = plan_of(project).hosts[0].files
+    assert not [name for name in BOARD_CONFIGS if f"input/config/{name}" in files]
+
+
+def test_the_tensorboard_files_go_where_the_file_says(project: Path) -> None:
+    plan = plan_of(project, TensorBoardOutputConfig={"S3OutputPath": "s3://bucket/board"})
+    [board] = checkpoints.syncs(plan)
+    said = json.loads(plan.hosts[0].files["input/config/tensorboardoutputconfig.json"])["S3OutputPath"]
+    assert board.target == project / "s3" / said.removeprefix("s3://")
