@@ -299,7 +299,7 @@ def test_the_index_page_shows_the_build_a_starting_job_waits_for(tmp_path: Path)
     from starlette.applications import Starlette
     from starlette.testclient import TestClient
 
-    from emulator.serve.page import LiveJobs, routes
+    from emulator.serve.page import JobStream, LiveJobs, routes
 
     created("page-building", tmp_path / "out" / "page-building")
     message = f"Building image {IMAGE}: step 3/4, venv: pip <in> a container (2 min)"
@@ -307,6 +307,9 @@ def test_the_index_page_shows_the_build_a_starting_job_waits_for(tmp_path: Path)
     source = LiveJobs(SageMakerTraining(tmp_path, region="eu-west-1", base_dir=tmp_path))
     body = TestClient(Starlette(routes=routes(source))).get("/").text
     assert "step 3/4, venv: pip &lt;in&gt; a container (2 min)" in body  # escaped, as every name is
+    # The job's own page gets it as its status message, in the status event it streams.
+    status = next(e for e in JobStream(source, "page-building").poll()[0] if e.kind == "status")
+    assert status.data["secondary"] == "Starting" and status.data["message"] == message
     build_status.to_record("page-building")(f"Image {IMAGE} built in 6 min", False)
     assert "built in 6 min" not in TestClient(Starlette(routes=routes(source))).get("/").text
 
