@@ -28,6 +28,7 @@ from emulator import (
     debugger,
     frameworks,
     hostfiles,
+    huggingface,
     job_aws,
     job_records,
     prebuild,
@@ -598,8 +599,9 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
     if framework is not None:
         from emulator.backend.framework_build import build_framework_image
 
-        name, version = frameworks.parse_framework(framework)
-        target = frameworks.choose(name, version, python)  # usage errors before the engine is asked
+        # Usage errors before the engine is asked; huggingface-pytorch:4.36 is a Hugging Face image.
+        target = huggingface.build_target(framework, python) or frameworks.choose(
+            *frameworks.parse_framework(framework), python)
         for line in (target.python_note() if target.substituted else None, target.horovod_missing()):
             if line is not None:
                 as_step_reporter(progress, verbose).info(line)

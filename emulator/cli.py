@@ -483,7 +483,11 @@ def image_build(
         "--framework", metavar="FRAMEWORK:VERSION",
         help="Build the image of a framework version instead, as AWS's training image of it: pytorch:1.11 "
         "(torch, torchvision, torchaudio, sagemaker-pytorch-training) or tensorflow:2.9 (TensorFlow, Horovod "
-        "with MPI, sagemaker-tensorflow-training). Jobs build the one they need on their own.")] = None,
+        "with MPI, sagemaker-tensorflow-training). A Hugging Face image is huggingface-pytorch:TRANSFORMERS or "
+        "huggingface-tensorflow:TRANSFORMERS (transformers_version, e.g. huggingface-pytorch:4.36: the framework "
+        "image the SDK lists beside it plus transformers, datasets, accelerate... as AWS's image has them), "
+        "with :VERSION after it for the PyTorch/TensorFlow version where the SDK lists several "
+        "(huggingface-pytorch:4.6.1:1.8). Jobs build the one they need on their own.")] = None,
     python: Annotated[str | None, typer.Option(
         "--python", metavar="PY_VERSION",
         help="With --framework: the estimator's py_version (py38, py310). The image runs it where Debian has "

@@ -42,6 +42,8 @@ TRAINING_MODULES: dict[str, str] = {
 #: Distribution launchers each framework image carries besides mpirun and sshd.
 EXTRA_LAUNCHERS: dict[str, tuple[str, ...]] = {"pytorch": ("torchrun",), "tensorflow": ()}
 LOCAL_REPOSITORY = "hetero-emu/{repository}"
+#: AWS's Hugging Face images (huggingface-pytorch-training...) stand in through `emulator.huggingface`.
+HUGGINGFACE_PREFIX = "huggingface-"
 #: How the frameworks are named in messages.
 NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -50,6 +52,15 @@ NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 # (sagemaker/image_uri_config/pytorch.json, training "1.8.1"), and `1.8.1-gpu-py3` is an ECR tag.
 _ECR_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?:cpu|gpu)-(?P<py>py\d{1,3})(?:-.*)?")
 _PY = re.compile(r"py(?P<major>\d)(?P<minor>\d{1,2})?")
+
+
+@dataclass(frozen=True)
+class HuggingFaceLayer:
+    """What a Hugging Face image adds over its framework image (`emulator.huggingface`)."""
+
+    transformers: str  # "4.36.0"
+    #: The layer's own pins (transformers, datasets, accelerate...), also at the end of `requirements`.
+    packages: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,8 @@ class FrameworkImage:
     requirements: tuple[str, ...]
     #: Horovod's version, compiled against the framework with MPI (TensorFlow images); None: none.
     horovod: str | None = None
+    #: A Hugging Face image: the framework image with transformers and its companions on top.
+    huggingface: HuggingFaceLayer | None = None
 
     def horovod_missing(self) -> str | None:
         """Why a TensorFlow image has no Horovod (None for PyTorch, or when it has one)."""
@@ -78,13 +91,24 @@ class FrameworkImage:
 
     @property
     def tag(self) -> str:
+        py = self.python.replace(".", "")
+        if self.huggingface is not None:  # named as AWS's: huggingface-pytorch-training:2.1.0-transformers4.36.0-...
+            repository = LOCAL_REPOSITORY.format(repository=f"{HUGGINGFACE_PREFIX}{FRAMEWORKS[self.framework]}")
+            return f"{repository}:{self.version}-transformers{self.huggingface.transformers}-py{py}"
         repository = LOCAL_REPOSITORY.format(repository=FRAMEWORKS[self.framework])
-        return f"{repository}:{self.version}-py{self.python.replace('.', '')}"
+        return f"{repository}:{self.version}-py{py}"
 
     @property
     def substituted(self) -> bool:
         """True when the image runs another Python than the one named."""
         return _py_to_python(self.py_version) != self.python
+
+    @property
+    def build_command(self) -> str:
+        """The command that builds this image (`hetero-emu image build --framework pytorch:1.11.0 --python py38`)."""
+        name = f"{self.framework}:{self.version}" if self.huggingface is None else \
+            f"{HUGGINGFACE_PREFIX}{self.framework}:{self.huggingface.transformers}:{self.version}"
+        return f"hetero-emu image build --framework {name} --python {self.py_version}"
 
     @property
     def launchers(self) -> tuple[str, ...]:
@@ -121,8 +145,9 @@ class FrameworkImage:
         return tuple(f"{name}=={pin}" for name, pin in sorted(packages.items()))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"Framework": self.framework, "FrameworkVersion": self.version, "PyVersion": self.py_version,
-                "Python": self.python, "Image": self.tag}
+        found = {"Framework": self.framework, "FrameworkVersion": self.version, "PyVersion": self.py_version,
+                 "Python": self.python, "Image": self.tag}
+        return found | ({"TransformersVersion": self.huggingface.transformers} if self.huggingface else {})
 
 
 @cache
@@ -208,6 +233,10 @@ def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
     before the table's, or one whose wheels are for no Python this machine has: `no_stand_in` says
     why), so that only a real image, loaded or mapped, runs it. Raises UsageError when the version
     could run here but the tag names a Python SageMaker never released it for (as `choose`)."""
+    if repository.startswith(HUGGINGFACE_PREFIX):
+        from emulator import huggingface  # it builds on this module
+
+        return huggingface.from_ecr(repository, tag)
     framework = next((f for f, repo in FRAMEWORKS.items() if repo == repository), None)
     match = _ECR_TAG.fullmatch(tag)
     if framework is None or match is None:
@@ -225,6 +254,10 @@ def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
 def no_stand_in(repository: str, tag: str) -> str:
     """Why no framework image stands in for an ECR repository and tag (`from_ecr` gave None): the
     versions stand-ins exist for and, for a version the table knows, the Pythons its wheels are for."""
+    if repository.startswith(HUGGINGFACE_PREFIX):
+        from emulator import huggingface
+
+        return huggingface.no_stand_in(repository, tag)
     firsts = {f: runnable_versions(f)[0] for f in FRAMEWORKS}
     why = ("stand-ins are built for AWS's " + " and ".join(
         f"{FRAMEWORKS[f]} images from {NAMES[f]} {'.'.join(v.split('.')[:2])}" for f, v in firsts.items()))
@@ -242,6 +275,10 @@ def no_stand_in(repository: str, tag: str) -> str:
 def for_tag(tag: str) -> FrameworkImage | None:
     """The framework image a local tag names (`hetero-emu/pytorch-training:1.11.0-py39`), None for any
     other tag: what a job that names it directly builds when it is missing."""
+    if tag.startswith(LOCAL_REPOSITORY.format(repository=HUGGINGFACE_PREFIX)):
+        from emulator import huggingface
+
+        return huggingface.for_tag(tag)
     repository, _, version_py = tag.partition(":")
     framework = next((f for f, repo in FRAMEWORKS.items()
                       if repository == LOCAL_REPOSITORY.format(repository=repo)), None)

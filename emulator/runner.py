@@ -842,8 +842,7 @@ class Run:
 
     def build_framework_image(self, framework: FrameworkImage) -> None:
         """A missing framework image is built as the default one is (progress, under the build lock, once)."""
-        command = (f"hetero-emu image build --framework {framework.framework}:{framework.version} "
-                   f"--python {framework.py_version}")
+        command = framework.build_command
         if not self.options.build_image:
             raise ImageMissing(f"the framework image {framework.tag} is not built yet (and --no-build builds nothing)",
                                hint=f"build it with `{command}`, or run without --no-build")

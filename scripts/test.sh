@@ -60,6 +60,9 @@ if [ "$tests_only" = 0 ]; then
   .venv/bin/hetero-emu image build --framework pytorch:1.11.0 --python py38
   .venv/bin/hetero-emu image build --framework pytorch:2.1.0 --python py310
   .venv/bin/hetero-emu image build --framework tensorflow:2.9.2 --python py39
+  # The Hugging Face image of tests/integration/test_huggingface_in_containers.py: transformers 4.36.0
+  # on the PyTorch 2.1.0 image above, one pip layer over it.
+  .venv/bin/hetero-emu image build --framework huggingface-pytorch:4.36.0:2.1.0 --python py310
 
   # The node image of the real swarm that tests/swarm/ makes out of docker-in-docker containers.
   echo "== building the swarm node image (offline; skipped when up to date)"

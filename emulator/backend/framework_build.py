@@ -112,7 +112,13 @@ def build_framework_image(
 ) -> image_build.BuildReport:
     """Build `target`'s image, or do nothing when it is up to date (built=False). `rebuild` redoes the
     install step (the rootfs, pip's cache and Horovod's wheel stay cached). Raises ImageBuildError,
-    naming the build's log file."""
+    naming the build's log file. A Hugging Face image is its framework image and a layer
+    (`emulator.backend.huggingface_build`)."""
+    if target.huggingface is not None:
+        from emulator.backend.huggingface_build import build_huggingface_image
+
+        return build_huggingface_image(client, target, rebuild=rebuild, progress=progress, cache_dir=cache_dir,
+                                       verbose=verbose)
     started = time.monotonic()
     steps = as_step_reporter(progress, verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
@@ -206,8 +212,7 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
             hint="the build container needs the package index (PyPI) as the host reaches it; see the output above")
     if image_build._labels(client, tag).get(image_build.RECIPE_LABEL) != want:
         raise ImageBuildError(f"committing {tag} left no image with the new label",
-                              hint=f"run `hetero-emu image build --framework {target.framework}:{target.version} "
-                                   f"--python {target.py_version} --rebuild`")
+                              hint=f"run `{target.build_command} --rebuild`")
 
 
 def _image_config(target: FrameworkImage, want: str) -> dict[str, object]:
