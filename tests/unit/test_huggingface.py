@@ -92,6 +92,15 @@ def test_the_pytorch_2_1_image_has_what_aws_installs_at_aws_versions() -> None:
         assert pins[name] == aws["packages"][name]["spec"].removeprefix("=="), name
 
 
+def test_a_requirements_txt_keeps_the_layers_versions() -> None:
+    """A job's requirements.txt resolved as for py310 keeps what the image has (emulator.wheelhouse's
+    constraints): the framework's pins and the layer's, without extras, which constraints cannot carry."""
+    image = huggingface.choose("pytorch", "4.36", "2.1", "py310")
+    keep = image.framework_pins
+    assert {"torch==2.1.0", "transformers==4.36.0", "datasets==2.18.0"} <= set(keep)
+    assert not [pin for pin in keep if "[" in pin]
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("huggingface-pytorch:4.36", ("pytorch", "4.36", None)),
     ("huggingface-pytorch:4.6.1:1.8", ("pytorch", "4.6.1", "1.8")),
