@@ -92,6 +92,7 @@ def child(name: str, workdir: Path, build: bool) -> int:
     namespace.update(notebook.bindings(DEFAULT_BUCKET))
     started = time.monotonic()
     outcome: dict[str, Any] = {"result": "ran", "cause": ""}
+    failure = ""
     try:
         for index in notebook.cells:
             print(f"\n===== cell {index} =====", flush=True)
@@ -102,8 +103,14 @@ def child(name: str, workdir: Path, build: bool) -> int:
         outcome = {"result": "not runnable here", "cause": str(err)}
     except BaseException as err:  # noqa: BLE001 - any failure of a cell is the result
         traceback.print_exc()
-        outcome = _failure(notebook, err)
-    outcome["jobs"] = _jobs(sessions, jobs_file)
+        failure = f"{type(err).__name__}: {err}"
+    jobs = _jobs(sessions, jobs_file)
+    # A job's FailureReason says more than the exception a cell raised on it (a waiter's says only
+    # "Failed"); a job that failed while no cell waited for it fails the notebook too.
+    reasons = [j["failure"] for j in jobs if j.get("status") not in ("Completed", "not created") and j.get("failure")]
+    if outcome["result"] == "ran" and (failure or reasons):
+        outcome = classify(notebook, "\n".join([failure, *reasons]), cause_from=reasons[0] if reasons else failure)
+    outcome["jobs"] = jobs
     outcome["seconds"] = round(time.monotonic() - started)
     (workdir / "result.json").write_text(json.dumps(outcome, indent=1))
     print(f"\n===== {outcome['result']}: {outcome['cause']}", flush=True)
@@ -146,28 +153,34 @@ def _check(notebook: Notebook, namespace: dict[str, Any]) -> None:
             raise AssertionError(f"{model_data} lacks {', '.join(missing)} (has {', '.join(sorted(names))})")
 
 
-def _failure(notebook: Notebook, err: BaseException) -> dict[str, Any]:
-    return classify(notebook, f"{type(err).__name__}: {err}")
-
-
-def classify(notebook: Notebook, text: str) -> dict[str, Any]:
-    """The result a failure's text gives: the notebook's known failures first, then what no machine
-    offline could do, else the emulator's."""
+def classify(notebook: Notebook, text: str, cause_from: str | None = None) -> dict[str, Any]:
+    """The result a failure's text gives: the notebook's known failures first, then the emulator's
+    refusal of a version no image stands in for, then what no machine offline could do, else the
+    emulator's. The cause is the error line of `cause_from` (default: the text)."""
+    line = _first_line(cause_from if cause_from is not None else text)
     for known in notebook.known:
         if re.search(known["match"], text):
-            line = _first_line(text)
             short = line if len(line) <= 150 else line[:150] + "..."
             return {"result": known["result"], "cause": f"{known['why']} ({short})"}
     if NOT_HERE.search(text):
-        return {"result": "not runnable here", "cause": _first_line(text)}
+        return {"result": "not runnable here", "cause": line}
     result = "failed: notebook itself offline" if OFFLINE.search(text) else "failed: emulator"
-    return {"result": result, "cause": _first_line(text)}
+    return {"result": result, "cause": line}
 
 
 def _first_line(text: str) -> str:
     """The line that says what failed: a FailureReason's own error line (its last one: the first is
     often the toolkit's wrapper), else the text's first line."""
     reason = text.split("Reason:", 1)[-1] if "Reason:" in text else text
+    if 'ErrorMessage "' in reason:
+        # The toolkit's FailureReason: `ErrorMessage "ModuleNotFoundError\n \n No module named 'x'"`,
+        # the error's name and its message on lines of their own.
+        message = reason.split('ErrorMessage "', 1)[1].split('"\nCommand', 1)[0]
+        parts = [part.strip() for part in message.splitlines() if part.strip()]
+        named = [m.group(0).strip() for m in ERROR_LINE.finditer(message)]
+        if named and ":" in named[-1]:
+            return named[-1][:400]
+        return ": ".join(parts[:2])[:400]
     lines = [m.group(0).strip() for m in ERROR_LINE.finditer(reason) if not m.group(0).strip().startswith("Traceback")]
     line = lines[-1] if lines else reason.strip().splitlines()[0] if reason.strip() else text
     # A download's failure says why in a line of its own before the error it raises.

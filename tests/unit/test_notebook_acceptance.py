@@ -84,9 +84,21 @@ def test_synthetic_mnist_is_in_the_idx_format_torchvision_reads(tmp_path: Path) 
 
 
 def test_the_cause_is_the_failure_reasons_own_error_line() -> None:
-    reason = ("UnexpectedStatusException: Error for Training job x: Failed. Reason: AlgorithmError: "
-              "ExecuteUserScriptError:\nExitCode 1\nErrorMessage \"Traceback (most recent call last):\n"
-              "  File \"vit.py\", line 5\nModuleNotFoundError: No module named 'tensorflow_addons'\"")
-    assert run._first_line(reason) == "ModuleNotFoundError: No module named 'tensorflow_addons'\""
+    # The training toolkit's FailureReason, as a job that failed on an import gave it.
+    reason = ('AlgorithmError: NotFoundError:\nExitCode 1\nErrorMessage "ModuleNotFoundError\n \n No module named '
+              '\'tensorflow_addons\'"\nCommand "/opt/venv/bin/python3.9 vit.py --EPOCHS 1", exit code: 1')
+    assert run._first_line(reason) == "ModuleNotFoundError: No module named 'tensorflow_addons'"
+    traceback = ('ExecuteUserScriptError:\nExitCode 1\nErrorMessage "Traceback (most recent call last):\n'
+                 '  File \"train.py\", line 3\nOSError: We couldn\'t connect to \'https://huggingface.co\'"\n'
+                 'Command "python train.py"')
+    assert run._first_line(traceback) == "OSError: We couldn't connect to 'https://huggingface.co'"
     assert run._first_line("NoCredentialsError: Unable to locate credentials") == (
         "NoCredentialsError: Unable to locate credentials")
+
+
+def test_a_download_the_notebook_makes_is_its_own_failure_and_a_missing_module_the_emulators() -> None:
+    notebook = next(n for n in NOTEBOOKS if not n.known)
+    assert run.classify(notebook, "OSError: We couldn't connect to 'https://huggingface.co'")["result"] == (
+        "failed: notebook itself offline")
+    assert run.classify(notebook, "ModuleNotFoundError: No module named 'tensorflow_addons'")["result"] == (
+        "failed: emulator")
