@@ -49,6 +49,8 @@ from emulator import frameworks  # noqa: E402  (the checkout's module, after the
 
 #: SDK framework names in huggingface.json's keys ("pytorch2.1.0") -> the DLC folder's name.
 BACKENDS = ("pytorch", "tensorflow")
+#: The framework itself, which the framework image pins (tensorflow-addons is the layer's).
+FRAMEWORK_PACKAGES = ("torch", "torchaudio", "torchvision", "tensorflow", "tensorflow-gpu", "tensorflow-cpu")
 #: Packages of AWS's Dockerfiles that are not installed here, and why (no GPU, no CUDA toolkit).
 LEFT_OUT: dict[str, str] = {
     "flash-attn": "compiles CUDA kernels at install (needs nvcc and a GPU)",
@@ -277,8 +279,7 @@ def layer(backend: str, version: str, python: str, interpreter: str, aws: dict[s
     left_out = {name: LEFT_OUT[name] for name in aws if name in LEFT_OUT}
     wanted: dict[str, dict[str, Any]] = {}
     for name, item in aws.items():
-        if name in LEFT_OUT or name in pinned_names or name in ("torch", "torchaudio", "torchvision")\
-                or name.startswith("tensorflow"):
+        if name in LEFT_OUT or name in pinned_names or name in FRAMEWORK_PACKAGES:
             continue
         extras = [e for e in item["extras"] if e not in LEFT_OUT_EXTRAS]
         wanted[name] = {"spec": item["spec"], "extras": extras}

@@ -84,8 +84,10 @@ def test_the_sdks_hugging_face_estimator_trains_offline_on_the_stand_in(
     (tmp_path / "code" / "train.py").write_text(TRAIN)
 
     session = EmulatorSession(s3_root=s3)
+    # A GPU instance type: SDK v2 lists Hugging Face training images for the gpu processor alone (a CPU
+    # one is refused by the SDK itself); the emulated host has no GPU and the script trains on the CPU.
     estimator = HuggingFace(entry_point="train.py", source_dir=str(tmp_path / "code"), role=ROLE,
-                            instance_type="ml.c5.xlarge", instance_count=1, sagemaker_session=session,
+                            instance_type="ml.g5.xlarge", instance_count=1, sagemaker_session=session,
                             hyperparameters={"epochs": 1}, **VERSIONS,
                             environment={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                          "HF_DATASETS_OFFLINE": "1"})
