@@ -55,7 +55,9 @@ OFFLINE = re.compile(
     r"Network is unreachable|Could not resolve host|LocalEntryNotFoundError|CUDA|NCCL|nvidia")
 # The emulator's refusal of a framework version no image can stand in for here (no wheels for any
 # Python this machine has): emulator/frameworks.py, emulator/aws/ecr_images.py.
-NOT_HERE = re.compile(r"no local image stands in for it|has no wheels for any Python this machine can run")
+# A version the SDK itself does not list, or a refusal naming a version the SDK did list, is not this.
+NOT_HERE = re.compile(r"has no wheels for any Python this machine can run|none of which this machine runs|"
+                      r"stand-ins are built for AWS's [\w-]+ images from")
 # The line that names a failure in a traceback or a FailureReason.
 NETWORK_LINE = re.compile(r"<urlopen error[^>]*>|SSLError\(.*?\)\)|\[SSL: [A-Z_]+\][^)'\"]*")
 HOST_PREFIX = re.compile(r"^algo-\d+ \([^)]*\) \| ")
