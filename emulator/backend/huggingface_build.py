@@ -70,6 +70,7 @@ def build_huggingface_image(client: docker.DockerClient, target: FrameworkImage,
     first = framework_build.build_framework_image(client, framework, progress=steps, cache_dir=cache_dir,
                                                   verbose=verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
+    image_build._mkdir(cache)  # the lock's folder: a framework image loaded, not built, made none
     with image_build._build_lock(cache / "build.lock", steps) as waited:
         if waited is not None and not rebuild and \
                 image_build._labels(client, target.tag).get(image_build.RECIPE_LABEL) == want:
