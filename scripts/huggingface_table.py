@@ -71,7 +71,13 @@ LEFT_OUT: dict[str, str] = {
 LEFT_OUT_EXTRAS: dict[str, str] = {"audio": "pulls kenlm (a C++ build) and phonemizer (espeak)",
                                    "sagemaker": "the SageMaker Python SDK, a client of the service"}
 #: Packages whose resolved version is recorded besides those AWS names: what transformers needs.
-CORE = ("tokenizers", "huggingface-hub", "safetensors", "sentencepiece", "accelerate")
+CORE = ("tokenizers", "huggingface-hub", "safetensors", "sentencepiece", "accelerate", "pyarrow")
+#: Caps on an image whose numpy is 1.x that the packages' metadata does not state (pip would pick a
+#: release that fails at import): measured by importing each release beside numpy 1.26.4.
+NUMPY_1_CAPS: dict[str, tuple[str, str]] = {
+    "pyarrow": ("<26", "pyarrow 26 imports only with numpy 2 (`pyarrow requires NumPy 2.0 or newer`), which its "
+                       "metadata does not require"),
+}
 #: How long pip's resolver may backtrack on one set of requirements.
 RESOLVE_SECONDS = 600
 #: Resolutions per pair: each one relaxes what pip's error names.
@@ -277,6 +283,7 @@ def layer(backend: str, version: str, python: str, interpreter: str, aws: dict[s
     base = list(frameworks.requirements(backend, version, python)) + list(aws_packages(backend, version, python))
     pinned_names = {canonical(re.split(r"[=<>!~\[]", r, maxsplit=1)[0]) for r in base}
     left_out = {name: LEFT_OUT[name] for name in aws if name in LEFT_OUT}
+    notes: dict[str, str] = {}
     wanted: dict[str, dict[str, Any]] = {}
     for name, item in aws.items():
         if name in LEFT_OUT or name in pinned_names or name in FRAMEWORK_PACKAGES:
@@ -284,6 +291,12 @@ def layer(backend: str, version: str, python: str, interpreter: str, aws: dict[s
         extras = [e for e in item["extras"] if e not in LEFT_OUT_EXTRAS]
         wanted[name] = {"spec": item["spec"], "extras": extras}
     wanted.setdefault("transformers", {"spec": f"=={transformers}", "extras": ["sklearn", "sentencepiece"]})
+    numpy = next((pin.split("==")[1] for pin in base if pin.startswith("numpy==")), None)
+    if numpy is not None and vkey(numpy) < (2,):
+        for name, (cap, why) in NUMPY_1_CAPS.items():
+            spec = wanted.get(name, {}).get("spec", "")
+            wanted[name] = {"spec": f"{spec},{cap}" if spec else cap, "extras": wanted.get(name, {}).get("extras", [])}
+            notes[name] = f"{cap}: {why} (the framework image has numpy {numpy})"
     dropped = [e for e in aws.get("transformers", {}).get("extras", []) if e in LEFT_OUT_EXTRAS]
     for extra in dropped:
         left_out[f"transformers[{extra}]"] = LEFT_OUT_EXTRAS[extra]
@@ -332,7 +345,7 @@ def layer(backend: str, version: str, python: str, interpreter: str, aws: dict[s
                      f"{python} pip installs {picked.get(name)} ({errors.get(name, 'conflict')})"
                for name in sorted(relaxed)}
     unpinned = sorted(n for n in wanted if not wanted[n]["spec"])
-    return {"packages": pins, "differs": differs, "left_out": left_out, "unpinned_by_aws": unpinned}
+    return {"packages": pins, "differs": differs, "left_out": left_out, "unpinned_by_aws": unpinned, "capped": notes}
 
 
 # --------------------------------------------------------------------------------------------------
