@@ -171,6 +171,16 @@ def classify(notebook: Notebook, text: str, cause_from: str | None = None) -> di
 
 
 def _first_line(text: str) -> str:
+    return _shortened(_error_line(text))
+
+
+def _shortened(line: str) -> str:
+    """botocore's wrapping and ECR's registry taken off a cause: what is left names the failure."""
+    line = re.sub(r"ClientError: An error occurred \((\w+)\) when calling the (\w+) operation: ", r"\2: \1: ", line)
+    return re.sub(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com/", "", line)
+
+
+def _error_line(text: str) -> str:
     """The line that says what failed: a FailureReason's own error line (its last one: the first is
     often the toolkit's wrapper), else the text's first line."""
     reason = text.split("Reason:", 1)[-1] if "Reason:" in text else text
@@ -310,7 +320,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         for r in rows)
 
 
-def _cell(text: str) -> str:
+def _cell(text: str, limit: int = 220) -> str:
+    text = text if len(text) <= limit else text[:limit] + "..."
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -321,11 +332,15 @@ def main() -> int:
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every notebook's timeout")
     parser.add_argument("--out", type=Path, help="the run's folder (default ~/.cache/hetero-emu/acceptance/<time>)")
     parser.add_argument("--list", action="store_true", help="list the set and exit")
+    parser.add_argument("--table", type=Path, help="print the table of a run's results.json and exit")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.workdir, args.build)
+    if args.table:
+        print(table(json.loads(args.table.read_text())), end="")
+        return 0
     notebooks = [notebook_set.named(n) for n in args.names] if args.names else notebook_set.every()
     if args.list:
         for notebook in notebooks:
