@@ -207,9 +207,14 @@ def _problem(backend: str, transformers: str, version: str) -> str | None:
 
 
 def _known_pair(backend: str, transformers: str, version: str) -> tuple[str, str] | None:
-    listed = table()["training"].get(transformers, {}).get(backend, {})
+    """The listed (transformers, version) an ECR tag names. The SDK writes the versions as the user gave
+    them: `HuggingFace(transformers_version="4.12", pytorch_version="1.9")` asks for
+    `1.9-transformers4.12-gpu-py38-...`, so both go through SDK v2's aliases (4.12 -> 4.12.3, and the
+    newest 1.9.x listed beside it)."""
+    full = table()["version_aliases"].get(transformers, transformers)
+    listed = table()["training"].get(full, {}).get(backend, {})
     found = [v for v in listed if v == version or v.startswith(version + ".")]
-    return (transformers, max(found, key=_key)) if found else None
+    return (full, max(found, key=_key)) if found else None
 
 
 def _full_transformers(version: str) -> str:

@@ -79,6 +79,23 @@ def test_the_sdk_uri_of_each_listed_version_gets_a_stand_in_or_a_refusal(
     assert frameworks.for_tag(image.tag) == image
 
 
+@pytest.mark.parametrize(("transformers", "framework", "py_version", "expected"), [
+    ("4.12", "pytorch1.9", "py38", ("4.12.3", "1.9.1")),
+    ("4.26", "pytorch1.13", "py39", ("4.26.0", "1.13.1")),
+    ("4.36", "pytorch2.1", "py310", ("4.36.0", "2.1.0")),
+])
+def test_the_sdks_tag_of_aliased_versions_gets_the_stand_in_of_the_full_ones(
+        transformers: str, framework: str, py_version: str, expected: tuple[str, str]) -> None:
+    """AWS's notebooks write `HuggingFace(transformers_version="4.12", pytorch_version="1.9")`: the SDK
+    puts those very strings in the tag (`1.9-transformers4.12-gpu-py38-...`)."""
+    uri = sagemaker.image_uris.retrieve("huggingface", REGION, version=transformers, py_version=py_version,
+                                        instance_type="ml.g5.xlarge", image_scope="training",
+                                        base_framework_version=framework)
+    image = choose_image(uri, {}, lambda name: False).framework
+    assert image is not None and image.huggingface is not None, uri
+    assert (image.huggingface.transformers, image.version, image.py_version) == (*expected, py_version)
+
+
 def test_the_pytorch_2_1_image_has_what_aws_installs_at_aws_versions() -> None:
     image = huggingface.choose("pytorch", "4.36", "2.1", "py310")
     assert image.tag == "hetero-emu/huggingface-pytorch-training:2.1.0-transformers4.36.0-py311"
