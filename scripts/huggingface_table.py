@@ -16,8 +16,11 @@ versions AWS built it on), this script records, in ``emulator/data/huggingface.j
   install it there; otherwise pip's choice is recorded with the reason, and a package that compiles
   against CUDA is left out with the reason.
 
-Network: PyPI, through pip's resolver (``pip install --dry-run --report``) run by the interpreter of each
-target Python (``python3.9``, ``python3.11``... on PATH, or ``--python 3.9=/path/to/python``).
+Network: PyPI, through uv's resolver (``uv pip compile``; seconds a set) when ``uv`` is on PATH, else pip's
+(``pip install --dry-run --report``; minutes a set here), for the interpreter of each target Python
+(``python3.9``, ``python3.11``... on PATH or pyenv's, or ``--python 3.9=/path/to/python``). Unpinned
+packages are limited to what PyPI had on the day of AWS's build (the buildspec commit's date), or within
+RELEASE_WINDOW days of the transformers release for pairs AWS's history lacks.
 
 Usage: ``python3 scripts/huggingface_table.py DLC_GIT_DIR [OUT.json]`` where DLC_GIT_DIR is a clone
 (bare is fine) of https://github.com/aws/deep-learning-containers with its history; stdout without OUT.
