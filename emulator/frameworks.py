@@ -75,6 +75,10 @@ class FrameworkImage:
     requirements: tuple[str, ...]
     #: Horovod's version, compiled against the framework with MPI (TensorFlow images); None: none.
     horovod: str | None = None
+    #: What AWS's training image of this version installs for scripts (scipy, pandas, opencv,
+    #: tf-models-official...), pinned as pip chose them for this Python (`aws_packages`): installed by a
+    #: stage of its own after the venv's, so that a change to them rebuilds only that stage.
+    aws_packages: tuple[str, ...] = ()
     #: A Hugging Face image: the framework image with transformers and its companions on top.
     huggingface: HuggingFaceLayer | None = None
 
@@ -230,6 +234,14 @@ def requirements(framework: str, version: str, python: str) -> tuple[str, ...]:
     return tuple(pins)
 
 
+def aws_packages(framework: str, version: str, python: str) -> tuple[str, ...]:
+    """The pins of what AWS's training image of `version` installs for scripts beyond the venv's (the table's
+    `aws_packages`, made by scripts/aws_image_packages.py from aws/deep-learning-containers' Dockerfiles and
+    pip's resolver on this Python); empty when the table has none for this Python."""
+    pins: dict[str, str] = table()[framework][version].get("aws_packages", {}).get(python, {})
+    return tuple(f"{name}=={pin}" for name, pin in sorted(pins.items()))
+
+
 def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
     """The framework image for an ECR name's repository and tag (`pytorch-training`, `1.11.0-gpu-py38`),
     None when no image can stand in for it here (another repository, a tag of another shape, a version
@@ -303,7 +315,8 @@ def for_tag(tag: str) -> FrameworkImage | None:
 def _image(framework: str, version: str, py_version: str, python: str) -> FrameworkImage:
     """The FrameworkImage of a version on a Python the table has wheels for: its pins and Horovod."""
     horovod = table()[framework][version].get("horovod") if framework == "tensorflow" else None
-    return FrameworkImage(framework, version, py_version, python, requirements(framework, version, python), horovod)
+    return FrameworkImage(framework, version, py_version, python, requirements(framework, version, python), horovod,
+                          aws_packages(framework, version, python))
 
 
 def parse_framework(value: str) -> tuple[str, str]:

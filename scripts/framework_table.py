@@ -21,6 +21,11 @@ the metadata of one file per release looked at: a wheel's ``METADATA`` is read w
 sdists, a few KiB) is downloaded and its ``PKG-INFO`` / ``requires.txt`` read.
 
 Usage: ``python3 scripts/framework_table.py [OUT.json]`` (stdout without OUT). Stdlib only, Python 3.11.
+
+What AWS's training image of each version installs besides (scipy, pandas, opencv, the SageMaker SDK,
+tf-models-official, ...) is added to ``emulator/data/frameworks.json`` by ``scripts/aws_image_packages.py``
+(``aws_image``, ``aws_packages``): it reads AWS's Dockerfiles (``scripts/aws_dlc_installs.json``) and asks pip's
+resolver on each image's Python, against the pins this table chose.
 The SDK's json files are looked for in ``$SAGEMAKER_IMAGE_URI_CONFIG``, then in this checkout's
 ``.venv``, then through an importable ``sagemaker`` package.
 """

@@ -1,6 +1,7 @@
 """Build a framework image (`emulator.frameworks.FrameworkImage`) from images/framework/, offline.
 
-Four steps, reported as every image build reports them (`emulator.backend.image_build`):
+Four steps, reported as every image build reports them (`emulator.backend.image_build`); the venv's
+has a second half, AWS's packages (3b):
 
 1. the Debian rootfs of the Python the image runs (bullseye 3.9, bookworm 3.11, trixie 3.13) with
    images/framework/packages.txt, made with mmdebstrap and cached by its recipe;
@@ -10,7 +11,11 @@ Four steps, reported as every image build reports them (`emulator.backend.image_
    toolkits into /opt/venv with the host's pip cache mounted (a second build downloads nothing), and a
    TensorFlow image compiles Horovod once per (Horovod, TensorFlow, Python); the container is
    committed as a stage image, kept while the rootfs, venv.sh and the pins stay the same;
-4. images/framework/configure.sh (ssh, PAM, the /opt/ml folders) in a container of the stage image,
+3b. what AWS's training image of the version installs for scripts (`FrameworkImage.aws_packages`: scipy,
+   pandas, opencv, tf-models-official...): images/framework/aws_packages.sh in a container of the venv
+   stage, committed as a stage image of its own, kept while the venv stage, aws_packages.sh and those
+   pins stay the same (a change to them redoes this stage, not the venv's gigabytes); none: skipped;
+4. images/framework/configure.sh (ssh, PAM, the /opt/ml folders) in a container of the last stage image,
    committed as the image with the environment AWS's image of the framework has.
 
 A `docker build` would copy the multi-gigabyte wheels into the build context, a layer, and a second
@@ -83,10 +88,18 @@ def venv_hash(target: FrameworkImage) -> str:
     return digest.hexdigest()
 
 
-def recipe_hash(target: FrameworkImage) -> str:
-    """sha256 of what decides the image: its venv's hash, configure.sh, the shared ssh settings and the
-    toolkit's module."""
+def aws_hash(target: FrameworkImage) -> str:
+    """sha256 of what decides the AWS-packages stage (step 3b): the venv's hash, aws_packages.sh and the pins."""
     digest = hashlib.sha256(venv_hash(target).encode())
+    digest.update(b"aws_packages.sh\0" + _read(images_dir() / VARIANT / "aws_packages.sh") + b"\0")
+    digest.update(json.dumps(target.aws_packages).encode())
+    return digest.hexdigest()
+
+
+def recipe_hash(target: FrameworkImage) -> str:
+    """sha256 of what decides the image: its last stage's hash, configure.sh, the shared ssh settings and the
+    toolkit's module."""
+    digest = hashlib.sha256((aws_hash(target) if target.aws_packages else venv_hash(target)).encode())
     for name in (f"{VARIANT}/configure.sh", *SHARED_FILES):
         digest.update(name.encode() + b"\0" + _read(images_dir() / name) + b"\0")
     digest.update(target.training_module.encode())
@@ -95,6 +108,10 @@ def recipe_hash(target: FrameworkImage) -> str:
 
 def stage_tag(target: FrameworkImage) -> str:
     return f"{STAGE_REPOSITORY}:{target.framework}-{target.version}-py{target.python.replace('.', '')}"
+
+
+def aws_stage_tag(target: FrameworkImage) -> str:
+    return stage_tag(target) + "-aws"
 
 
 def up_to_date(client: docker.DockerClient, target: FrameworkImage) -> bool:
@@ -168,11 +185,36 @@ def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Pa
                                              image_build.STAGE_LABEL: "framework-venv"}})
         image_build._remove_quietly(client, old_stage, keep=image_build._image_id(client, stage))
         venv_step = "venv: built"
+    last, aws_step = stage, _aws_stage(client, target, base, stage, cache, rebuild=rebuild, steps=steps, log=log)
+    if aws_step is not None:
+        last = aws_stage_tag(target)
     old_image = image_build._image_id(client, target.tag)
     with steps.task(image_build._title(base, 4, f"configure and commit {target.tag}"), log=log) as task:
-        _in_container(client, target, stage, "configure.sh", cache, task, target.tag, _image_config(target, want))
+        _in_container(client, target, last, "configure.sh", cache, task, target.tag, _image_config(target, want))
     image_build._remove_quietly(client, old_image, keep=image_build._image_id(client, target.tag))
-    return base_step, venv_step, f"commit: {target.tag}"
+    return (base_step, venv_step, *((aws_step,) if aws_step else ()), f"commit: {target.tag}")
+
+
+def _aws_stage(client: docker.DockerClient, target: FrameworkImage, base: Recipe, stage: str, cache: Path, *,
+               rebuild: bool, steps: StepReporter, log: LogFile) -> str | None:
+    """Step 3b: AWS's image packages over the venv stage, as a stage image of their own (None: the version
+    has none for this Python, and the step is skipped)."""
+    if not target.aws_packages:
+        return None
+    tag, want = aws_stage_tag(target), aws_hash(target)
+    if not rebuild and image_build._labels(client, tag).get(image_build.RECIPE_LABEL) == want:
+        steps.info(f"✓ {image_build._title(base, 3, f'AWS image packages: {tag} is up to date')}")
+        return "aws packages: up to date"
+    old = image_build._image_id(client, tag)
+    # Numbered with the venv (step 3 of the four every image build shows): it is the venv's second half.
+    title = image_build._title(base, 3, f"AWS image packages: pip in a container of {stage} "
+                                        f"({len(target.aws_packages)} pins)")
+    with steps.task(title, log=log) as task:
+        _in_container(client, target, stage, "aws_packages.sh", cache, task, tag,
+                      {"Env": [f"PATH={IMAGE_PATH}"], "Cmd": ["bash"],
+                       "Labels": {image_build.RECIPE_LABEL: want, image_build.STAGE_LABEL: "framework-aws"}})
+    image_build._remove_quietly(client, old, keep=image_build._image_id(client, tag))
+    return "aws packages: built"
 
 
 def _in_container(client: docker.DockerClient, target: FrameworkImage, image: str, script: str, cache: Path,
@@ -187,6 +229,7 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
     want = labels.get(image_build.RECIPE_LABEL) if isinstance(labels, dict) else None
     with tempfile.TemporaryDirectory(prefix="hetero-emu-framework-") as tmp:
         (Path(tmp) / "requirements.txt").write_text("".join(pin + "\n" for pin in target.requirements))
+        (Path(tmp) / "aws-packages.txt").write_text("".join(pin + "\n" for pin in target.aws_packages))
         binds = {
             tmp: {"bind": BUILD + "/job", "mode": "ro"},
             str(images_dir()): {"bind": BUILD + "/images", "mode": "ro"},
@@ -194,7 +237,8 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
             str(horovod): {"bind": BUILD + "/wheels", "mode": "rw"},
         }
         environment = {"HETERO_EMU_PYTHON": target.python, "HETERO_EMU_HOROVOD": target.horovod or "",
-                       "HETERO_EMU_REQUIREMENTS": BUILD + "/job/requirements.txt"}
+                       "HETERO_EMU_REQUIREMENTS": BUILD + "/job/requirements.txt",
+                       "HETERO_EMU_AWS_PACKAGES": BUILD + "/job/aws-packages.txt"}
 
         def commit(container: docker.models.containers.Container) -> None:
             task.log(f"committing the container as {tag}")
