@@ -102,7 +102,7 @@ def child(name: str, workdir: Path, build: bool) -> int:
         print("\n===== checks =====", flush=True)
         _check(notebook, namespace)
     except NotBuilt as err:
-        outcome = {"result": "not runnable here", "cause": str(err)}
+        outcome = {"result": "not runnable here", "cause": str(err), "image": str(err).split()[0]}
     except BaseException as err:  # noqa: BLE001 - any failure of a cell is the result
         traceback.print_exc()
         failure = f"{type(err).__name__}: {err}"
@@ -130,9 +130,10 @@ def _noted(params: dict[str, Any], jobs_file: Path, build: bool) -> None:
     except Exception:  # noqa: BLE001 - the emulator's own refusal is the result, said by the job
         return
     if not build and not image_present(choice.image):
-        build_hint = ""
-        if choice.framework is not None:
-            image = choice.framework
+        image = choice.framework
+        build_hint = " (run.py --build builds it)"
+        # A Hugging Face image is built by its transformers version, not the framework's alone.
+        if image is not None and not getattr(image, "huggingface", None):
             build_hint = (f" (hetero-emu image build --framework {image.framework}:{image.version} "
                           f"--python {image.py_version}, or run.py --build)")
         raise NotBuilt(f"{choice.image} is not built{build_hint}")
@@ -282,7 +283,7 @@ def run_one(notebook: Notebook, out: Path, build: bool, scale: float) -> dict[st
                          f"{last_line(workdir / 'notebook.log')}"}
     outcome = json.loads(result_file.read_text())
     ran_on = sorted({job["ran_on"] for job in outcome.get("jobs", []) if job.get("ran_on")})
-    return {**row, **outcome, "image": ", ".join(ran_on) or image}
+    return {**row, **outcome, "image": ", ".join(ran_on) or outcome.get("image") or image}
 
 
 def stop_jobs(jobs_file: Path, s3_root: Path) -> str:
