@@ -565,7 +565,7 @@ def markdown(table: Mapping[str, Any]) -> str:
             if info is None:
                 continue
             files = "<br>".join(f"[{f['path'].rsplit('/', 1)[1]}]({GITHUB.format(**f)})" for f in info["files"])
-            venv = ", ".join(f"{n} {v['aws']} / {v['ours'] or '-'}" for n, v in sorted(info["in_image"].items()))
+            venv = ", ".join(f"{v['aws']} / {v['ours'] or '-'}" for _, v in sorted(info["in_image"].items()))
             pins = entry.get("aws_packages", {})
             ours = "<br>".join(f"{py}: " + ", ".join(f"{n}=={v}" for n, v in sorted(p.items()))
                                for py, p in sorted(pins.items())) or "not resolved yet"
@@ -616,6 +616,8 @@ def main(argv: Sequence[str]) -> int:
         src = sources[framework][series(version)]
         entry = table[framework][version]
         ours = {**{canonical(n): v for n, v in entry["packages"].items()},
+                **{n: v for py in entry.get("python_packages", {})
+                   for n, v in table["toolkits"][framework][py].items()},
                 **{n: v for py in entry.get("python_packages", {}).values() for n, v in py.items()}}
         if entry.get("horovod"):
             ours["horovod"] = entry["horovod"]
