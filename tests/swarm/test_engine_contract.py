@@ -208,15 +208,24 @@ def test_a_job_whose_hosts_all_exit_0_completes_and_each_host_is_itself(engine: 
 
 
 def failing_spec(engine: Engine, job: str) -> JobSpec:
-    """algo-1 (group crashers) writes a failure file and exits 3 after 1 s; algo-2 and algo-3
-    (sleepers) say "sleeping" and sleep 600 s."""
+    """algo-2 and algo-3 (sleepers) say "sleeping", listen on a port and sleep 600 s; algo-1
+    (group crashers) waits until it reaches both (so the crash never comes before their hosts
+    start, which on a loaded swarm can be seconds apart), writes a failure file and exits 3."""
     return make_spec(
         engine,
         '''
+        import socket
         if GROUP == "sleepers":
             print("sleeping", flush=True)
+            server = socket.create_server(("", 7777))
             time.sleep(600)
-        time.sleep(1)
+        for peer in ("algo-2", "algo-3"):
+            for _ in range(600):
+                try:
+                    socket.create_connection((peer, 7777), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
         Path("/opt/ml/output/failure").write_text("ValueError: loss is NaN at step 12")
         raise SystemExit(3)
         ''',
