@@ -17,6 +17,9 @@ from pathlib import Path, PurePosixPath
 REQUIREMENTS = "requirements.txt"
 # `-r other.txt`, `--requirement=other.txt`, `-c constraints.txt`: files a requirements file includes.
 _INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s+|=)(\S+)")
+# The most of one requirements file read here. The code may come from a remote client (`serve`), and a
+# small archive can hold a huge "requirements" file; a real one is a few kilobytes.
+MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,10 @@ def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: 
 
         def files(name: str) -> bytes | None:
             path = (folder / name).resolve()
-            return path.read_bytes() if path.is_relative_to(folder) and path.is_file() else None
+            if not (path.is_relative_to(folder) and path.is_file()):
+                return None
+            with path.open("rb") as file:
+                return _capped(name, file.read(MAX_BYTES + 1))
 
     content = files(REQUIREMENTS)
     if content is None or not (entry_point.endswith(".py") or "setup.py" in names):
@@ -81,14 +87,25 @@ def included_digest(name: str, read: Callable[[str], bytes | None]) -> str:
 
 
 def _archive_files(archive: Path) -> tuple[set[str], Callable[[str], bytes | None]]:
-    """The top-level names of a sourcedir.tar.gz and a reader of its regular files by path."""
+    """The top-level names of a sourcedir.tar.gz and a reader of its regular files by path (each read
+    when asked for, none over MAX_BYTES)."""
     with tarfile.open(archive, mode="r:gz") as tar:
         members = {os.path.normpath(m.name): m for m in tar.getmembers()}
-        top = {name.split("/")[0] for name in members}
-        contents: dict[str, bytes] = {}
-        for name, member in members.items():
-            if member.isfile() and (name == REQUIREMENTS or name.endswith(".txt")):
-                extracted = tar.extractfile(member)
-                if extracted is not None:
-                    contents[name] = extracted.read()
-    return top, contents.get
+    top = {name.split("/")[0] for name in members}
+
+    def read(name: str) -> bytes | None:
+        member = members.get(name)
+        if member is None or not member.isfile():
+            return None
+        if member.size > MAX_BYTES:
+            return _capped(name, b"x" * (MAX_BYTES + 1))
+        with tarfile.open(archive, mode="r:gz") as tar:
+            extracted = tar.extractfile(member)
+            return extracted.read() if extracted is not None else None
+    return top, read
+
+
+def _capped(name: str, content: bytes) -> bytes:
+    if len(content) > MAX_BYTES:
+        raise OSError(f"{name} is over {MAX_BYTES >> 20} MiB, more than a requirements file holds")
+    return content

@@ -17,10 +17,11 @@ from fake_backend import FakeBackend
 from emulator import api, compose, wheelhouse
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import WheelhouseError
+from emulator.errors import SpecError, WheelhouseError
 from emulator.plan import Mount, make_plan, summary
 from emulator.runner import run_job
 from emulator.spec import JobSpec
+from emulator.spec.requirements import MAX_BYTES
 
 PIP_VARS = {"PIP_FIND_LINKS": wheelhouse.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"
@@ -130,6 +131,50 @@ def test_a_sourcedir_archive_is_read_for_its_requirements(
     spec = load({**valid_raw, "source_dir": "sourcedir.tar.gz"})
     digest = wheelhouse.included_digest("requirements.txt", {"requirements.txt": b"six==1.17.0\n"}.get)
     assert spec.requirements == wheelhouse.Requirements(str(archive), True, digest)
+
+
+def test_an_include_outside_the_code_is_not_read(
+    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, tmp_path: Path
+) -> None:
+    # A file beside the code (or /etc/passwd) is never read here: it counts as absent, so the digest
+    # stays the same whatever it holds.
+    outside = tmp_path / "secret.txt"
+    outside.write_text("one\n")
+    with_requirements.write_text(f"-r {outside}\n-c ../../secret.txt\n-r /etc/passwd\n")
+    first = load(valid_raw).requirements
+    outside.write_text("two\n")
+    assert first is not None and load(valid_raw).requirements == first
+
+
+def _archive(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("where", ["folder", "archive"])
+def test_a_huge_requirements_file_is_refused_naming_it_not_read_into_memory(
+    load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path,
+    project: Path, where: str,
+) -> None:
+    # A code archive from a remote client (serve) can hold gigabytes that compress to little.
+    huge = b"six\n" * (MAX_BYTES // 4 + 1)
+    if where == "folder":
+        with_requirements.write_text("-r more/big.txt\n")
+        (project / "code" / "more").mkdir()
+        (project / "code" / "more" / "big.txt").write_bytes(huge)
+        raw = valid_raw
+    else:
+        _archive(project / "sourcedir.tar.gz", {"train.py": b"print(1)\n", "requirements.txt": b"-r more/big.txt\n",
+                                                "more/big.txt": huge})
+        raw = {**valid_raw, "source_dir": "sourcedir.tar.gz"}
+    with pytest.raises(SpecError) as refused:
+        load(raw)
+    text = str(refused.value)
+    assert "source_dir" in text and "more/big.txt is over 1 MiB" in text, text
 
 
 # --------------------------------------------------------------------------------------------------
