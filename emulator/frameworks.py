@@ -26,6 +26,7 @@ from importlib import resources
 from typing import Any
 
 from emulator.errors import UsageError
+from emulator.spec.wording import clip, preview
 
 #: The Debian suite that has each CPython this machine can install (no other can be fetched here).
 DEBIAN_PYTHONS: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
@@ -177,7 +178,7 @@ def full_version(framework: str, version: str) -> str:
         return version
     matching = [v for v in known if v.startswith(version + ".")]
     if not matching:
-        raise UsageError(f"{framework} {version} is not one of the {framework} versions hetero-emu has an image "
+        raise UsageError(f"{framework} {clip(version)} is not one of the {framework} versions hetero-emu has an image "
                          f"for (from {known[0]})",
                          hint=f"{framework} versions: {', '.join(known)}")
     return matching[-1]
@@ -189,14 +190,14 @@ def choose(framework: str, version: str, py_version: str | None = None) -> Frame
     UsageError for an unknown framework or version, a Python the SDK never lists for that version,
     or a version whose wheels exist for no Python this machine has."""
     if framework not in FRAMEWORKS:
-        raise UsageError(f"unknown framework {framework!r}", hint=f"frameworks: {', '.join(FRAMEWORKS)}")
+        raise UsageError(f"unknown framework {preview(framework)}", hint=f"frameworks: {', '.join(FRAMEWORKS)}")
     full = full_version(framework, version)
     entry = table()[framework][full]
     listed: list[str] = entry["sdk_py_versions"]
     if py_version is None:
         py_version = max(listed, key=_py_key)
     if not _PY.fullmatch(py_version):
-        raise UsageError(f"{py_version!r} is not a py_version", hint="py_version is like py38, py310")
+        raise UsageError(f"{preview(py_version)} is not a py_version", hint="py_version is like py38, py310")
     if py_version not in listed:
         raise UsageError(f"{framework} {full} was never released for {py_version}",
                          hint=f"SageMaker's {framework} {full} images are for {', '.join(listed)}")
@@ -323,7 +324,7 @@ def parse_framework(value: str) -> tuple[str, str]:
     """`pytorch:1.11` -> ("pytorch", "1.11"): the `--framework` option of `image build`."""
     framework, _, version = value.partition(":")
     if framework not in FRAMEWORKS or not version:
-        raise UsageError(f"--framework {value!r} is not FRAMEWORK:VERSION",
+        raise UsageError(f"--framework {preview(value)} is not FRAMEWORK:VERSION",
                          hint=f"e.g. pytorch:1.11 or tensorflow:2.9; frameworks: {', '.join(FRAMEWORKS)}")
     return framework, version
 

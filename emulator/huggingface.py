@@ -26,6 +26,7 @@ from typing import Any
 from emulator import frameworks
 from emulator.errors import UsageError
 from emulator.frameworks import DEBIAN_PYTHONS, NAMES, FrameworkImage, HuggingFaceLayer
+from emulator.spec.wording import clip, preview
 
 #: AWS's ECR repository of each backend's Hugging Face training images (SDK v2's huggingface.json).
 REPOSITORIES: dict[str, str] = {"pytorch": "huggingface-pytorch-training",
@@ -84,7 +85,7 @@ def choose(backend: str, transformers: str, version: str | None = None, py_versi
         version = max(listed, key=_key)
     matching = [v for v in listed if v == version or v.startswith(version + ".")]
     if not matching:
-        raise UsageError(f"transformers {full} was never released on {NAMES[backend]} {version}",
+        raise UsageError(f"transformers {full} was never released on {NAMES[backend]} {clip(version)}",
                          hint=f"SageMaker's {NAMES[backend]} versions for transformers {full}: "
                               f"{', '.join(sorted(listed, key=_key))}")
     full_version = max(matching, key=_key)
@@ -94,7 +95,7 @@ def choose(backend: str, transformers: str, version: str | None = None, py_versi
         py_version = max(sdk_pys, key=lambda p: _key(p))
     if py_version not in sdk_pys:
         raise UsageError(f"transformers {full} on {NAMES[backend]} {full_version} was never released for "
-                         f"{py_version}", hint=f"SageMaker's images of it are for {', '.join(sdk_pys)}")
+                         f"{clip(py_version)}", hint=f"SageMaker's images of it are for {', '.join(sdk_pys)}")
     problem = _problem(backend, full, full_version)
     if problem is not None:
         raise UsageError(f"no image stands in for transformers {full} on {NAMES[backend]} {full_version}: "
@@ -158,7 +159,8 @@ def parse_build(value: str) -> tuple[str, str, str | None] | None:
     transformers, _, version = rest.partition(":")
     if not re.fullmatch(r"\d+(\.\d+){1,2}", transformers) or (version and not re.fullmatch(r"\d+(\.\d+){1,2}",
                                                                                              version)):
-        raise UsageError(f"--framework {value!r} is not {name}:TRANSFORMERS[:{NAMES[BUILD_NAMES[name]].upper()}]",
+        shape = f"{name}:TRANSFORMERS[:{NAMES[BUILD_NAMES[name]].upper()}]"
+        raise UsageError(f"--framework {preview(value)} is not {shape}",
                          hint=f"e.g. {name}:4.36 or {name}:4.6.1:1.8")
     return BUILD_NAMES[name], transformers, version or None
 
@@ -221,7 +223,8 @@ def _full_transformers(version: str) -> str:
     aliases: dict[str, str] = table()["version_aliases"]
     full = aliases.get(version, version)
     if full not in table()["training"]:
-        raise UsageError(f"transformers {version} is not a version SageMaker has a Hugging Face training image of",
+        raise UsageError(f"transformers {clip(version)} is not a version SageMaker has a Hugging Face training "
+                         "image of",
                          hint=f"transformers versions: {', '.join(transformers_versions())}")
     return full
 

@@ -39,6 +39,12 @@ def preview(value: object) -> str:
         return f"<{type_name(value)} too large to show>"
 
 
+def clip(text: str, limit: int = 40) -> str:
+    """`text` as given when short, else its first `limit` characters and "…": a version or name from a
+    request shown in a message without letting the request make the message long."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def key_text(key: object) -> str:
     """A mapping key as it appears in a field path."""
     return key if isinstance(key, str) else preview(key)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sagemaker
@@ -161,3 +162,20 @@ def test_other_tags_are_no_hugging_face_image() -> None:
                 "hetero-emu/huggingface-pytorch-training:2.1.0-transformers4.99.0-py311"):
         assert huggingface.for_tag(tag) is None, tag
     assert huggingface.from_ecr("huggingface-pytorch-inference", "2.1.0-transformers4.36.0-gpu-py310") is None
+
+
+@pytest.mark.parametrize(("call", "args"), [
+    (huggingface.choose, ("pytorch", "4." + "9" * 5000)),
+    (huggingface.choose, ("pytorch", "4.36", "2." + "1" * 5000)),
+    (huggingface.choose, ("pytorch", "4.36", None, "py" + "3" * 5000)),
+    (huggingface.parse_build, ("huggingface-pytorch:" + "x" * 5000,)),
+    (frameworks.choose, ("pytorch", "1." + "1" * 5000)),
+    (frameworks.choose, ("x" * 5000, "1.11")),
+    (frameworks.choose, ("pytorch", "1.11", "py" + "3" * 5000)),
+    (frameworks.parse_framework, ("x" * 5000,)),
+])
+def test_a_huge_version_from_a_request_gives_a_short_message(call: Any, args: tuple[Any, ...]) -> None:
+    # Versions reach these from a remote client's request (serve): the answer names them, briefly.
+    with pytest.raises(UsageError) as refused:
+        call(*args)
+    assert len(refused.value.message) < 300, refused.value.message[:400]
