@@ -586,6 +586,13 @@ def main(argv: Sequence[str]) -> int:
         DOCS.write_text(markdown(json.loads(TABLE.read_text())))
         print(f"wrote {DOCS}")
         return 0
+    if {"-h", "--help"} & set(argv[1:]):
+        print(__doc__.split("Usage: ", 1)[1].split(" Pure parts", 1)[0])
+        return 0
+    unknown = [a for a in argv[1:] if a != "--no-resolve" and not a.startswith(("--only=", "--python=", "--work="))]
+    if unknown:  # a mistyped option would otherwise start resolving every version (an hour and more)
+        print(f"unknown argument(s): {' '.join(unknown)}; see --help", file=sys.stderr)
+        return 2
     only = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--only=")]
     pythons = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--python=")] or list(SUITES)
     work_arg = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--work=")]
