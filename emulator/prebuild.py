@@ -57,6 +57,6 @@ def build_for(name: str, *, images: Mapping[str, str] | None = None, rebuild: bo
     if present(choice.image):
         steps.info(f"{choice.image} is in the Docker engine and no recipe here builds it: nothing to build")
         return image_build.BuildReport(choice.image, False, time.monotonic() - started,
-                                       image_build._image_size(client, choice.image), ())
+                                       image_build.image_size(client, choice.image), ())
     raise ImageMissing(f"image {choice.image} is not in the Docker engine, and no recipe here builds it",
                        hint="load or tag it first (docker load / docker tag); no registry is reachable here")

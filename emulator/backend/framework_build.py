@@ -30,7 +30,6 @@ import hashlib
 import json
 import re
 import tempfile
-import time
 from pathlib import Path
 
 import docker
@@ -48,7 +47,7 @@ from emulator.image_recipes import (
     launchers_label,
     parse_package_list,
 )
-from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
+from emulator.progress import LogFile, StepReporter, Task, as_step_reporter
 
 #: The recipe folder every framework image is built from.
 VARIANT = "framework"
@@ -83,7 +82,7 @@ def venv_hash(target: FrameworkImage) -> str:
     """sha256 of what decides the venv (step 3): the rootfs recipe, venv.sh and the pins."""
     folder = images_dir() / VARIANT
     digest = hashlib.sha256(image_build._rootfs_recipe(base_recipe(target.suite)).encode())
-    digest.update(b"venv.sh\0" + _read(folder / "venv.sh") + b"\0")
+    digest.update(b"venv.sh\0" + read_file(folder / "venv.sh") + b"\0")
     digest.update(json.dumps([target.requirements, target.horovod, target.python]).encode())
     return digest.hexdigest()
 
@@ -91,7 +90,7 @@ def venv_hash(target: FrameworkImage) -> str:
 def aws_hash(target: FrameworkImage) -> str:
     """sha256 of what decides the AWS-packages stage (step 3b): the venv's hash, aws_packages.sh and the pins."""
     digest = hashlib.sha256(venv_hash(target).encode())
-    digest.update(b"aws_packages.sh\0" + _read(images_dir() / VARIANT / "aws_packages.sh") + b"\0")
+    digest.update(b"aws_packages.sh\0" + read_file(images_dir() / VARIANT / "aws_packages.sh") + b"\0")
     digest.update(json.dumps(target.aws_packages).encode())
     return digest.hexdigest()
 
@@ -101,7 +100,7 @@ def recipe_hash(target: FrameworkImage) -> str:
     toolkit's module."""
     digest = hashlib.sha256((aws_hash(target) if target.aws_packages else venv_hash(target)).encode())
     for name in (f"{VARIANT}/configure.sh", *SHARED_FILES):
-        digest.update(name.encode() + b"\0" + _read(images_dir() / name) + b"\0")
+        digest.update(name.encode() + b"\0" + read_file(images_dir() / name) + b"\0")
     digest.update(target.training_module.encode())
     return digest.hexdigest()
 
@@ -115,7 +114,7 @@ def aws_stage_tag(target: FrameworkImage) -> str:
 
 
 def up_to_date(client: docker.DockerClient, target: FrameworkImage) -> bool:
-    return image_build._labels(client, target.tag).get(image_build.RECIPE_LABEL) == recipe_hash(target)
+    return image_build.image_labels(client, target.tag).get(image_build.RECIPE_LABEL) == recipe_hash(target)
 
 
 def build_framework_image(
@@ -136,33 +135,15 @@ def build_framework_image(
 
         return build_huggingface_image(client, target, rebuild=rebuild, progress=progress, cache_dir=cache_dir,
                                        verbose=verbose)
-    started = time.monotonic()
     steps = as_step_reporter(progress, verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
     want = recipe_hash(target)
-    if not rebuild and up_to_date(client, target):
-        steps.info(f"image {target.tag} is up to date (recipe {want[:12]}); nothing to build")
-        size = image_build._image_size(client, target.tag)
-        return image_build.BuildReport(target.tag, False, time.monotonic() - started, size, ())
-    image_build._mkdir(cache)
-    with image_build._build_lock(cache / "build.lock", steps) as waited:
-        if waited is not None and not rebuild and up_to_date(client, target):
-            steps.info(f"waited {waited:.0f} s for another build of {target.tag} to finish")
-            return image_build.BuildReport(target.tag, False, time.monotonic() - started,
-                                      image_build._image_size(client, target.tag), (), waited)
-        log = new_log(cache / "logs", f"build-{target.framework}-{target.version}-py{target.python}")
-        steps.info(f"building {target.tag} ({target.framework} {target.version} on Python {target.python}) from "
-                   f"{images_dir() / VARIANT}; the tools' output goes to {log.path}")
-        try:
-            done = _build_locked(client, target, cache, want, rebuild=rebuild, steps=steps, log=log)
-        except ImageBuildError as err:
-            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
-        finally:
-            log.close()
-    size = image_build._image_size(client, target.tag)
-    seconds = time.monotonic() - started
-    steps.info(f"image {target.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
-    return image_build.BuildReport(target.tag, True, seconds, size, done, waited)
+    return image_build.build_once(
+        client, target.tag, want, up_to_date=lambda: up_to_date(client, target), rebuild=rebuild, cache=cache,
+        steps=steps, log_name=f"build-{target.framework}-{target.version}-py{target.python}",
+        building=f"{target.tag} ({target.framework} {target.version} on Python {target.python}) from "
+                 f"{images_dir() / VARIANT}",
+        body=lambda log: _build_locked(client, target, cache, want, rebuild=rebuild, steps=steps, log=log))
 
 
 def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Path, want: str, *, rebuild: bool,
@@ -171,27 +152,27 @@ def _build_locked(client: docker.DockerClient, target: FrameworkImage, cache: Pa
     # The rootfs is redone only with --rebuild of the rootfs itself; a framework --rebuild keeps it.
     base_step = image_build._step_base(client, base, cache, rebuild=False, steps=steps, log=log)
     stage, venv = stage_tag(target), venv_hash(target)
-    if not rebuild and image_build._labels(client, stage).get(image_build.RECIPE_LABEL) == venv:
+    if not rebuild and image_build.image_labels(client, stage).get(image_build.RECIPE_LABEL) == venv:
         steps.info(f"✓ {image_build._title(base, 3, f'venv: {stage} is up to date')}")
         venv_step = "venv: up to date"
     else:
         title = image_build._title(base, 3, f"venv: pip in a container of {image_build.base_image(base)} "
                                        f"({len(target.requirements)} pins{', horovod' if target.horovod else ''})")
-        old_stage = image_build._image_id(client, stage)
+        old_stage = image_build.image_id(client, stage)
         with steps.task(title, log=log) as task:
-            _in_container(client, target, image_build.base_image(base), "venv.sh", cache, task,
+            in_container(client, target, image_build.base_image(base), "venv.sh", cache, task,
                           stage, {"Env": [f"PATH={IMAGE_PATH}"], "Cmd": ["bash"],
                                   "Labels": {image_build.RECIPE_LABEL: venv,
                                              image_build.STAGE_LABEL: "framework-venv"}})
-        image_build._remove_quietly(client, old_stage, keep=image_build._image_id(client, stage))
+        image_build.remove_quietly(client, old_stage, keep=image_build.image_id(client, stage))
         venv_step = "venv: built"
     last, aws_step = stage, _aws_stage(client, target, base, stage, cache, rebuild=rebuild, steps=steps, log=log)
     if aws_step is not None:
         last = aws_stage_tag(target)
-    old_image = image_build._image_id(client, target.tag)
+    old_image = image_build.image_id(client, target.tag)
     with steps.task(image_build._title(base, 4, f"configure and commit {target.tag}"), log=log) as task:
-        _in_container(client, target, last, "configure.sh", cache, task, target.tag, _image_config(target, want))
-    image_build._remove_quietly(client, old_image, keep=image_build._image_id(client, target.tag))
+        in_container(client, target, last, "configure.sh", cache, task, target.tag, image_config(target, want))
+    image_build.remove_quietly(client, old_image, keep=image_build.image_id(client, target.tag))
     return (base_step, venv_step, *((aws_step,) if aws_step else ()), f"commit: {target.tag}")
 
 
@@ -202,22 +183,22 @@ def _aws_stage(client: docker.DockerClient, target: FrameworkImage, base: Recipe
     if not target.aws_packages:
         return None
     tag, want = aws_stage_tag(target), aws_hash(target)
-    if not rebuild and image_build._labels(client, tag).get(image_build.RECIPE_LABEL) == want:
+    if not rebuild and image_build.image_labels(client, tag).get(image_build.RECIPE_LABEL) == want:
         steps.info(f"✓ {image_build._title(base, 3, f'AWS image packages: {tag} is up to date')}")
         return "aws packages: up to date"
-    old = image_build._image_id(client, tag)
+    old = image_build.image_id(client, tag)
     # Numbered with the venv (step 3 of the four every image build shows): it is the venv's second half.
     title = image_build._title(base, 3, f"AWS image packages: pip in a container of {stage} "
                                         f"({len(target.aws_packages)} pins)")
     with steps.task(title, log=log) as task:
-        _in_container(client, target, stage, "aws_packages.sh", cache, task, tag,
+        in_container(client, target, stage, "aws_packages.sh", cache, task, tag,
                       {"Env": [f"PATH={IMAGE_PATH}"], "Cmd": ["bash"],
                        "Labels": {image_build.RECIPE_LABEL: want, image_build.STAGE_LABEL: "framework-aws"}})
-    image_build._remove_quietly(client, old, keep=image_build._image_id(client, tag))
+    image_build.remove_quietly(client, old, keep=image_build.image_id(client, tag))
     return "aws packages: built"
 
 
-def _in_container(client: docker.DockerClient, target: FrameworkImage, image: str, script: str, cache: Path,
+def in_container(client: docker.DockerClient, target: FrameworkImage, image: str, script: str, cache: Path,
                   task: Task, tag: str, config: dict[str, object]) -> None:
     """Run images/framework/<script> in a container of `image` that reaches the index; commit it as
     `tag` with exactly `config`. ImageBuildError naming pip's error when the script fails."""
@@ -254,12 +235,12 @@ def _in_container(client: docker.DockerClient, target: FrameworkImage, image: st
             f"{script} of {target.framework} {target.version} on Python {target.python} failed (exit code "
             f"{outcome.exit_code})" + (f": {failed}" if failed else ""),
             hint="the build container needs the package index (PyPI) as the host reaches it; see the output above")
-    if image_build._labels(client, tag).get(image_build.RECIPE_LABEL) != want:
+    if image_build.image_labels(client, tag).get(image_build.RECIPE_LABEL) != want:
         raise ImageBuildError(f"committing {tag} left no image with the new label",
                               hint=f"run `{target.build_command} --rebuild`")
 
 
-def _image_config(target: FrameworkImage, want: str) -> dict[str, object]:
+def image_config(target: FrameworkImage, want: str) -> dict[str, object]:
     # The whole config, not changes over the build container's: that one's variables (PIP_CERT, ...)
     # and command must not become the image's.
     return {
@@ -290,7 +271,7 @@ def _horovod_key(target: FrameworkImage) -> str:
     return f"horovod-{target.horovod}-tf{target.version}-py{target.python}" if target.horovod else "none"
 
 
-def _read(path: Path) -> bytes:
+def read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:

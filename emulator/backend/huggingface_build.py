@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.frameworks import FrameworkImage
 from emulator.image_recipes import images_dir
-from emulator.progress import StepReporter, as_step_reporter, new_log
+from emulator.progress import LogFile, StepReporter, as_step_reporter
 
 SCRIPT = "huggingface.sh"
 
@@ -36,7 +35,7 @@ SCRIPT = "huggingface.sh"
 def recipe_hash(target: FrameworkImage) -> str:
     """sha256 of what decides the image: its framework image's recipe, huggingface.sh and the pins."""
     digest = hashlib.sha256(framework_build.recipe_hash(base(target)).encode())
-    digest.update(SCRIPT.encode() + b"\0" + framework_build._read(images_dir() / framework_build.VARIANT / SCRIPT))
+    digest.update(SCRIPT.encode() + b"\0" + framework_build.read_file(images_dir() / framework_build.VARIANT / SCRIPT))
     digest.update(json.dumps(target.requirements).encode())
     return digest.hexdigest()
 
@@ -58,50 +57,40 @@ def build_huggingface_image(client: docker.DockerClient, target: FrameworkImage,
     it is up to date (built=False); what `framework_build.build_framework_image` does for one, and its
     options. `rebuild` redoes the layer, not the framework image. Raises ImageBuildError naming the
     build's log file."""
-    started = time.monotonic()
     steps = as_step_reporter(progress, verbose)
     want = recipe_hash(target)
-    if not rebuild and image_build._labels(client, target.tag).get(image_build.RECIPE_LABEL) == want:
-        steps.info(f"image {target.tag} is up to date (recipe {want[:12]}); nothing to build")
-        return image_build.BuildReport(target.tag, False, time.monotonic() - started,
-                                       image_build._image_size(client, target.tag), ())
-    framework = base(target)
-    # Outside the lock below: the framework build takes it itself.
-    first = framework_build.build_framework_image(client, framework, progress=steps, cache_dir=cache_dir,
-                                                  verbose=verbose)
+    framework = base(target)  # raises unless target has a layer
+    layer = target.huggingface
+    assert layer is not None
+
+    def up_to_date() -> bool:
+        return image_build.image_labels(client, target.tag).get(image_build.RECIPE_LABEL) == want
+
+    first: list[image_build.BuildReport] = []
+
+    def framework_first() -> None:  # `rebuild` redoes the layer, not the framework image
+        first.append(framework_build.build_framework_image(client, framework, progress=steps, cache_dir=cache_dir,
+                                                           verbose=verbose))
+
     cache = (cache_dir or default_cache_dir()).expanduser()
-    image_build._mkdir(cache)  # the lock's folder: a framework image loaded, not built, made none
-    with image_build._build_lock(cache / "build.lock", steps) as waited:
-        if waited is not None and not rebuild and \
-                image_build._labels(client, target.tag).get(image_build.RECIPE_LABEL) == want:
-            steps.info(f"waited {waited:.0f} s for another build of {target.tag} to finish")
-            return image_build.BuildReport(target.tag, False, time.monotonic() - started,
-                                           image_build._image_size(client, target.tag), (), waited)
-        layer = target.huggingface
-        assert layer is not None  # base() said so
-        log = new_log(cache / "logs", f"build-huggingface-{layer.transformers}-{target.framework}-{target.version}"
-                                      f"-py{target.python}")
-        steps.info(f"building {target.tag} (transformers {layer.transformers} on {target.framework} "
-                   f"{target.version}, Python {target.python}) on {framework.tag}; the tools' output goes to "
-                   f"{log.path}")
-        config = framework_build._image_config(target, want)
+
+    def layer_step(log: LogFile) -> tuple[str, ...]:
+        config = framework_build.image_config(target, want)
         labels = config["Labels"]
         assert isinstance(labels, dict)
         labels[framework_build.FRAMEWORK_LABEL] = json.dumps(
             {"Framework": target.framework, "FrameworkVersion": target.version, "Python": target.python,
              "TransformersVersion": layer.transformers}, sort_keys=True)
-        old_image = image_build._image_id(client, target.tag)
-        try:
-            title = f"Hugging Face layer: pip in a container of {framework.tag} ({len(layer.packages)} pins)"
-            with steps.task(title, log=log) as task:
-                framework_build._in_container(client, target, framework.tag, SCRIPT, cache, task, target.tag, config)
-        except ImageBuildError as err:
-            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
-        finally:
-            log.close()
-        image_build._remove_quietly(client, old_image, keep=image_build._image_id(client, target.tag))
-    size = image_build._image_size(client, target.tag)
-    seconds = time.monotonic() - started
-    steps.info(f"image {target.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
-    done = (f"framework: {framework.tag} {'built' if first.built else 'up to date'}", f"commit: {target.tag}")
-    return image_build.BuildReport(target.tag, True, seconds, size, done, waited)
+        old_image = image_build.image_id(client, target.tag)
+        title = f"Hugging Face layer: pip in a container of {framework.tag} ({len(layer.packages)} pins)"
+        with steps.task(title, log=log) as task:
+            framework_build.in_container(client, target, framework.tag, SCRIPT, cache, task, target.tag, config)
+        image_build.remove_quietly(client, old_image, keep=image_build.image_id(client, target.tag))
+        return (f"framework: {framework.tag} {'built' if first[0].built else 'up to date'}", f"commit: {target.tag}")
+
+    return image_build.build_once(
+        client, target.tag, want, up_to_date=up_to_date, rebuild=rebuild, cache=cache, steps=steps,
+        prepare=framework_first,
+        log_name=f"build-huggingface-{layer.transformers}-{target.framework}-{target.version}-py{target.python}",
+        building=f"{target.tag} (transformers {layer.transformers} on {target.framework} {target.version}, Python "
+                 f"{target.python}) on {framework.tag}", body=layer_step)

@@ -157,6 +157,51 @@ def recipe_hash(recipe: Recipe | None = None) -> str:
     return _recipe_hash(recipe or load_recipe(DEFAULT_VARIANT), depth=0)
 
 
+def build_once(client: docker.DockerClient, tag: str, want: str, *, up_to_date: Callable[[], bool], rebuild: bool,
+               cache: Path, steps: StepReporter, log_name: str, building: str,
+               body: Callable[[LogFile], tuple[str, ...] | None],
+               prepare: Callable[[], None] | None = None) -> BuildReport:
+    """The frame of every image build (a recipe's, a framework's, a Hugging Face layer's): nothing to do
+    when `up_to_date()` (unless `rebuild`); else one build at a time on this machine, the check made
+    again after waiting for another (parallel test workers, two terminals, two runs race on the cache
+    and the tags); a log file under <cache>/logs, said first with `building` (what, from what);
+    `body(log)` runs the steps and gives their lines (None: it found nothing to build after all);
+    `prepare()`, when given, first builds what the image stands on, outside the lock (which that build
+    takes itself: flock from a second descriptor of this process would wait for ever). An
+    ImageBuildError names the log; the report has the time and the image's size."""
+    started = time.monotonic()
+    if not rebuild and up_to_date():
+        steps.info(f"image {tag} is up to date (recipe {want[:12]}); nothing to build")
+        return BuildReport(tag, False, time.monotonic() - started, image_size(client, tag), ())
+    if prepare is not None:
+        prepare()
+    _mkdir(cache)
+    with _build_lock(cache / "build.lock", steps) as waited:
+        if waited is not None and not rebuild and up_to_date():
+            steps.info(f"waited {waited:.0f} s for another build of {tag} to finish")
+            return BuildReport(tag, False, time.monotonic() - started, image_size(client, tag), (), waited)
+        if waited is not None:
+            steps.info(f"waited {waited:.0f} s for another image build to finish")
+        try:
+            log = new_log(cache / "logs", log_name)
+        except OSError as exc:
+            raise ImageBuildError(f"cannot create the build log under {cache / 'logs'}: {exc.strerror}",
+                                  hint="set XDG_CACHE_HOME to a writable directory") from exc
+        steps.info(f"building {building}; the tools' output goes to {log.path}")
+        try:
+            done = body(log)
+        except ImageBuildError as err:
+            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
+        finally:
+            log.close()
+    size = image_size(client, tag)
+    seconds = time.monotonic() - started
+    if done is None:
+        return BuildReport(tag, False, seconds, size, (), waited)
+    steps.info(f"image {tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
+    return BuildReport(tag, True, seconds, size, done, waited)
+
+
 def build_image(
     client: docker.DockerClient,
     recipe: Recipe,
@@ -175,35 +220,13 @@ def build_image(
     file under <cache>/logs/ whose path is reported first (with `verbose`, also to `progress`).
     Raises ImageBuildError, naming the log file.
     """
-    started = time.monotonic()
     steps = as_step_reporter(progress, verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
     want = recipe_hash(recipe)
-    if not rebuild and _up_to_date(client, recipe, want):
-        return _skipped(client, recipe, want, started, steps)
-    _mkdir(cache)
-    # Two builds at once (parallel test workers, two terminals, two runs) would race on the cache
-    # and the tags; the second waits and then usually finds the image up to date.
-    with _build_lock(cache / "build.lock", steps) as waited:
-        if waited is not None and not rebuild and _up_to_date(client, recipe, want):
-            steps.info(f"waited {waited:.0f} s for another build of {recipe.tag} to finish")
-            return BuildReport(recipe.tag, False, time.monotonic() - started, _image_size(client, recipe.tag), (),
-                               waited)
-        if waited is not None:
-            steps.info(f"waited {waited:.0f} s for another image build to finish")
-        try:
-            log = new_log(cache / "logs", f"build-{recipe.name}")
-        except OSError as exc:
-            raise ImageBuildError(f"cannot create the build log under {cache / 'logs'}: {exc.strerror}",
-                                  hint="set XDG_CACHE_HOME to a writable directory") from exc
-        steps.info(f"building {recipe.tag} from {recipe.folder}; the tools' output goes to {log.path}")
-        try:
-            report = _build_locked(client, recipe, cache, rebuild=rebuild, steps=steps, log=log, started=started)
-        except ImageBuildError as err:
-            raise ImageBuildError(f"{err.message} (the build's whole output: {log.path})", hint=err.hint) from err
-        finally:
-            log.close()
-        return BuildReport(report.image, report.built, report.seconds, report.size_bytes, report.steps, waited)
+    return build_once(client, recipe.tag, want, up_to_date=lambda: _up_to_date(client, recipe, want),
+                      rebuild=rebuild, cache=cache, steps=steps, log_name=f"build-{recipe.name}",
+                      building=f"{recipe.tag} from {recipe.folder}",
+                      body=lambda log: _build_locked(client, recipe, cache, rebuild=rebuild, steps=steps, log=log))
 
 
 def build_default_image(
@@ -221,8 +244,9 @@ def build_default_image(
 
 def _build_locked(
     client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebuild: bool, steps: StepReporter, log: LogFile,
-    started: float,
-) -> BuildReport:
+) -> tuple[str, ...] | None:
+    """The recipe's steps (its base image's first, when out of date); None when the image is found up to
+    date (a base built under the lock can make it so)."""
     want = recipe_hash(recipe)
     if recipe.base_recipe is not None:
         # The image this one starts FROM comes first (and only when out of date, even on --rebuild:
@@ -230,26 +254,24 @@ def _build_locked(
         base = load_recipe(recipe.base_recipe)
         built = not _up_to_date(client, base, recipe_hash(base))
         if built:  # its own steps, under its own name
-            _build_locked(client, base, cache, rebuild=False, steps=steps, log=log, started=started)
+            _build_locked(client, base, cache, rebuild=False, steps=steps, log=log)
         base_step = f"base: {base.tag} " + ("built" if built else "up to date")
         _skip(steps, recipe, 1, f"base: image {base.tag} of recipe {base.name} "
               + ("built" if built else "is up to date"))
         _skip(steps, recipe, 2, f"import: nothing to do (based on {base.tag})")
     if not rebuild and _up_to_date(client, recipe, want):
-        return _skipped(client, recipe, want, started, steps)
+        steps.info(f"image {recipe.tag} is up to date (recipe {want[:12]}); nothing to build")
+        return None
     if recipe.base_recipe is None:
         base_step = _step_base(client, recipe, cache, rebuild=rebuild, steps=steps, log=log)
-    old_image = _image_id(client, recipe.tag)
+    old_image = image_id(client, recipe.tag)
     done = (
         base_step,
         _step_wheels(recipe, cache, rebuild=rebuild, steps=steps, log=log),
         _step_build(client, recipe, _wheels_dir(recipe, cache), want, rebuild, steps, log),
     )
-    _remove_quietly(client, old_image, keep=_image_id(client, recipe.tag))
-    size = _image_size(client, recipe.tag)
-    seconds = time.monotonic() - started
-    steps.info(f"image {recipe.tag} built in {seconds:.1f} s ({size / 1e6:.0f} MB)")
-    return BuildReport(recipe.tag, True, seconds, size, done)
+    remove_quietly(client, old_image, keep=image_id(client, recipe.tag))
+    return done
 
 
 def _skip(steps: StepReporter, recipe: Recipe, number: int, text: str) -> None:
@@ -373,7 +395,7 @@ def _step_base(client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebu
                log: LogFile) -> str:
     key = _rootfs_key(recipe)
     base = base_image(recipe)
-    if not rebuild and _labels(client, base).get(ROOTFS_LABEL) == key:
+    if not rebuild and image_labels(client, base).get(ROOTFS_LABEL) == key:
         _skip(steps, recipe, 1, f"base rootfs: image {base} is up to date")
         _skip(steps, recipe, 2, "import: nothing to do")
         return f"base: {base} up to date"
@@ -384,10 +406,10 @@ def _step_base(client: docker.DockerClient, recipe: Recipe, cache: Path, *, rebu
     else:
         _make_rootfs(recipe, tarball, steps, log)
         rootfs_note = "rootfs built"
-    old_base = _image_id(client, base)
+    old_base = image_id(client, base)
     with steps.task(_title(recipe, 2, f"import: docker import {tarball.name} as {base}"), log=log):
         _import_rootfs(client, tarball, key, base)
-    _remove_quietly(client, old_base, keep=_image_id(client, base))
+    remove_quietly(client, old_base, keep=image_id(client, base))
     return f"base: {rootfs_note}, imported as {base}"
 
 
@@ -629,7 +651,7 @@ def _docker_build(
             error = _one_line(exc)
             task.log(f"error: {error}")
     _prune_leftovers(client)
-    if error is not None or _labels(client, recipe.tag).get(RECIPE_LABEL) != want:
+    if error is not None or image_labels(client, recipe.tag).get(RECIPE_LABEL) != want:
         raise ImageBuildError(
             f"docker build of {recipe.tag} failed: {error or 'no image with the new label'}",
             hint=f"fix the cause above, then run `hetero-emu image build --variant {recipe.name} --rebuild`",
@@ -730,18 +752,10 @@ def _wheels_key(recipe: Recipe) -> str:
 
 
 def _up_to_date(client: docker.DockerClient, recipe: Recipe, want: str) -> bool:
-    return _labels(client, recipe.tag).get(RECIPE_LABEL) == want
+    return image_labels(client, recipe.tag).get(RECIPE_LABEL) == want
 
 
-def _skipped(
-    client: docker.DockerClient, recipe: Recipe, want: str, started: float, steps: StepReporter
-) -> BuildReport:
-    steps.info(f"image {recipe.tag} is up to date (recipe {want[:12]}); nothing to build")
-    size = _image_size(client, recipe.tag)
-    return BuildReport(recipe.tag, False, time.monotonic() - started, size, ())
-
-
-def _labels(client: docker.DockerClient, tag: str) -> dict[str, str]:
+def image_labels(client: docker.DockerClient, tag: str) -> dict[str, str]:
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
@@ -753,21 +767,21 @@ def _labels(client: docker.DockerClient, tag: str) -> dict[str, str]:
     return dict(image.labels or {})
 
 
-def _image_id(client: docker.DockerClient, tag: str) -> str | None:
+def image_id(client: docker.DockerClient, tag: str) -> str | None:
     try:
         return str(client.images.get(tag).id)
     except docker.errors.DockerException:
         return None
 
 
-def _image_size(client: docker.DockerClient, tag: str) -> int:
+def image_size(client: docker.DockerClient, tag: str) -> int:
     try:
         return int(client.images.get(tag).attrs.get("Size", 0))
     except docker.errors.DockerException:
         return 0
 
 
-def _remove_quietly(client: docker.DockerClient, image_id: str | None, keep: str | None) -> None:
+def remove_quietly(client: docker.DockerClient, image_id: str | None, keep: str | None) -> None:
     # A rebuild moves the tag; the old image would linger untagged. It stays if a container or a
     # child image still uses it (removal fails), which is the engine's call to make.
     if image_id and image_id != keep:
