@@ -25,6 +25,7 @@ This is a lane run on demand, not part of scripts/test.sh: the whole set takes m
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -276,6 +277,11 @@ def run_one(notebook: Notebook, out: Path, build: bool, scale: float) -> dict[st
             found = classify(notebook, log_tail(workdir / "notebook.log"))
             return {**row, "result": found["result"], "seconds": round(time.monotonic() - started),
                     "cause": f"timed out after {timeout:.0f} s{stopped}; {found['cause']}"}
+        except BaseException:  # Ctrl-C: the notebook's jobs run on, as on the service, unless stopped here
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            print(f"interrupted; stopping its jobs{stop_jobs(workdir / 'jobs.jsonl', s3_root)}", flush=True)
+            raise
     result_file = workdir / "result.json"
     if not result_file.exists():
         return {**row, "result": "failed: emulator", "seconds": round(time.monotonic() - started),
@@ -337,6 +343,11 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    missing = [name for name in ("PIL", "pyarrow") if importlib.util.find_spec(name) is None]
+    if missing and not (args.list or args.table):
+        print(f"error: the synthetic data needs {', '.join(missing)}: "
+              f"{sys.executable} -m pip install -r acceptance/requirements.txt", file=sys.stderr)
+        return 2
     if args.child:
         return child(args.child, args.workdir, args.build)
     if args.table:
