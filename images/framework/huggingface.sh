@@ -16,7 +16,13 @@ echo "== Hugging Face packages: $(grep -c . "${HETERO_EMU_REQUIREMENTS:?}") pinn
 aws=()
 if [ -s "${HETERO_EMU_AWS_PACKAGES:-}" ]; then aws=(-r "$HETERO_EMU_AWS_PACKAGES"); fi
 pip install --progress-bar off --prefer-binary -r "$HETERO_EMU_REQUIREMENTS" "${aws[@]}"
-python -c 'import transformers, datasets, accelerate; print("== transformers", transformers.__version__, "datasets", datasets.__version__, "accelerate", accelerate.__version__)'
+# accelerate only where the layer pins it (AWS's images from transformers 4.28 on; older ones lack it).
+python - "$HETERO_EMU_REQUIREMENTS" <<'PY'
+import importlib, sys
+pinned = {line.split("==")[0].split("[")[0].strip().lower() for line in open(sys.argv[1]) if line.strip()}
+names = ["transformers", "datasets"] + [n for n in ("accelerate",) if n in pinned]
+print("==", ", ".join(f"{n} {importlib.import_module(n).__version__}" for n in names))
+PY
 
 echo "== trimming what a training job never imports"
 site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -5,6 +5,8 @@ Python plus the Hugging Face layer) or a refusal naming what exists. No Docker."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ import sagemaker
 from emulator import frameworks, huggingface
 from emulator.aws.ecr_images import ECR_NAME, choose_image
 from emulator.errors import ImageMissing, UsageError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SDK_CONFIG = Path(sagemaker.__file__).parent / "image_uri_config" / "huggingface.json"
 REGION = "us-west-2"
@@ -179,3 +183,23 @@ def test_a_huge_version_from_a_request_gives_a_short_message(call: Any, args: tu
     with pytest.raises(UsageError) as refused:
         call(*args)
     assert len(refused.value.message) < 300, refused.value.message[:400]
+
+
+def _layer_check(tmp_path: Path, pins: str, modules: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """huggingface.sh's import check (its PY heredoc), run by this Python against fake modules."""
+    script = (ROOT / "images" / "framework" / "huggingface.sh").read_text()
+    check = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    for name in modules:
+        (tmp_path / f"{name}.py").write_text("__version__ = '1.0'\n")
+    (tmp_path / "pins.txt").write_text(pins)
+    return subprocess.run([sys.executable, "-c", check, str(tmp_path / "pins.txt")], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+
+
+def test_the_layer_check_asks_for_accelerate_only_where_the_layer_pins_it(tmp_path: Path) -> None:
+    # transformers 4.12's image (AWS's and ours) has no accelerate: its build must not fail for that.
+    old = _layer_check(tmp_path, "transformers==4.12.3\ndatasets==1.15.1\n", ("transformers", "datasets"))
+    assert old.returncode == 0 and old.stdout.strip() == "== transformers 1.0, datasets 1.0", old.stderr
+    new = _layer_check(tmp_path, "transformers[sklearn]==4.36.0\ndatasets==2.18.0\naccelerate==0.26.0\n",
+                       ("transformers", "datasets"))
+    assert new.returncode != 0 and "accelerate" in new.stderr
