@@ -148,9 +148,14 @@ class FrameworkImage:
         """The framework and its companions as pinned in the image (`torch==1.11.0`, `torchvision==0.12.0`),
         and a Hugging Face image's layer (`transformers==4.36.0`, `datasets==2.18.0`: as on the service, an
         unpinned `transformers` in requirements.txt keeps the image's). Without extras: they are constraints."""
-        packages: dict[str, str] = table()[self.framework][self.version]["packages"]
         layer = tuple(re.sub(r"\[[^\]]*\]", "", pin) for pin in self.huggingface.packages) if self.huggingface else ()
-        return tuple(f"{name}=={pin}" for name, pin in sorted(packages.items())) + layer
+        return self.core_pins + layer
+
+    @property
+    def core_pins(self) -> tuple[str, ...]:
+        """The framework and its companions alone (`torch==1.11.0`, `torchvision==0.12.0`)."""
+        packages: dict[str, str] = table()[self.framework][self.version]["packages"]
+        return tuple(f"{name}=={pin}" for name, pin in sorted(packages.items()))
 
     def to_dict(self) -> dict[str, Any]:
         found = {"Framework": self.framework, "FrameworkVersion": self.version, "PyVersion": self.py_version,

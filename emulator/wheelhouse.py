@@ -33,6 +33,7 @@ any container starts.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -69,11 +70,15 @@ Progress = Callable[[str], None]
 Builder = Callable[[Path, Path, Progress, str], None]
 
 
-def cache_key(digest: str, image: str, package: bool = False, as_python: str | None = None) -> str:
+def cache_key(digest: str, image: str, package: bool = False, as_python: str | None = None,
+              kept: Sequence[str] = ()) -> str:
     """One wheelhouse per (requirements bytes, image): an edit or another image resolves anew. A
-    package's (setup.py) holds setuptools as well; one resolved as for another Python says which."""
+    package's (setup.py) holds setuptools as well; one resolved as for another Python says which, and
+    what it was resolved keeping (`kept`: the pins held, then those that may move) by a short hash."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", image)[-80:]
     as_for = f"-as-py{as_python.replace('.', '')}" if as_python else ""
+    if as_python and kept:
+        as_for += "-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:8]
     return f"{name}-{digest[:16]}{'-setuptools' if package else ''}{as_for}"
 
 
@@ -82,7 +87,8 @@ def cache_root() -> Path:
 
 
 def location(requirements: Requirements, root: Path, image: str) -> Path:
-    return root / cache_key(requirements.digest, image, requirements.package, requirements.as_python)
+    return root / cache_key(requirements.digest, image, requirements.package, requirements.as_python,
+                            (*requirements.keep, "", *requirements.core))
 
 
 def environment(requirements: Requirements | None) -> dict[str, str]:
@@ -120,7 +126,8 @@ def ensure(requirements: Requirements, target: Path, image_id: str, progress: Pr
     try:
         if requirements.as_python:
             (partial / AS_FOR_FILE).write_text(json.dumps({"python": requirements.as_python,
-                                                           "keep": list(requirements.keep)}) + "\n")
+                                                           "keep": list(requirements.keep),
+                                                           "core": list(requirements.core)}) + "\n")
         with _code_folder(requirements) as code:
             progress(f"requirements.txt: resolving {shown} against the job's image, once")
             build(code, partial, progress, shown)
@@ -191,6 +198,9 @@ class ResolveLines:
             self.named = words[0]
             return (f"requirements.txt: pip chooses the versions as for Python {self.named}, the job's (the image "
                     f"runs {python}), keeping {', '.join(words[1:]) or 'what the image has'}")
+        if marker == "ASFOR_LAYER_MOVES":
+            return (f"requirements.txt: with {', '.join(words)} kept, pip finds no resolution for Python {named}; "
+                    "it lets them move, as pip on the service upgrades what the file asks to")
         if marker == "ASFOR_CHOSEN":
             return (f"requirements.txt: for Python {named} pip chooses {', '.join(words)}" if words else
                     f"requirements.txt: for Python {named} the image already has everything it asks for")

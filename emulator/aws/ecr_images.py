@@ -106,7 +106,8 @@ def with_image(spec: JobSpec, table: Mapping[str, str], present: Callable[[str],
     requirements = spec.requirements
     framework = choice.python_substituted
     if requirements is not None and framework is not None and framework.named_python is not None:
-        requirements = replace(requirements, as_python=framework.named_python, keep=framework.framework_pins)
+        requirements = replace(requirements, as_python=framework.named_python, keep=framework.framework_pins,
+                               core=framework.core_pins)
     return replace(spec, image_uri=choice.image, requested_image=choice.requested, requirements=requirements,
                    image_notes=choice.notes(requirements is not None))
 

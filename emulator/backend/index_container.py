@@ -134,7 +134,8 @@ def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, env
 # Run by the image's own Python (the interpreter of its `train`, which runs the toolkit's pip): what
 # `pip install -r requirements.txt` would install there, then exactly those, as wheels. Asked (a
 # .as-for.json in `out`, emulator.wheelhouse) to resolve as for another Python, it first lets pip
-# choose for that one (`--python-version` needs `--only-binary=:all:`) with the framework pins kept,
+# choose for that one (`--python-version` needs `--only-binary=:all:`) with the framework pins kept
+# (a Hugging Face layer's too, unless the file needs them to move),
 # then resolves on this Python with those choices as constraints; a choice that does not install
 # here is dropped, and said, and pip chooses it for this Python.
 _RESOLVE = r'''
@@ -190,6 +191,13 @@ if asked:
     keep = asked["keep"]
     print("ASFOR %s %s" % (asked["python"], " ".join(keep)), flush=True)
     code, found = resolve(["--python-version", asked["python"], "--only-binary=:all:"], keep)
+    core = asked.get("core")
+    if found is None and core and core != keep:
+        # pip on the service upgrades what the image has where the file asks for another version (a
+        # Hugging Face image's datasets, its hub): only the framework's own pins stay fixed then.
+        print("ASFOR_LAYER_MOVES %s" % " ".join(p for p in keep if p not in core), flush=True)
+        keep = core
+        code, found = resolve(["--python-version", asked["python"], "--only-binary=:all:"], keep)
     if found is None:
         print("ASFOR_NONE", flush=True)
     else:
@@ -213,7 +221,7 @@ if asked:
             print("ASFOR_CONFLICT", flush=True)
             pins = []
 # The constraints the hosts' pip honours: those of the resolution as for the named Python, if it held.
-honoured = asked["keep"] + pins if asked and items is not None else []
+honoured = keep + pins if asked and items is not None else []
 fetched = False
 if items is not None:
     code = fetch(items, pins)

@@ -38,6 +38,9 @@ class Requirements:
     # image that runs the job (emulator.aws.ecr_images.with_image), resolved by emulator.wheelhouse.
     as_python: str | None = None
     keep: tuple[str, ...] = ()
+    # Of `keep`, the framework's own (torch, torchvision...): what stays when the rest cannot (a Hugging
+    # Face layer's datasets, which a file asking for another datasets moves, as pip does on the service).
+    core: tuple[str, ...] = ()
 
 
 def find(code: Path | None, *, archive: bool, entry_point: str | None, toolkit: bool) -> Requirements | None:

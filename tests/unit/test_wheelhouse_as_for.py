@@ -57,12 +57,12 @@ def test_a_py38_stand_in_resolves_its_requirements_as_for_python_3_8(
 ) -> None:
     spec = stand_in_spec(load(valid_raw))
     assert spec.image_uri == STAND_IN and spec.requirements is not None
-    assert (spec.requirements.as_python, spec.requirements.keep) == ("3.8", KEEP)
+    assert (spec.requirements.as_python, spec.requirements.keep, spec.requirements.core) == ("3.8", KEEP, KEEP)
     note = "pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8); requirements.txt resolved as for Python 3.8"
     assert spec.image_notes[1] == note and python_note(spec) == note
     # Its own wheelhouse (the file resolved for 3.9 is another), and the hosts' pip honours the choice.
     plan = make_plan(spec, "job-1", wheel_cache=Path("/cache"))
-    assert plan.wheelhouse is not None and plan.wheelhouse.endswith("-as-py38")
+    assert plan.wheelhouse is not None and "-as-py38-" in plan.wheelhouse
     assert plan.hosts[0].container.environment["PIP_CONSTRAINT"] == "/opt/hetero-emu/wheelhouse/constraints.txt"
 
 
@@ -100,6 +100,10 @@ def test_the_cache_key_names_the_python_resolved_for() -> None:
     digest = hashlib.sha256(b"transformers\n").hexdigest()
     key = wheelhouse.cache_key(digest, STAND_IN)
     assert wheelhouse.cache_key(digest, STAND_IN, as_python="3.8") == f"{key}-as-py38"
+    # What it was resolved keeping is part of it: a layer allowed to move is another resolution.
+    held = wheelhouse.cache_key(digest, STAND_IN, as_python="3.8", kept=(*KEEP, "", *KEEP))
+    assert held.startswith(f"{key}-as-py38-") and held != wheelhouse.cache_key(
+        digest, STAND_IN, as_python="3.8", kept=(*KEEP, "datasets==1.16.1", "", *KEEP))
 
 
 def test_ensure_asks_the_build_to_resolve_as_for_and_routes_its_warnings(tmp_path: Path) -> None:
@@ -118,7 +122,7 @@ def test_ensure_asks_the_build_to_resolve_as_for_and_routes_its_warnings(tmp_pat
     warnings: list[str] = []
     target = tmp_path / "cache" / "key"
     assert wheelhouse.ensure(requirements, target, "sha256:x", infos.append, build, warn=warnings.append)
-    assert asked == [{"python": "3.8", "keep": list(KEEP)}]
+    assert asked == [{"python": "3.8", "keep": list(KEEP), "core": []}]
     assert "requirements.txt: for Python 3.8 pip chooses transformers==4.46.3" in infos
     assert warnings == ["requirements.txt: x==1, pip's choice for Python 3.8, does not install"]
     infos.clear()
@@ -147,7 +151,7 @@ if args[0] == "install" and "--no-deps" in args:  # does this one version instal
     sys.exit(1 if args[-1] in scenario.get("not_here", []) else 0)
 if args[0] == "install":
     if "--python-version" in args:
-        if scenario.get("as_for") is None:
+        if scenario.get("as_for") is None or set(scenario.get("as_for_fails_holding", [])) & set(lines):
             print("ERROR: No matching distribution found for onlysdist")
             sys.exit(1)
         versions = scenario["as_for"]
@@ -174,7 +178,8 @@ sys.exit(0)
 '''
 
 
-def resolve(tmp_path: Path, scenario: dict[str, Any], as_for: bool = True) -> tuple[int, list[str], Path]:
+def resolve(tmp_path: Path, scenario: dict[str, Any], as_for: bool = True,
+            core: tuple[str, ...] | None = None) -> tuple[int, list[str], Path]:
     """Run the resolving script as the image's Python would, with the fake pip: its exit code, its
     lines, the wheelhouse it wrote."""
     fake = tmp_path / "fake"
@@ -187,7 +192,9 @@ def resolve(tmp_path: Path, scenario: dict[str, Any], as_for: bool = True) -> tu
     out.mkdir()
     (code / "requirements.txt").write_text("transformers\n")
     if as_for:
-        (out / wheelhouse.AS_FOR_FILE).write_text(json.dumps({"python": "3.8", "keep": list(KEEP)}))
+        keep = list(KEEP) + (["datasets==1.16.1"] if core is not None else [])
+        (out / wheelhouse.AS_FOR_FILE).write_text(json.dumps({"python": "3.8", "keep": keep,
+                                                              **({"core": list(core)} if core is not None else {})}))
     env = {**os.environ, "PYTHONPATH": str(fake), "FAKE_PIP": str(tmp_path / "scenario.json"),
            "FAKE_PIP_LOG": str(tmp_path / "pip.log")}
     done = subprocess.run([sys.executable, "-c", _RESOLVE, str(out), "0"], cwd=code, env=env, capture_output=True,
@@ -232,6 +239,24 @@ def test_a_chosen_version_that_does_not_install_here_is_chosen_for_this_python(t
     assert "ASFOR_NOT_HERE tokenizers==0.20.3 0.22.1" in lines
     assert wheels(out) == ["tokenizers-0.22.1-py3-none-any.whl", "transformers-4.46.3-py3-none-any.whl"]
     assert constraints(out) == [*KEEP, "transformers==4.46.3"]
+
+
+def test_a_layer_pin_the_file_needs_moved_moves_the_framework_pins_stay(tmp_path: Path) -> None:
+    # A Hugging Face image's datasets==1.16.1 held, the file's datasets==2.12.0 has no resolution for 3.8:
+    # pip on the service would upgrade datasets, so it may move; torch and its companions stay.
+    code, lines, out = resolve(tmp_path, {"as_for": FOR_38, "here": FOR_39,
+                                          "as_for_fails_holding": ["datasets==1.16.1"]}, core=KEEP)
+    assert code == 0, lines
+    assert "ASFOR_LAYER_MOVES datasets==1.16.1" in lines and "ASFOR_NONE" not in lines
+    first, second = pip_calls(tmp_path)[:2]
+    assert "datasets==1.16.1" in first["constraints"] and "datasets==1.16.1" not in second["constraints"]
+    assert set(KEEP) <= set(second["constraints"])
+    assert constraints(out) == [*KEEP, "transformers==4.46.3", "tokenizers==0.20.3"]
+    said = wheelhouse.ResolveLines("img", lambda _: None)
+    said("ASFOR 3.8 x")
+    assert said._said("ASFOR_LAYER_MOVES", ["datasets==1.16.1"]) == (
+        "requirements.txt: with datasets==1.16.1 kept, pip finds no resolution for Python 3.8; it lets them move, "
+        "as pip on the service upgrades what the file asks to")
 
 
 def test_no_resolution_for_the_named_python_falls_back_to_this_one(tmp_path: Path) -> None:
