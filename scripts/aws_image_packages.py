@@ -10,12 +10,13 @@ installs is transcribed in ``scripts/aws_dlc_installs.json`` (file paths and com
 This script merges each framework version's installs (the last install of a name wins, as ``pip install -U``
 does), sorts out what the stand-in already has (the framework, its toolkit, numpy, protobuf: pinned by
 ``scripts/framework_table.py``) and what it leaves out and why (AWS-internal wheels, Studio's notebook
-kernels, conda's own packages, C libraries), and lets pip's resolver choose versions of the rest that install
-together with the image's pins on the Python the stand-in runs: a ``pip install --dry-run --report`` in a
-container of the framework images' Debian base (``hetero-emu/base:framework-<suite>``, which a framework
-image build makes), AWS's specifiers first; a specifier that cannot hold there (no wheel for that Python, a
-conflict with the image's numpy or protobuf) is dropped and pip's reason kept; a package that cannot install
-at all is left out with pip's reason.
+kernels, conda's own packages, C libraries), and lets a resolver choose versions of the rest that install
+together with the image's exact pins on the Python and platform the stand-in runs: ``uv pip compile
+--python-version X --python-platform x86_64-manylinux_2_NN`` (the glibc of the stand-in's Debian suite),
+AWS's specifiers first. Each failure loosens one package it names (AWS's specifier goes, its cap below a
+major version stays) or, nothing left to loosen, leaves it out, with the resolver's reason kept. uv answers a
+version in seconds to a minute; pip's own resolver, tried first, backtracked for 15 minutes a version and
+timed out on sagemaker, shap and numba.
 
 The result goes into ``emulator/data/frameworks.json``: per version ``aws_image`` (where it came from, AWS's
 specifiers, what is in the image already, what is left out and why) and ``aws_packages`` (per Python, the
@@ -23,12 +24,10 @@ pins the image's extra stage installs, with ``aws_differs``: where a pin is not 
 and why).
 
 Usage: ``.venv/bin/python scripts/aws_image_packages.py [--only=FRAMEWORK:VERSION ...] [--python=3.9 ...]
-[--work=DIR] [--no-resolve]`` (needs the Docker engine, the base images of the Pythons asked for, and the
-package index; ``--no-resolve`` records AWS's lists and keeps the pins already resolved; ``--work`` keeps the
-resolver's results, so that a run cut short resumes, and a ``seed.log`` there, the log of an interrupted run,
-spares asking again what it answered); then ``--markdown`` writes docs/aws-image-packages.md. Pure parts are
-tested in tests/unit/test_aws_image_packages.py. Inside the container it runs itself as
-``aws_image_packages.py --inner TASKS RESULTS`` (stdlib only, Python 3.9).
+[--work=DIR] [--no-resolve]`` (needs uv, ``.venv/bin/pip install uv``, and the package index; no Docker;
+``--no-resolve`` records AWS's lists and keeps the pins already resolved; ``--work`` keeps the resolver's
+results, so that a run cut short resumes); then ``--markdown`` writes docs/aws-image-packages.md. Pure parts
+are tested in tests/unit/test_aws_image_packages.py.
 """
 
 from __future__ import annotations
@@ -36,10 +35,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,46 +190,30 @@ def plan(framework: str, version: str, installs: Iterable[str]) -> Plan:
 
 
 # --------------------------------------------------------------------------------------------------
-# pip's answers (pure: parsing its output)
+# The resolver's answers (pure: parsing its output, choosing the next step)
 # --------------------------------------------------------------------------------------------------
 
-_NOT_FOUND = re.compile(r"(?:No matching distribution found for|Could not find a version that satisfies the "
-                        r"requirement)\s+([A-Za-z0-9][A-Za-z0-9._-]*)")
-_REQUESTED = re.compile(r"^\s*The user requested \(?(?:constraint\)\s*)?([A-Za-z0-9][A-Za-z0-9._-]*)")
-_DEPENDS = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*) [^ ]+ depends on ([A-Za-z0-9][A-Za-z0-9._-]*)")
-_COLLECTING = re.compile(r"^\s*Collecting ([A-Za-z0-9][A-Za-z0-9._-]*)")
-_BUILD_FAILED = ("metadata-generation-failed", "subprocess-exited-with-error", "Failed to build")
+_UV_CAUSE = re.compile(r"(?:×|error:|cause:|hint:)\s*", re.MULTILINE)
 
 
-def culprits(output: str) -> list[str]:
-    """The package names pip's failure names (canonical, in order): what it found no release of, what a
-    conflict is caused by, or the package whose source build failed."""
-    names: list[str] = []
-    lines = output.splitlines()
-    for line in lines:
-        for pattern in (_NOT_FOUND, _REQUESTED):
-            if (match := pattern.search(line)) is not None:
-                names.append(match.group(1))
-        if (match := _DEPENDS.match(line)) is not None:
-            names.extend([match.group(1), match.group(2)])
-    if not names and any(marker in output for marker in _BUILD_FAILED):
-        collecting = [m.group(1) for line in lines if (m := _COLLECTING.match(line)) is not None]
-        names.extend(collecting[-1:])
-    out: list[str] = []
-    for name in map(canonical, names):
-        if name not in out:
-            out.append(name)
-    return out
+def culprits(output: str, wanted: Iterable[str]) -> list[str]:
+    """The wanted packages uv's failure names (canonical), in the order it first names them: what has no
+    release that fits, what a conflict runs through, what failed to build."""
+    text = output.lower()
+    found: list[tuple[int, str]] = []
+    for name in wanted:
+        match = re.search(r"(?<![\w.-])" + re.escape(name) + r"(?![\w-])", text)
+        if match is not None:
+            found.append((match.start(), name))
+    return [name for _, name in sorted(found)]
 
 
 def failure_line(output: str) -> str:
-    """pip's first ERROR line (or its last line), for a reason a person can read."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    # pip's "Ignored the following versions that require a different python version" is a list, not the why.
-    errors = [line for line in lines if line.startswith("ERROR:") and not line.startswith("ERROR: Ignored")]
-    conflict = [line for line in lines if " depends on " in line or line.startswith("The user requested")]
-    text = (errors[0] if errors else lines[-1] if lines else "pip failed")
-    return text + (" (" + "; ".join(conflict[:3]) + ")" if conflict else "")
+    """uv's failure in one line a person can read (its `cause:` sentences, joined), at most 400 characters."""
+    text = output.split("No solution found when resolving dependencies", 1)[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("warning:")]
+    reason = " ".join(_UV_CAUSE.sub("", line) for line in lines).strip(" :") or "the resolver failed"
+    return reason if len(reason) <= 400 else reason[:399] + "…"
 
 
 _MAJOR_CAP = re.compile(r"^<\d+$")
@@ -241,208 +225,61 @@ def relaxed_spec(spec: str) -> str:
     return ",".join(part for part in spec.split(",") if _MAJOR_CAP.match(part.strip()))
 
 
-def tidy(reason: str) -> str:
-    """A reason kept by an older run whose first ERROR line was pip's list of releases for other Pythons."""
-    if reason.startswith("ERROR: Ignored the following versions"):
-        return "ERROR: No matching distribution found: no release of this version installs on this Python"
-    return reason
-
-
-@dataclass
+@dataclass(frozen=True)
 class Resolution:
     """The resolver's outcome for one (version, Python): pins of what installs, specifiers dropped, packages
-    left out, each with pip's reason."""
+    left out, each with the resolver's reason."""
 
     pins: dict[str, str]
     relaxed: dict[str, str]
     dropped: dict[str, str]
 
 
-def next_step(wanted: dict[str, str], pinned: Iterable[str], output: str) -> tuple[dict[str, str], dict[str, str],
-                                                                                 dict[str, str]]:
-    """After a failed dry run: (wanted with the named specifiers dropped, {name: why relaxed}, {name: why
-    left out}). A culprit with AWS's specifier loses the specifier; one without is left out; a culprit that
-    is one of the image's own pins leaves out the wanted packages that pip names beside it. Nothing to
-    change: every wanted package named is left out, or, none named, the last one (so the loop ends)."""
-    names = culprits(output)
+def next_step(wanted: dict[str, str], output: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """After a failed resolution: (wanted, {name: why relaxed}, {name: why left out}). The first package the
+    failure names whose AWS specifier can loosen (`relaxed_spec`) loosens; none: the last one it names is
+    left out (the image's own pins never move); none named (a failure beside every package): the last
+    wanted one, so that the loop ends."""
+    names = culprits(output, wanted)
     reason = failure_line(output)
-    fixed = {canonical(p.split("==")[0]) for p in pinned}
-    relax = [n for n in names if n in wanted and wanted[n] and relaxed_spec(wanted[n]) != wanted[n]]
-    if relax:
-        return ({n: (relaxed_spec(s) if n in relax else s) for n, s in wanted.items()},
-                dict.fromkeys(relax, reason), {})
-    drop = [n for n in names if n in wanted and n not in fixed]
-    if not drop:
-        drop = list(wanted)[-1:]
+    relax = next((n for n in names if wanted[n] and relaxed_spec(wanted[n]) != wanted[n]), None)
+    if relax is not None:
+        return {**wanted, relax: relaxed_spec(wanted[relax])}, {relax: reason}, {}
+    drop = (names or list(wanted))[-1:]
     return {n: s for n, s in wanted.items() if n not in drop}, {}, dict.fromkeys(drop, reason)
 
 
-# --------------------------------------------------------------------------------------------------
-# Inside the container (stdlib only, the image's Python)
-# --------------------------------------------------------------------------------------------------
-
-PIP_VERSION = "24.3.1"  # venv.sh's
+#: Compiles requirement lines for one Python: (exit code, the resolver's messages, {name: version} chosen).
+Compile = Callable[[Sequence[str]], tuple[int, str, dict[str, str]]]
 
 
-#: The framework packages: a wanted package is checked against them only when it builds on the framework
-#: (FRAMEWORK_BOUND), so that one check of, say, scipy serves every version with the same numpy and protobuf.
-FRAMEWORK_PINS = frozenset({"torch", "torchvision", "torchaudio", "tensorflow"})
-#: Source packages of the venv whose metadata every dry run would build again: left out of the checks alone
-#: (the joint run has them).
-SDIST_PINS = frozenset({"sagemaker-training", "sagemaker-pytorch-training", "sagemaker-tensorflow-training"})
-FRAMEWORK_BOUND = frozenset({"torchdata", "torchtext", "torchtnt", "fastai", "accelerate", "s3torchconnector",
-                             "tf-models-official", "tensorflow-text", "tensorflow-io", "tensorflow-datasets",
-                             "sagemaker-tensorflow", "smdebug", "spacy", "thinc", "blis"})
-TIMEOUT = 100  # seconds a dry run may take: pip backtracking through every old release is an answer too
+_BUILD_FAILED = re.compile(r"Failed to build `([A-Za-z0-9][A-Za-z0-9._-]*)==")
 
 
-def _dry_run(python: str, lines: Sequence[str], scratch: str) -> tuple[int, str, Any]:
-    req = os.path.join(scratch, "requirements.txt")
-    report = os.path.join(scratch, "report.json")
-    with open(req, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    if os.path.exists(report):
-        os.remove(report)
-    build = os.path.join(scratch, "build-constraints.txt")
-    with open(build, "w") as f:
-        f.write("setuptools<81\n")  # an old sdist's setup.py may import pkg_resources
-    env = dict(os.environ, PIP_BUILD_CONSTRAINT=build, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    try:
-        proc = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--prefer-binary",
-                               "--progress-bar", "off", "--report", report, "-r", req],
-                              capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return 1, out + f"\nERROR: pip's resolver found no set within {TIMEOUT} s (it backtracks through old " \
-                         f"releases)\n", None
-    data = json.loads(Path(report).read_text()) if proc.returncode == 0 and os.path.exists(report) else None
-    return proc.returncode, proc.stdout + proc.stderr, data
-
-
-def _chosen(report: Any) -> dict[str, str]:
-    return {canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in report.get("install", [])}
-
-
-_ALONE: dict[tuple[str, tuple[str, ...]], tuple[str | None, str]] = {}
-
-
-#: Answers of an earlier, interrupted run (`--seed=LOG`, its "  REQUIREMENT: VERSION" lines): requirement ->
-#: the version pip picked beside the same pins; an answer that is not there is asked again.
-SEEDS: dict[str, str] = {}
-SEED_LINE = re.compile(r"^  ([A-Za-z0-9][^:\s]*): (\S+)$")
-
-
-def seeds_from(log: str) -> dict[str, str]:
-    return {m.group(1): m.group(2) for line in log.splitlines() if (m := SEED_LINE.match(line)) is not None}
-
-
-def alone(python: str, requirement: str, base: Sequence[str], scratch: str) -> tuple[str | None, str]:
-    """(the version pip picks for `requirement` beside `base`, else None; pip's output), remembered: the same
-    question for the next framework version on this Python is not asked twice."""
-    key = (requirement, tuple(base))
-    if key not in _ALONE and requirement in SEEDS:
-        name, spec = _NAME.match(requirement).groups()  # type: ignore[union-attr]
-        version = SEEDS[requirement]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from framework_table import parse_specifiers, satisfies  # noqa: PLC0415
-
-        if not spec or satisfies(version, parse_specifiers(spec)):
-            _ALONE[key] = (version, "(an earlier run's answer)")
-    if key not in _ALONE:
-        code, output, report = _dry_run(python, list(base) + [requirement], scratch)
-        name = canonical(_NAME.match(requirement).group(1))  # type: ignore[union-attr]
-        _ALONE[key] = (_chosen(report).get(name) if code == 0 and report is not None else None, output)
-    return _ALONE[key]
-
-
-def resolve_one(python: str, pinned: Sequence[str], wanted: Mapping[str, str], scratch: str,
-                limit: int = 8) -> Resolution:
-    """Each wanted package first alone beside the image's pins (AWS's specifier, else none, else left out),
-    then all together at the versions found, pip's failures loosening the packages it names."""
-    relaxed: dict[str, str] = {}
-    dropped: dict[str, str] = {}
-    chosen: dict[str, str] = {}
-    core = [p for p in pinned if canonical(p.split("==")[0]) not in FRAMEWORK_PINS | SDIST_PINS]
-    bound = [p for p in pinned if canonical(p.split("==")[0]) not in SDIST_PINS]
-    for name, spec in wanted.items():
-        base = bound if name in FRAMEWORK_BOUND else core
-        version, output = alone(python, name + spec, base, scratch)
-        if version is None and spec and relaxed_spec(spec) != spec:
-            relaxed[name] = failure_line(output)
-            version, output = alone(python, name + relaxed_spec(spec), base, scratch)
-        if version is None:
-            dropped[name] = failure_line(output)
+def resolve(pinned: Sequence[str], wanted: Mapping[str, str], compile_: Compile) -> Resolution:
+    """All of `wanted` resolved together beside the image's exact pins, AWS's specifiers first; each failure
+    loosens or leaves out one package it names (`next_step`) until a set resolves. A source package that
+    fails to build (an old release the resolver backtracked to) is not a verdict: that package is then taken
+    from wheels only (`--only-binary`), and the resolver says what really conflicts."""
+    todo, relaxed, dropped = dict(wanted), {}, {}
+    wheels_only: list[str] = []
+    for _ in range(3 * len(wanted) + 1):  # each step loosens, leaves out or holds to wheels one: this ends
+        options = [f"--only-binary {name}" for name in wheels_only]
+        code, output, chosen = compile_(options + list(pinned) + [n + s for n, s in todo.items()])
+        if code == 0:
+            return Resolution({n: chosen[n] for n in todo if n in chosen}, relaxed, dropped)
+        built = _BUILD_FAILED.search(output)
+        if built is not None and canonical(built[1]) not in wheels_only:
+            wheels_only.append(canonical(built[1]))
+            print(f"  {canonical(built[1])}: wheels only ({failure_line(output)[:120]})", flush=True)
             continue
-        chosen[name] = version
-        print(f"  {name}{spec}: {version}", flush=True)
-    todo = {n: f"=={v}" for n, v in chosen.items()}
-
-    def again(name: str) -> str:  # the specifier pip chooses again within
-        return relaxed_spec(wanted[name]) if name in relaxed else wanted[name]
-
-    for _ in range(limit):
-        code, output, report = _dry_run(python, list(pinned) + [n + s for n, s in todo.items()], scratch)
-        if code == 0 and report is not None:
-            picked = _chosen(report)
-            return Resolution({n: picked[n] for n in todo if n in picked}, relaxed, dropped)
-        free = [n for n in todo if not todo[n].startswith("==")]
-        if report is None and "found no set within" in output:
-            # pip backtracked through the old releases of what it was to choose again: those go.
-            if not free:
-                break
-            dropped.update(dict.fromkeys(free, failure_line(output) + " (choosing again beside the others)"))
-            todo = {n: s for n, s in todo.items() if n not in free}
-            continue
-        # Packages that install alone but not together: pip chooses again for one of those it names at a
-        # time, the others kept (the first that resolves wins), else for all of them.
-        group = [n for n in culprits(output) if n in todo and todo[n].startswith("==")]
-        if group:
-            for name in group:
-                trial = {**todo, name: again(name)}
-                print(f"  together: pip chooses again for {name}", flush=True)
-                code, output, report = _dry_run(python, list(pinned) + [n + s for n, s in trial.items()], scratch)
-                if code == 0 and report is not None:
-                    picked = _chosen(report)
-                    return Resolution({n: picked[n] for n in trial if n in picked}, relaxed, dropped)
-            todo.update({n: again(n) for n in group})
-            print(f"  together: pip chooses again for {group}", flush=True)
-            continue
-        todo, more_relaxed, more_dropped = next_step(todo, pinned, output)
+        todo, more_relaxed, more_dropped = next_step(todo, output)
+        print(f"  {' '.join(f'{n}: relaxed' for n in more_relaxed)}{' '.join(f'{n}: left out' for n in more_dropped)}"
+              f" ({failure_line(output)[:160]})", flush=True)
         relaxed.update(more_relaxed)
         dropped.update(more_dropped)
-        if not todo:
-            break
-    return Resolution({}, relaxed, {**dropped, **dict.fromkeys(todo, "pip found no set that installs together")})
+    return Resolution({}, relaxed, {**dropped, **dict.fromkeys(todo, "no set resolves together")})
 
-
-def inner(tasks_path: str, results_path: str) -> int:
-    done = json.loads(Path(results_path).read_text()) if os.path.exists(results_path) else {}
-    if all(task["id"] in done for task in json.loads(Path(tasks_path).read_text())):
-        return 0  # every task answered by an earlier run (--work)
-    scratch = tempfile.mkdtemp()
-    venv = os.path.join(scratch, "venv")
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    python = os.path.join(venv, "bin", "python")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--progress-bar", "off", f"pip=={PIP_VERSION}"],
-                   check=True)
-    tasks = json.loads(Path(tasks_path).read_text())
-    seed = os.path.join(os.path.dirname(tasks_path), "seed.log")
-    if os.path.exists(seed):
-        SEEDS.update(seeds_from(Path(seed).read_text()))
-    results: dict[str, Any] = {}
-    if os.path.exists(results_path):
-        results = json.loads(Path(results_path).read_text())
-    for task in tasks:
-        if task["id"] in results:
-            continue
-        print(f"== {task['id']}: {len(task['wanted'])} packages", flush=True)
-        res = resolve_one(python, task["pinned"], dict(task["wanted"]), scratch)
-        results[task["id"]] = {"pins": res.pins, "relaxed": res.relaxed, "dropped": res.dropped}
-        with open(results_path + ".part", "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
-        os.replace(results_path + ".part", results_path)
-        print(f"   {len(res.pins)} pinned, {len(res.relaxed)} relaxed, {len(res.dropped)} left out", flush=True)
-    return 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -460,7 +297,7 @@ def image_pins(table: Mapping[str, Any], framework: str, version: str, python: s
 
 
 def differs(wanted: Mapping[str, str], res: Resolution) -> dict[str, str]:
-    """Where a pin is not what AWS's specifier asks, and why (pip's reason)."""
+    """Where a pin is not what AWS's specifier asks, and why (the resolver's reason)."""
     sys.path.insert(0, str(HERE))
     from framework_table import parse_specifiers, satisfies  # noqa: PLC0415 (host only; stdlib)
 
@@ -472,7 +309,7 @@ def differs(wanted: Mapping[str, str], res: Resolution) -> dict[str, str]:
         except ValueError:
             ok = False
         if not ok:
-            out[name] = f"AWS: {name}{spec}; ours {pin}: " + res.relaxed.get(name, "pip chose it")
+            out[name] = f"AWS: {name}{spec}; ours {pin}: " + res.relaxed.get(name, "the resolver chose it")
     return out
 
 
@@ -480,31 +317,54 @@ def runnable_pythons(table: Mapping[str, Any], framework: str, version: str) -> 
     return [p for p in table[framework][version].get("python_packages", {})]
 
 
-SUITES = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
+#: The platform each Python's stand-in runs on: its Debian suite's glibc (bullseye 2.31, bookworm 2.36, trixie
+#: 2.41, of which uv knows up to 2.40), so that only wheels that load there are chosen.
+PLATFORMS = {"3.9": "x86_64-manylinux_2_31", "3.11": "x86_64-manylinux_2_36", "3.13": "x86_64-manylinux_2_40"}
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
 
 
-def run_inner(python: str, tasks: list[dict[str, Any]], work: Path) -> dict[str, Any]:
-    """Run the resolver in a container of the framework base image of `python`; its results by task id."""
-    sys.path.insert(0, str(HERE.parent))
-    import docker  # noqa: PLC0415
+def uv_binary() -> str:
+    """uv's executable: the `uv` package's, else one on PATH."""
+    try:
+        import uv  # noqa: PLC0415
 
-    from emulator.backend import index_container  # noqa: PLC0415
-    from emulator.defaults import default_cache_dir  # noqa: PLC0415
+        return str(uv.find_uv_bin())
+    except ImportError:
+        found = shutil.which("uv")
+        if found is None:
+            raise SystemExit("this script resolves with uv: `.venv/bin/pip install uv` first") from None
+        return found
 
-    image = f"hetero-emu/base:framework-{SUITES[python]}"
-    (work / f"tasks-{python}.json").write_text(json.dumps(tasks))
-    pip_cache = default_cache_dir().expanduser() / "pip"
-    binds = {str(HERE): {"bind": "/opt/aws-image/scripts", "mode": "ro"},
-             str(work): {"bind": "/opt/aws-image/work", "mode": "rw"},
-             str(pip_cache): {"bind": "/root/.cache/pip", "mode": "rw"}}
-    outcome = index_container.run(
-        docker.from_env(), image,
-        [f"python{python}", "/opt/aws-image/scripts/aws_image_packages.py", "--inner",
-         f"/opt/aws-image/work/tasks-{python}.json", f"/opt/aws-image/work/results-{python}.json"],
-        environment={}, binds=binds, on_line=print)
-    if outcome.exit_code != 0:
-        raise SystemExit(f"the resolver in {image} failed (exit {outcome.exit_code})")
-    results: dict[str, Any] = json.loads((work / f"results-{python}.json").read_text())
+
+def uv_compile(python: str, scratch: Path) -> Compile:
+    """A `Compile` for `python`'s stand-in: `uv pip compile` for that Python and platform. uv's resolver
+    answers in seconds where pip's backtracked for minutes, and keeps its cache (~/.cache/uv) between runs."""
+    uv = uv_binary()
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+
+    def compile_(lines: Sequence[str]) -> tuple[int, str, dict[str, str]]:
+        (scratch / "requirements.in").write_text("".join(line + "\n" for line in lines))
+        proc = subprocess.run([uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate",
+                               "--python-version", python, "--python-platform", PLATFORMS[python],
+                               str(scratch / "requirements.in")], capture_output=True, text=True, env=env)
+        return proc.returncode, proc.stderr, {canonical(m[1]): m[2] for m in _PIN.finditer(proc.stdout)}
+    return compile_
+
+
+def run_uv(python: str, tasks: list[dict[str, Any]], work: Path) -> dict[str, Any]:
+    """Resolve each task for `python`; its results by task id, kept in `work` as they come (a run cut
+    short resumes there)."""
+    done_file = work / f"results-{python}.json"
+    results: dict[str, Any] = json.loads(done_file.read_text()) if done_file.exists() else {}
+    compile_ = uv_compile(python, work)
+    for task in tasks:
+        if task["id"] in results:
+            continue
+        print(f"== {task['id']}: {len(task['wanted'])} packages", flush=True)
+        res = resolve(task["pinned"], dict(task["wanted"]), compile_)
+        results[task["id"]] = {"pins": res.pins, "relaxed": res.relaxed, "dropped": res.dropped}
+        done_file.write_text(json.dumps(results, indent=1, sort_keys=True))
+        print(f"   {len(res.pins)} pinned, {len(res.relaxed)} relaxed, {len(res.dropped)} left out", flush=True)
     return results
 
 
@@ -524,7 +384,7 @@ after the venv's (`images/framework/aws_packages.sh`), so a script that imports 
 Where each list comes from: the CPU training Dockerfile of the version's series in
 [aws/deep-learning-containers](https://github.com/aws/deep-learning-containers) (each row links the file
 at the commit read; `scripts/aws_dlc_installs.json` holds what it installs). `scripts/aws_image_packages.py`
-keeps AWS's specifiers where pip's resolver can honour them on the Python the stand-in runs, beside the
+keeps AWS's specifiers where a resolver (uv's) can honour them on the Python the stand-in runs, beside the
 image's own pins (the framework, numpy, protobuf, the toolkits), and writes what it chose into
 `emulator/data/frameworks.json`; `tests/integration/test_aws_image_packages_in_images.py` asks a built
 image's pip and Python for every one of them.
@@ -535,16 +395,16 @@ What differs, and why:
 - **Already in the venv stage**, at the table's pins rather than AWS's: the framework and its companions,
   the toolkits, numpy, protobuf, mpi4py, Horovod (a table column below names each of AWS's pins).
 - **Pinned off AWS's specifier**: where AWS's pin has no wheel for the Python the stand-in runs (AWS's
-  PyTorch 1.x images run Python 3.8 or 3.6, ours 3.9) or conflicts with the image's numpy or protobuf, pip
-  chooses; the row says which and pip's reason is in the table (`aws_differs`).
+  PyTorch 1.x images run Python 3.8 or 3.6, ours 3.9) or conflicts with the image's numpy or protobuf, the
+  resolver chooses; the row says which and the resolver's reason is in the table (`aws_differs`).
 - **Left out by the resolver**: a package no release of which installs beside the image's pins on that
-  Python (`aws_left_out`, with pip's message).
+  Python (`aws_left_out`, with the resolver's message).
 - **Installed differently**: AWS installs many with conda, some from git tags (smdebug, the
   sagemaker-tensorflow PipeModeDataset) or its own buckets (torchdata, torchtext); ours installs the PyPI
   release.
 - **Not resolved yet**: a version whose row says so has AWS's list and the left-out reasons, but no
   resolved pins: its image carries the venv's packages only (`scripts/aws_image_packages.py --only=...`
-  resolves it; every run needs the Docker engine and the index).
+  resolves it; a run needs uv and the package index).
 """
 
 
@@ -580,8 +440,6 @@ def markdown(table: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    if argv[1:2] == ["--inner"]:
-        return inner(argv[2], argv[3])
     if argv[1:2] == ["--markdown"]:
         DOCS.write_text(markdown(json.loads(TABLE.read_text())))
         print(f"wrote {DOCS}")
@@ -594,7 +452,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"unknown argument(s): {' '.join(unknown)}; see --help", file=sys.stderr)
         return 2
     only = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--only=")]
-    pythons = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--python=")] or list(SUITES)
+    pythons = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--python=")] or list(PLATFORMS)
     work_arg = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--work=")]
     work = Path(work_arg[0] if work_arg else tempfile.mkdtemp(prefix="aws-image-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -618,7 +476,7 @@ def main(argv: Sequence[str]) -> int:
     results: dict[str, Any] = {}
     for python, items in tasks.items():
         if items:
-            results.update(run_inner(python, items, work))
+            results.update(run_uv(python, items, work))
     for (framework, version), p in plans.items():
         src = sources[framework][series(version)]
         entry = table[framework][version]
@@ -646,16 +504,15 @@ def main(argv: Sequence[str]) -> int:
                     dropped[python] = entry.get("aws_left_out", {}).get(python, {})
                 continue
             # A result from before a substitution names the package AWS installs: the same version of ours.
-            res = Resolution(*({SUBSTITUTES.get(n, (n, ""))[0]: (v if key == "pins" else tidy(v))
-                                for n, v in res_data[key].items()} for key in ("pins", "relaxed", "dropped")))
+            res = Resolution(res_data["pins"], res_data["relaxed"], res_data["dropped"])
             packages[python] = dict(sorted(res.pins.items()))
             differ[python] = differs(p.wanted, res)
             dropped[python] = res.dropped
         entry["aws_packages"], entry["aws_differs"], entry["aws_left_out"] = packages, differ, dropped
     table["meta"]["aws_image"] = (
         "aws_image / aws_packages made by scripts/aws_image_packages.py from aws/deep-learning-containers' CPU "
-        "training Dockerfiles (scripts/aws_dlc_installs.json names each file and commit) and pip's resolver (a dry "
-        "run on the image's Python against its pins)")
+        "training Dockerfiles (scripts/aws_dlc_installs.json names each file and commit) and uv's resolver (for "
+        "the image's Python and platform, beside its exact pins)")
     TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     print(f"wrote {TABLE}")
     return 0

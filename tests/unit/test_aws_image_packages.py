@@ -63,49 +63,75 @@ def test_a_plan_sorts_aws_installs_into_in_the_image_left_out_and_wanted() -> No
     assert plan.wanted == {"opencv-python-headless": ">=4.3,<5"} and "libGL" in plan.notes["opencv-python"]
 
 
-PIP_CONFLICT = """\
-ERROR: Cannot install -r requirements.txt (line 4) and numpy==1.26.4 because these package versions have \
-conflicting dependencies.
-
-The conflict is caused by:
-    The user requested numpy==1.26.4
-    sagemaker 2.257.0 depends on numpy<2.0 and >=1.9.0
-    shap 0.39.0 depends on numpy
+# uv's answers, as `uv pip compile` words them (stderr).
+UV_CONFLICT = """\
+  × No solution found when resolving dependencies:
+  ╰─▶ Because tensorflow==2.11.0 depends on absl-py>=1.0.0 and you require tensorflow==2.11.0, we can
+      conclude that you require absl-py>=1.0.0.
+      And because you require absl-py>=0.9,<0.11, we can conclude that your requirements are unsatisfiable.
 """
-PIP_NOT_FOUND = """\
-ERROR: Could not find a version that satisfies the requirement scipy==1.2.2 (from versions: 1.9.3, 1.10.0)
-ERROR: No matching distribution found for scipy==1.2.2
+UV_NO_RELEASE = """\
+  × No solution found when resolving dependencies:
+  ╰─▶ Because only the following versions of sagemaker are available:
+          sagemaker<=2.254.1
+          sagemaker>=3.0.0
+      and sagemaker>=2,<=2.254.1 depends on numpy<2.0, we can conclude that sagemaker<3 depends on numpy<2.0.
+      And because you require numpy==2.1.0 and sagemaker<3, we can conclude that your requirements are
+      unsatisfiable.
 """
 
 
-def test_an_interrupted_runs_answers_are_read_back() -> None:
-    log = ("== pytorch:1.11.0:3.9: 28 packages\n  scipy: 1.13.1\n  numba<0.54: 0.53.1\n"
-           "  together: pip chooses again for ['a']\n")
-    assert aws.seeds_from(log) == {"scipy": "1.13.1", "numba<0.54": "0.53.1"}
-
-
-def test_pips_failures_name_their_culprits() -> None:
-    assert aws.culprits(PIP_NOT_FOUND) == ["scipy"]
-    assert aws.culprits(PIP_CONFLICT) == ["numpy", "sagemaker", "shap"]
-    assert aws.failure_line(PIP_NOT_FOUND).startswith("ERROR: Could not find a version")
-    built = "Collecting psutil==5.6.7\n  Downloading psutil-5.6.7.tar.gz\nerror: subprocess-exited-with-error\n"
-    assert aws.culprits(built) == ["psutil"]
+def test_the_resolvers_failures_name_their_culprits_in_order() -> None:
+    wanted = ["scipy", "absl-py", "sagemaker", "numpy-financial", "shap"]
+    assert aws.culprits(UV_CONFLICT, wanted) == ["absl-py"]
+    assert aws.culprits(UV_NO_RELEASE, wanted) == ["sagemaker"]  # numpy is the image's, not wanted
+    assert aws.failure_line(UV_CONFLICT).startswith("No solution found") is False
+    assert "absl-py>=0.9,<0.11" in aws.failure_line(UV_CONFLICT) and "\n" not in aws.failure_line(UV_CONFLICT)
 
 
 def test_after_a_failure_aws_specifier_goes_first_then_the_package() -> None:
-    pinned = ["numpy==1.26.4", "torch==1.11.0"]
-    wanted, relaxed, dropped = aws.next_step({"scipy": "==1.2.2", "pandas": ""}, pinned, PIP_NOT_FOUND)
-    assert wanted == {"scipy": "", "pandas": ""} and list(relaxed) == ["scipy"] and dropped == {}
-    wanted, relaxed, dropped = aws.next_step({"sagemaker": "", "shap": ">=0.39,<1"}, pinned, PIP_CONFLICT)
-    # What is left of AWS's specifier is its cap below a major version: shap stays below 1.
-    assert wanted == {"sagemaker": "", "shap": "<1"} and list(relaxed) == ["shap"]
+    wanted, relaxed, dropped = aws.next_step({"scipy": "", "absl-py": ">=0.9,<0.11"}, UV_CONFLICT)
+    assert wanted == {"scipy": "", "absl-py": ""} and list(relaxed) == ["absl-py"] and dropped == {}
+    # What is left of AWS's specifier is its cap below a major version: sagemaker stays below 3.
+    wanted, relaxed, dropped = aws.next_step({"sagemaker": ">=2.80,<3"}, UV_NO_RELEASE)
+    assert wanted == {"sagemaker": "<3"} and list(relaxed) == ["sagemaker"]
     assert aws.relaxed_spec(">=2,<3") == "<3" and aws.relaxed_spec("<0.54") == ""
-    wanted, relaxed, dropped = aws.next_step({"sagemaker": "<3", "shap": "<1"}, pinned, PIP_CONFLICT)
-    assert wanted == {} and set(dropped) == {"sagemaker", "shap"}  # nothing left to loosen
-    wanted, relaxed, dropped = aws.next_step({"sagemaker": "", "shap": ""}, pinned, PIP_CONFLICT)
-    # numpy is the image's own pin: the wanted packages pip names beside it go, with pip's reason.
-    assert wanted == {} and set(dropped) == {"sagemaker", "shap"}
-    assert "numpy==1.26.4" in dropped["sagemaker"]
+    # Nothing left to loosen: the package goes, with the resolver's reason.
+    wanted, relaxed, dropped = aws.next_step({"shap": "", "sagemaker": "<3"}, UV_NO_RELEASE)
+    assert wanted == {"shap": ""} and list(dropped) == ["sagemaker"] and "numpy==2.1.0" in dropped["sagemaker"]
+
+
+def test_the_resolver_loosens_one_package_a_step_until_a_set_resolves() -> None:
+    asked: list[list[str]] = []
+
+    def compile_(lines: list[str]) -> tuple[int, str, dict[str, str]]:
+        asked.append(list(lines))
+        if "absl-py>=0.9,<0.11" in lines:
+            return 1, UV_CONFLICT, {}
+        if "sagemaker<3" in lines:
+            return 1, UV_NO_RELEASE, {}
+        return 0, "", {"tensorflow": "2.11.0", "absl-py": "1.4.0", "scipy": "1.8.0", "six": "1.17.0"}
+
+    pinned = ["tensorflow==2.11.0"]
+    res = aws.resolve(pinned, {"scipy": "==1.8.0", "absl-py": ">=0.9,<0.11", "sagemaker": "<3"}, compile_)
+    # Only what was wanted is pinned (not the image's pins, not what they bring).
+    assert res.pins == {"scipy": "1.8.0", "absl-py": "1.4.0"}
+    assert list(res.relaxed) == ["absl-py"] and list(res.dropped) == ["sagemaker"]
+    assert all(lines[0] == "tensorflow==2.11.0" for lines in asked) and len(asked) == 3
+    # An old source package that fails to build is taken from wheels only, not left out for it.
+    asked.clear()
+
+    def builds_fail(lines: list[str]) -> tuple[int, str, dict[str, str]]:
+        asked.append(list(lines))
+        if "--only-binary spacy" not in lines:
+            return 1, "  × Failed to build `spacy==2.0.17`\n  ╰─▶ The build backend returned an error\n", {}
+        return 0, "", {"spacy": "3.7.5"}
+
+    assert aws.resolve(pinned, {"spacy": ""}, builds_fail).pins == {"spacy": "3.7.5"}
+    assert asked[-1][0] == "--only-binary spacy" and len(asked) == 2
+    # A set that never resolves ends, every package left out.
+    never = aws.resolve(pinned, {"a": "", "b": ""}, lambda lines: (1, "error: no", {}))
+    assert never.pins == {} and set(never.dropped) == {"a", "b"}
 
 
 def test_the_sources_name_a_file_and_commit_for_every_series_the_table_has() -> None:
