@@ -12,9 +12,21 @@ set -euo pipefail
 export PATH=/opt/venv/bin:$PATH
 echo "== Hugging Face packages: $(grep -c . "${HETERO_EMU_REQUIREMENTS:?}") pinned requirements on $(python --version)"
 # What AWS's framework image installs for scripts (HETERO_EMU_AWS_PACKAGES, when the framework image
-# has such a stage) is resolved with the rest, so that the layer keeps those pins too.
+# has such a stage) is resolved with the rest, so that the layer keeps those pins too; where both pin a
+# package (accelerate, which AWS's PyTorch 2.x images install as well), the layer's pin wins, as in AWS's
+# Hugging Face image, which installs its own.
 aws=()
-if [ -s "${HETERO_EMU_AWS_PACKAGES:-}" ]; then aws=(-r "$HETERO_EMU_AWS_PACKAGES"); fi
+if [ -s "${HETERO_EMU_AWS_PACKAGES:-}" ]; then
+  python - "$HETERO_EMU_REQUIREMENTS" "$HETERO_EMU_AWS_PACKAGES" /tmp/aws-packages-kept.txt <<'PY'
+import re, sys
+def name(line):
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[=<>!~; ]", line.strip(), maxsplit=1)[0]).lower()
+layer = {name(line) for line in open(sys.argv[1]) if line.strip()}
+kept = [line for line in open(sys.argv[2]) if line.strip() and name(line) not in layer]
+open(sys.argv[3], "w").write("".join(kept))
+PY
+  aws=(-r /tmp/aws-packages-kept.txt)
+fi
 pip install --progress-bar off --prefer-binary -r "$HETERO_EMU_REQUIREMENTS" "${aws[@]}"
 # accelerate only where the layer pins it (AWS's images from transformers 4.28 on; older ones lack it).
 python - "$HETERO_EMU_REQUIREMENTS" <<'PY'

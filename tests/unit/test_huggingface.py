@@ -185,10 +185,15 @@ def test_a_huge_version_from_a_request_gives_a_short_message(call: Any, args: tu
     assert len(refused.value.message) < 300, refused.value.message[:400]
 
 
+def _heredoc(starting: str) -> str:
+    """The Python that huggingface.sh runs from the heredoc starting with `starting`."""
+    script = (ROOT / "images" / "framework" / "huggingface.sh").read_text()
+    return next(part.split("\nPY\n", 1)[0] for part in script.split("<<'PY'\n")[1:] if part.startswith(starting))
+
+
 def _layer_check(tmp_path: Path, pins: str, modules: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     """huggingface.sh's import check (its PY heredoc), run by this Python against fake modules."""
-    script = (ROOT / "images" / "framework" / "huggingface.sh").read_text()
-    check = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    check = _heredoc("import importlib")
     for name in modules:
         (tmp_path / f"{name}.py").write_text("__version__ = '1.0'\n")
     (tmp_path / "pins.txt").write_text(pins)
@@ -203,3 +208,13 @@ def test_the_layer_check_asks_for_accelerate_only_where_the_layer_pins_it(tmp_pa
     new = _layer_check(tmp_path, "transformers[sklearn]==4.36.0\ndatasets==2.18.0\naccelerate==0.26.0\n",
                        ("transformers", "datasets"))
     assert new.returncode != 0 and "accelerate" in new.stderr
+
+
+def test_where_the_layer_and_aws_packages_pin_one_package_the_layers_pin_wins(tmp_path: Path) -> None:
+    # AWS's PyTorch 2.1 image installs accelerate as well; pip refused the two pins together.
+    (tmp_path / "layer.txt").write_text("transformers[sklearn]==4.36.0\naccelerate==0.26.0\n")
+    (tmp_path / "aws.txt").write_text("Accelerate==1.15.0\nscipy==1.11.4\nsagemaker_experiments==0.1.45\n")
+    done = subprocess.run([sys.executable, "-c", _heredoc("import re"), str(tmp_path / "layer.txt"),
+                           str(tmp_path / "aws.txt"), str(tmp_path / "kept.txt")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "kept.txt").read_text() == "scipy==1.11.4\nsagemaker_experiments==0.1.45\n"
