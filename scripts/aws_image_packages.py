@@ -253,6 +253,18 @@ def next_step(wanted: dict[str, str], output: str) -> tuple[dict[str, str], dict
 Compile = Callable[[Sequence[str]], tuple[int, str, dict[str, str]]]
 
 
+def runtime_floors(pinned: Sequence[str]) -> dict[str, str]:
+    """Lower bounds the packages' metadata does not state but their import needs, given the image's pins.
+    numba before 0.56 declares no numpy cap, yet supports numpy up to 1.20 only: beside the image's newer
+    numpy (1.26 on our PyTorch 1.x images, where AWS's had 1.2x) `import numba` fails with "SystemError:
+    initialization of _internal failed" (found by tests/integration/test_aws_image_packages_in_images.py).
+    From 0.56 on numba states its numpy range, so the resolver then picks one that fits."""
+    numpy = next((p.split("==", 1)[1] for p in pinned if canonical(p.split("==")[0]) == "numpy"), None)
+    if numpy is not None and tuple(int(x) for x in re.findall(r"\d+", numpy)[:2]) > (1, 20):
+        return {"numba": ">=0.56"}
+    return {}
+
+
 _BUILD_FAILED = re.compile(r"Failed to build `([A-Za-z0-9][A-Za-z0-9._-]*)==")
 
 
@@ -263,9 +275,11 @@ def resolve(pinned: Sequence[str], wanted: Mapping[str, str], compile_: Compile)
     from wheels only (`--only-binary`), and the resolver says what really conflicts."""
     todo, relaxed, dropped = dict(wanted), {}, {}
     wheels_only: list[str] = []
+    floors = runtime_floors(pinned)
     for _ in range(3 * len(wanted) + 1):  # each step loosens, leaves out or holds to wheels one: this ends
         options = [f"--only-binary {name}" for name in wheels_only]
-        code, output, chosen = compile_(options + list(pinned) + [n + s for n, s in todo.items()])
+        held = [n + f for n, f in floors.items() if n in todo]
+        code, output, chosen = compile_(options + list(pinned) + [n + s for n, s in todo.items()] + held)
         if code == 0:
             return Resolution({n: chosen[n] for n in todo if n in chosen}, relaxed, dropped)
         built = _BUILD_FAILED.search(output)

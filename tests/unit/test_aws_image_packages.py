@@ -180,3 +180,16 @@ def test_the_docs_page_is_the_one_the_table_makes() -> None:
     page = ROOT / "docs" / "aws-image-packages.md"
     assert page.read_text() == aws.markdown(frameworks.table()), \
         "run `python scripts/aws_image_packages.py --markdown` after changing the table"
+
+
+def test_numba_is_held_to_a_release_that_states_its_numpy_range_beside_a_newer_numpy() -> None:
+    asked: list[list[str]] = []
+
+    def compile_(lines: list[str]) -> tuple[int, str, dict[str, str]]:
+        asked.append(list(lines))
+        return 0, "", {"numba": "0.59.1" if "numba>=0.56" in lines else "0.53.1"}
+
+    assert aws.resolve(["numpy==1.26.4"], {"numba": "<0.54"}, compile_).pins == {"numba": "0.59.1"}
+    assert aws.resolve(["numpy==1.19.5"], {"numba": "<0.54"}, compile_).pins == {"numba": "0.53.1"}
+    assert aws.runtime_floors(["numpy==1.26.4"]) == {"numba": ">=0.56"} and aws.runtime_floors([]) == {}
+    assert all("numba>=0.56" not in lines for lines in asked[1:])
