@@ -258,7 +258,7 @@ def test_a_py38_job_on_its_python_3_9_stand_in_gets_what_pip_picks_for_3_8(
     assert reporter.warnings.count(note) == 1, reporter.warnings
     assert f"requirements.txt: for Python 3.8 pip chooses {AS_FOR_PACKAGE}=={for_38}" in reporter.infos
     [house] = wheel_cache.iterdir()
-    assert house.name.endswith("-as-py38")
+    assert "-as-py38-" in house.name  # and a short hash of the pins held
     assert sorted(p.name for p in house.glob("*.whl")) == [f"more_itertools-{for_38}-py3-none-any.whl"]
     pins = (house / wheelhouse.CONSTRAINTS).read_text().splitlines()
     assert f"{AS_FOR_PACKAGE}=={for_38}" in pins and "torch==1.11.0" in pins
