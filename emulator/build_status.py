@@ -199,6 +199,11 @@ def publishing(inner: Reporter, image: str, publish: Publish | None, *, interval
         stop.set()
         ticker.join()
         status.finish(outcome)
+    # The SDK prints a transition's StatusMessage only when it sees it change while the transition is
+    # the last (sagemaker.utils.secondary_training_status_message, polled every 10 s by logs_for_job):
+    # a job that moved on to Downloading at once hid "Image ... built in" from fit(). It stays one
+    # interval, a few seconds beside the minutes of a build.
+    time.sleep(status.interval)
 
 
 def to_record(job_name: str) -> Publish:
