@@ -39,10 +39,12 @@ def preview(value: object) -> str:
         return f"<{type_name(value)} too large to show>"
 
 
-def clip(text: str, limit: int = 40) -> str:
+def clip(text: object, limit: int = 40) -> str:
     """`text` as given when short, else its first `limit` characters and "…": a version or name from a
-    request shown in a message without letting the request make the message long."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    request shown in a message without letting the request make the message long (any value: a
+    request may hold a number where a version belongs)."""
+    shown = text if isinstance(text, str) else preview(text)
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
 
 
 def key_text(key: object) -> str:
