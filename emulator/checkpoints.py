@@ -14,17 +14,28 @@ downloaded: every host starts with the URI's checkpoints restored, and a host th
 them (the one that is not rank 0) would otherwise copy its stale restored copy over the new one
 another host wrote.
 
+Deletes reach the URI too: the service keeps the checkpoint folder in sync with S3 both ways ("If a
+checkpoint is deleted in the SageMaker container, it will also be deleted in the S3 folder",
+https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html). A file a host had (restored
+to it, or copied from it) that is gone from its folder at two looks in a row (a file deleted and at
+once written again is no delete), or at the end, is deleted at the URI with the folders that leaves
+empty (S3 has no folders). Only what that host had: a file another host wrote after the start was
+never on this one, so its absence here deletes nothing. What cannot be told (a link on the way, a
+folder that cannot be searched) deletes nothing, and the delete walks the URI's folders without
+following a link (`hostfiles.remove_regular_file`).
+
 TensorBoard's output (TensorBoardOutputConfig) goes the same way to its S3 output path, while the job
 runs, from each host's TensorBoard folder (nothing is restored there before the job), and so do
-SageMaker Debugger's tensors and profiler files (emulator/sm_debugger.py).
+SageMaker Debugger's tensors and profiler files (emulator/sm_debugger.py); those two are upload-only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from emulator import contract, hostfiles, sm_debugger
@@ -35,20 +46,31 @@ SYNC_SECONDS = 1.0
 
 class LiveSync:
     """One job's checkpoint folders (or, with `folder` and `target`, another folder of each host's,
-    such as TensorBoard's), copied to the target as their files settle. `scan()` is one look (the
-    thread calls it every SYNC_SECONDS; tests call it directly)."""
+    such as TensorBoard's), copied to the target as their files settle; for checkpoints, what a host
+    deletes is deleted there as well. `scan()` is one look (the thread calls it every SYNC_SECONDS;
+    tests call it directly)."""
 
     def __init__(self, plan: Plan, folder: str = "checkpoints", target: Path | None = None,
                  what: str = "checkpoints") -> None:
         self.folder = folder
         self.what = what
-        self.target = plan.spec.checkpoint_s3_uri if folder == "checkpoints" and target is None else target
+        checkpoints = folder == "checkpoints" and target is None
+        self.target = plan.spec.checkpoint_s3_uri if checkpoints else target
+        # Deletes are the checkpoints' alone: AWS documents a sync both ways for checkpoints only
+        # (model-checkpoints.html); TensorBoard's and Debugger's output it describes as saved to S3
+        # (API_TensorBoardOutputConfig.html, debugger-configure-hook.html), and nothing is restored
+        # from those prefixes into a later job, so they stay upload-only.
+        self.deletes = checkpoints
         self.hosts = [(h.name, Path(h.host_dir)) for h in plan.hosts]
+        self._host_dirs = dict(self.hosts)
         # (host, relative path) -> (size, mtime_ns) seen at the last look, and what was copied last;
         # the checkpoints restored before the hosts start count as copied (they came from the URI).
+        # The keys of `_copied` are what each host had at the URI: what it may delete there.
         self._seen: dict[tuple[str, str], tuple[int, int]] = {}
         self._copied: dict[tuple[str, str], tuple[int, int]] = dict(self._states())
+        self._gone: set[tuple[str, str]] = set()  # had, and found gone at the last look
         self.copies = 0
+        self.deleted = 0
 
     def _states(self) -> Iterator[tuple[tuple[str, str], tuple[int, int]]]:
         """Every regular file of every host's checkpoint folder, with its (size, mtime_ns)."""
@@ -70,9 +92,11 @@ class LiveSync:
         skipped: list[str] = []
         if self.target is None:
             return skipped
+        states = dict(self._states())
+        self._delete_gone(states, wait=False)  # the hosts have exited: a file gone now stays gone
         self.target.mkdir(parents=True, exist_ok=True)
-        folders = dict(self.hosts)
-        for (host, relative), state in list(self._states()):
+        folders = self._host_dirs
+        for (host, relative), state in states.items():
             if self._copied.get((host, relative)) == state:
                 continue
             folder = hostfiles.host_path(folders[host], self.folder)
@@ -84,8 +108,12 @@ class LiveSync:
     def scan(self) -> None:
         if self.target is None:
             return
-        folders = dict(self.hosts)
-        for key, state in list(self._states()):
+        states = dict(self._states())
+        # Deletes first: a host that replaced a file by a folder of that name gets the folder's files
+        # copied once the file is gone at the URI.
+        self._delete_gone(states, wait=True)
+        folders = self._host_dirs
+        for key, state in states.items():
             settled = self._seen.get(key) == state
             self._seen[key] = state
             if settled and self._copied.get(key) != state:
@@ -95,6 +123,35 @@ class LiveSync:
                 if folder is not None and hostfiles.copy_regular_file_into(folder / relative, self.target, relative):
                     self.copies += 1
                 self._copied[key] = state
+
+    def _delete_gone(self, present: Mapping[tuple[str, str], tuple[int, int]], wait: bool) -> None:
+        """Delete at the target each file a host had there and no longer has (`_gone_from_host`); with
+        `wait`, only one found gone at the last look as well."""
+        if not self.deletes or self.target is None:
+            return
+        gone = {key for key in self._copied if key not in present and self._gone_from_host(*key)}
+        due = gone & self._gone if wait else gone
+        self._gone = gone - due
+        for key in sorted(due):
+            if hostfiles.remove_regular_file(self.target, key[1]):
+                self.deleted += 1
+            # No longer this host's at the target: written again, it is a new file to copy.
+            del self._copied[key]
+            self._seen.pop(key, None)
+
+    def _gone_from_host(self, host: str, relative: str) -> bool:
+        """Whether the host's regular file `relative` is surely gone: nothing there (or under a file),
+        or a folder, FIFO or device in its place. A link on the way or in its place, or a folder that
+        cannot be searched, is not sure, and deletes nothing."""
+        path = hostfiles.host_path(self._host_dirs[host], f"{self.folder}/{relative}")
+        if path is None:
+            return False
+        try:
+            return not stat.S_ISREG(path.lstat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:
+            return False
 
 
 def syncs(plan: Plan) -> list[LiveSync]:

@@ -14,6 +14,10 @@ the disk. So every read the driver makes under a host folder goes through this m
   the open (O_NONBLOCK) nor gets read (it is not regular);
 - reads free text with a bound (`read_text_bounded`): a file of any size costs at most `limit` bytes.
 
+What the driver writes or deletes for a host's files (the user's checkpoint folder) goes through no
+link either: copies are renamed into place (`copy_regular_file_into`), deletes walk the folders by
+descriptor with O_NOFOLLOW (`remove_regular_file`).
+
 The hosts have exited when the driver reads (artifacts, checkpoints and FailureReason are collected
 after the last container stopped), so what is checked is what is read.
 """
@@ -21,6 +25,7 @@ after the last container stopped), so what is checked is what is read.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -217,6 +222,45 @@ def copy_regular_file_into(source: Path, target: Path, relative: str) -> bool:
         if not _make_real_dir(dest_dir):
             return False
     return _copy_regular_file(source, dest_dir, parts[-1])
+
+
+def remove_regular_file(root: Path, relative: str) -> bool:
+    """Delete the regular file `root / relative`, then the folders under `root` that this leaves empty
+    (S3, which the folder stands for, has no empty folders); True when a file was deleted.
+
+    For a checkpoint a host deleted, at the user's checkpoint folder. Nothing but a regular file is
+    deleted and nothing outside `root`: each folder on the way is opened relative to the one above it
+    with O_NOFOLLOW (a link there, even one swapped in after a check, fails to open), and the file is
+    checked and unlinked by name in the folder held open. A missing file, a folder or a link in its
+    place, or a link on the way deletes nothing (False). A folder is removed only while empty (rmdir),
+    `root` never.
+    """
+    parts = PurePosixPath(relative).parts
+    if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
+        raise ValueError(f"not a path inside a folder: {relative!r}")
+    folders: list[int] = []  # root, then each folder on the way, held open
+    try:
+        folders.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        for part in parts[:-1]:
+            folders.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS, dir_fd=folders[-1]))
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=folders[-1], follow_symlinks=False).st_mode):
+            return False
+        os.unlink(parts[-1], dir_fd=folders[-1])
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return False  # not there, or a link where a folder was: nothing of the user's to delete
+        raise
+    else:
+        # Deepest first; a folder still holding something (or no longer a folder) ends the climb.
+        for depth in range(len(parts) - 2, -1, -1):
+            try:
+                os.rmdir(parts[depth], dir_fd=folders[depth])
+            except OSError:
+                break
+        return True
+    finally:
+        for fd in folders:
+            os.close(fd)
 
 
 def _make_real_dir(path: Path) -> bool:

@@ -32,19 +32,26 @@ for epoch in range(3):
 '''
 
 
-def test_a_closed_checkpoint_is_at_the_uri_within_seconds_while_the_job_runs(tmp_path: Path) -> None:
+def start_checkpointing_job(tmp_path: Path, script: str, prefix: str,
+                            instance_count: int) -> tuple[threading.Thread, list[JobResult]]:
+    """The script run as a job with the checkpoint URI `tmp_path/ckpt`, on a thread: the thread, and
+    the list its result is put in when the job has ended."""
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "train.py").write_text(SCRIPT)
-    (tmp_path / "ckpt").mkdir()
-    name = unique("ckpt-live")
+    (tmp_path / "code" / "train.py").write_text(script)
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({
-        "job_name": name, "entry_point": "train.py", "source_dir": "code", "output_path": "out",
-        "checkpoint_s3_uri": "ckpt", "instance_type": "ml.c5.xlarge", "instance_count": 1}))
+        "job_name": unique(prefix), "entry_point": "train.py", "source_dir": "code", "output_path": "out",
+        "checkpoint_s3_uri": "ckpt", "instance_type": "ml.c5.xlarge", "instance_count": instance_count}))
     done: list[JobResult] = []
     runner = threading.Thread(target=lambda: done.append(run_job(load_spec_file(spec), RunOptions(),
                                                                  reporter=RecordingReporter())))
     runner.start()
+    return runner, done
+
+
+def test_a_closed_checkpoint_is_at_the_uri_within_seconds_while_the_job_runs(tmp_path: Path) -> None:
+    runner, done = start_checkpointing_job(tmp_path, SCRIPT, "ckpt-live", 1)
     arrived = {}
     try:
         for epoch in range(3):
@@ -107,3 +114,42 @@ def test_tensorboard_files_reach_their_output_path_while_the_job_runs(tmp_path: 
     board = f"{tmp_path / 'board'}/{name}/tensorboard-output"
     assert configs == {"checkpointconfig.json": {"LocalPath": "/state"},
                        "tensorboardoutputconfig.json": {"LocalPath": "/tmp/board/", "S3OutputPath": board}}
+
+
+# Rank 0 writes two checkpoints (a folder each), lets them reach the URI, then prunes the first and
+# the checkpoint restored from the URI; the other host keeps its restored copy untouched.
+PRUNE_SCRIPT = '''
+import json, os, shutil, time
+ckpt = "/opt/ml/checkpoints"
+host = json.load(open("/opt/ml/input/config/resourceconfig.json"))["current_host"]
+assert os.path.isfile(f"{ckpt}/restored.ckpt"), os.listdir(ckpt)
+if host == "algo-1":
+    for step in (1, 2):
+        os.makedirs(f"{ckpt}/step-{step}")
+        for part in ("model.pt", "optimizer.pt"):
+            with open(f"{ckpt}/step-{step}/{part}", "wb") as out:
+                out.write(os.urandom(1 << 16))
+    time.sleep(4)
+    shutil.rmtree(f"{ckpt}/step-1")
+    os.remove(f"{ckpt}/restored.ckpt")
+time.sleep(8)
+'''
+
+
+def test_a_checkpoint_the_script_deletes_is_deleted_at_the_uri_while_the_job_runs(tmp_path: Path) -> None:
+    uri = tmp_path / "ckpt"
+    uri.mkdir()
+    (uri / "restored.ckpt").write_bytes(b"from an earlier job")
+    runner, done = start_checkpointing_job(tmp_path, PRUNE_SCRIPT, "ckpt-prune", 2)
+    try:
+        wait_for(lambda: (uri / "step-1" / "optimizer.pt").is_file() or bool(done), "step-1 at the URI", timeout=120)
+        wait_for(lambda: not (uri / "step-1").exists() or bool(done), "step-1 deleted at the URI", timeout=60)
+        assert not done, "the deleted checkpoint left the URI only when the job ended"
+    finally:
+        runner.join(120)
+    (result,) = done
+    assert result.status == "Completed", result.failure_reason
+    left = sorted(str(p.relative_to(uri)) for p in uri.rglob("*"))
+    assert left == ["step-2", "step-2/model.pt", "step-2/optimizer.pt"]
+    # algo-2 still holds what was restored to it: its copy, untouched, did not go back.
+    assert (result.job_dir / "hosts" / "algo-2" / "checkpoints" / "restored.ckpt").is_file()

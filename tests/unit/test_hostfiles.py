@@ -277,6 +277,43 @@ def test_copy_regular_tree_keeps_permission_bits_only(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# remove_regular_file (a checkpoint a host deleted, deleted at the user's checkpoint folder)
+
+
+def test_remove_regular_file_deletes_the_file_and_the_folders_it_leaves_empty(tmp_path: Path) -> None:
+    (tmp_path / "uri" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "uri" / "a" / "b" / "x.pt").write_text("x")
+    (tmp_path / "uri" / "a" / "keep.pt").write_text("k")
+    assert hostfiles.remove_regular_file(tmp_path / "uri", "a/b/x.pt")
+    assert sorted(p.name for p in (tmp_path / "uri").rglob("*")) == ["a", "keep.pt"]
+    assert hostfiles.remove_regular_file(tmp_path / "uri", "a/keep.pt")
+    assert list((tmp_path / "uri").iterdir()) == []  # the root itself stays
+    assert not hostfiles.remove_regular_file(tmp_path / "uri", "a/keep.pt")  # nothing there now
+
+
+def test_remove_regular_file_deletes_nothing_but_a_regular_file_under_the_root(tmp_path: Path, outside: Path) -> None:
+    uri = tmp_path / "uri"
+    uri.mkdir()
+    plant_everything(uri, outside)
+    (uri / "folder").mkdir()
+    (uri / "folder" / "inside.pt").write_text("stays")
+    for name in ("link-to-file", "link-to-folder", "dangling", "loop", "null", "fifo", "folder",
+                 "link-to-folder/secret.txt", "missing/x.pt", "folder/inside.pt/x"):
+        assert not hostfiles.remove_regular_file(uri, name), name
+    assert sorted(p.name for p in uri.iterdir()) == ["dangling", "fifo", "folder", "link-to-file",
+                                                      "link-to-folder", "loop", "null", "zero"]
+    assert (outside / "secret.txt").read_text() == MARKER
+
+
+@pytest.mark.parametrize("relative", ["../outside/secret.txt", "/etc/hostname", "a/../../outside/secret.txt", ""])
+def test_remove_regular_file_refuses_paths_leaving_the_root(tmp_path: Path, outside: Path, relative: str) -> None:
+    (tmp_path / "uri" / "a").mkdir(parents=True)
+    with pytest.raises(ValueError):
+        hostfiles.remove_regular_file(tmp_path / "uri", relative)
+    assert (outside / "secret.txt").read_text() == MARKER
+
+
+# --------------------------------------------------------------------------------------------------
 # The users: merge_tree (model.tar.gz), sync_checkpoints, `hetero-emu logs`' host groups
 
 
