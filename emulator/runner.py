@@ -6,12 +6,13 @@ map; When things go wrong).
   period. FailureReason is worded as the service words it; the host and its group are the emulator's
   own note beside it (JobResult.failed_host, job.json Emulator.FailedHost).
 - max_run exceeded (the hosts' running time, across attempts): every host is stopped with the grace
-  period (the service's 120 s); Stopped with MaxRuntimeExceeded, artifacts uploaded.
+  period (the service's 120 s); Stopping meanwhile, then Stopped with MaxRuntimeExceeded, artifacts
+  uploaded.
 - A spot interruption or a platform error the run injects (emulator/attempts.py): every host is
   stopped (Interrupted) or lost, then the job starts again on new hosts with the checkpoints
   restored, as the service restarts a spot job or retries one with a RetryStrategy; a spot job past
-  MaxWaitTimeInSeconds is Stopped with MaxWaitTimeExceeded.
-- Ctrl-C / SIGTERM: every host is stopped; Stopped.
+  MaxWaitTimeInSeconds is Stopping, then Stopped with MaxWaitTimeExceeded.
+- Ctrl-C / SIGTERM: every host is stopped; Stopping, then Stopped.
 - Artifacts are collected whatever the outcome; containers and network are removed in a `finally`
   (unless keep=True, or keep_on_failure=True and the job Failed: then they stay, stopped, for
   `hetero-emu exec` and `docker cp`, until `hetero-emu clean`).
@@ -289,7 +290,8 @@ class Run:
         # The cluster's diagram (DOT), kept in the job's record for `serve`'s page: the record lies in
         # the state folder, out of reach of S3, which can overwrite anything in an s3:// job folder.
         self.cluster_dot: str | None = None
-        self.stopping = False  # asked to stop (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`)
+        # Being stopped: asked to (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`) or at max_run or max_wait.
+        self.stopping = False
         # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
         ranks = mpi_hosts(plan)
         self.worker_wait = WorkerWait(plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
@@ -414,8 +416,13 @@ class Run:
             self.record(Status.STOPPING if self.stopping else Status.IN_PROGRESS)
 
     def begin_stopping(self) -> None:
-        """The job was asked to stop: Stopping (TrainingJobStatus and SecondaryStatus) until it has
-        stopped, as DescribeTrainingJob shows a job StopTrainingJob was called for."""
+        """The job is being stopped, whoever stops it (StopTrainingJob, `hetero-emu stop`, Ctrl-C, its
+        MaxRuntimeInSeconds or MaxWaitTimeInSeconds): Stopping (TrainingJobStatus and SecondaryStatus)
+        through the grace period and the upload, then Stopped with the cause's SecondaryStatus.
+        DescribeTrainingJob's TrainingJobStatus has "Stopping - The training job is stopping" and
+        SecondaryStatus "Stopping - Stopping the training job" under it; the limits' MaxRuntimeExceeded
+        and MaxWaitTimeExceeded are among Stopped's (botocore's sagemaker service-2.json,
+        DescribeTrainingJobResponse.SecondaryStatus)."""
         if not self.stopping:
             self.stopping = True
             self.transition(SecondaryStatus.STOPPING, "Stopping the training job")
@@ -962,11 +969,13 @@ class Run:
             if pending and time.monotonic() > wait_deadline:
                 self.reporter.warn(f"the job has taken its max_wait ({spec.max_wait} s, restarts included): "
                                    "stopping it, as the service stops a spot job at MaxWaitTimeInSeconds")
+                self.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.MAX_WAIT_TIME_EXCEEDED, None
             if pending and time.monotonic() > deadline:
                 self.reporter.warn(f"the hosts have run max_run ({self.plan.max_run} s): stopping them, as the service "
                                    "stops a job at MaxRuntimeInSeconds; the artifacts are still uploaded")
+                self.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.MAX_RUNTIME_EXCEEDED, None
             if pending and self.worker_wait is not None:

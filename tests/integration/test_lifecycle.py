@@ -14,14 +14,17 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from testkit import hetero_emu as cli
 
+from emulator import job_records
 from emulator.console import RecordingReporter
 from emulator.options import RunOptions
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, LABEL_MANAGED
@@ -491,6 +494,73 @@ def test_max_run_exceeded(tmp_path: Path) -> None:
     assert doc["SecondaryStatus"] == "MaxRuntimeExceeded"
     assert "ModelArtifacts" in doc
     assert doc["StoppingCondition"] == {"MaxRuntimeInSeconds": 2}
+
+
+def test_max_run_makes_the_job_stopping_through_the_grace_then_stopped(tmp_path: Path) -> None:
+    """At MaxRuntimeInSeconds the service stops the job as StopTrainingJob does: Stopping (status and
+    secondary status) while the hosts have their grace, then Stopped, MaxRuntimeExceeded. Each host's
+    script is the container's entry point, so it gets the SIGTERM, and takes 3 s to save its model
+    before it exits; the job's record is read all the while."""
+    job = unique("lc-max-run-stopping")
+    spec = make_spec(
+        tmp_path,
+        '''
+        import signal
+
+        def save(*_):
+            print("SIGTERM: saving", flush=True)
+            time.sleep(3)
+            Path(f"/opt/ml/model/{HOST}.txt").write_text("saved")
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, save)
+        print("ready", flush=True)
+        time.sleep(600)
+        ''',
+        job_name=job,
+        instance_groups=groups(("g1", 1), ("g2", 1)),
+        max_run=2,
+    )
+    seen: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def look() -> None:
+        record = job_records.find(job)
+        if record is not None:
+            entry = (str(record.status), str(record.doc.get("SecondaryStatus")))
+            if not seen or seen[-1] != entry:
+                seen.append(entry)
+
+    def watch() -> None:
+        while not done.is_set():
+            look()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = run_job(spec, RunOptions(grace=30), reporter=RecordingReporter())
+    finally:
+        done.set()
+        watcher.join()
+    look()  # the final status, written as run_job returns
+
+    assert result.status == "Stopped" and result.secondary_status == "MaxRuntimeExceeded"
+    # Each host saved its model in the grace and exited of its own: no SIGKILL.
+    assert {h.host: h.exit_code for h in result.hosts} == {"algo-1": 0, "algo-2": 0}
+    assert result.model_artifact is not None
+    assert sorted(tar_members(result.model_artifact)) == ["algo-1.txt", "algo-2.txt"]
+    # The record as DescribeTrainingJob answers it: InProgress, Stopping through the grace, Stopped.
+    statuses = [status for i, (status, _) in enumerate(seen) if i == 0 or seen[i - 1][0] != status]
+    assert statuses == ["InProgress", "Stopping", "Stopped"], seen
+    assert ("Stopping", "Stopping") in seen and seen[-1] == ("Stopped", "MaxRuntimeExceeded"), seen
+    transitions = job_doc(result)["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in transitions] == ["Starting", "Downloading", "Training", "Stopping", "Uploading",
+                                                  "MaxRuntimeExceeded"]
+    stopping = transitions[3]
+    assert stopping["StatusMessage"] == "Stopping the training job"
+    lasted = datetime.fromisoformat(stopping["EndTime"]) - datetime.fromisoformat(stopping["StartTime"])
+    assert lasted.total_seconds() >= 2.5, stopping  # the hosts' 3 s of saving
 
 
 # --------------------------------------------------------------------------------------------------

@@ -351,6 +351,65 @@ def test_a_stopped_job_is_stopping_until_it_has_stopped(spec_of: Callable[..., J
     assert job_json(result)["TrainingJobStatus"] == "Stopped"
 
 
+class _Journal:
+    """Every write of the job's record, as (TrainingJobStatus, SecondaryStatus), a repeat written once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entries: list[tuple[str, str]] = []
+        write = job_records.record
+
+        def record(job_name: str, job_dir: Path, status: Any, **fields: Any) -> bool:
+            entry = (str(status), str(fields.get("SecondaryStatus", status)))
+            if not self.entries or self.entries[-1] != entry:
+                self.entries.append(entry)
+            return write(job_name, job_dir, status, **fields)
+
+        monkeypatch.setattr(job_records, "record", record)
+
+    def statuses(self) -> list[str]:
+        return [status for i, (status, _) in enumerate(self.entries) if i == 0 or self.entries[i - 1][0] != status]
+
+
+# Each cause that stops a running job: a user's stop (Ctrl-C, or the SIGTERM StopTrainingJob sends the
+# driver), max_run, and max_wait (a spot job interrupted once, whose restart MaxWait counts and max_run
+# does not), with the SecondaryStatus each ends with.
+STOP_CAUSES = {
+    "user": (HETERO, {"interrupt_on_states_call": 3}, (), "Stopped"),
+    "max_run": (HETERO.replace("max_run: 60", "max_run: 1"), {}, (), "MaxRuntimeExceeded"),
+    "max_wait": (HETERO.replace("max_run: 60", "max_run: 3\nuse_spot_instances: true\nmax_wait: 3"), {},
+                 ("spot-interruption@1s",), "MaxWaitTimeExceeded"),
+}
+
+
+@pytest.mark.parametrize("cause", list(STOP_CAUSES))
+def test_a_job_is_stopping_through_the_grace_whatever_stops_it_then_stopped_with_the_cause(
+        spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch, cause: str) -> None:
+    """DescribeTrainingJob: TrainingJobStatus Stopping, SecondaryStatus Stopping ("Stopping the training
+    job") while the hosts get SIGTERM and the grace, for a user's stop and for the StoppingCondition's
+    limits alike; then Stopped with Stopped, MaxRuntimeExceeded or MaxWaitTimeExceeded. Never back to
+    InProgress on the way."""
+    text, options, inject, final = STOP_CAUSES[cause]
+    journal = _Journal(monkeypatch)
+    fake = _StatusAtStop({h: runs_until_stopped(ignore_sigterm=h == "algo-2") for h in ("algo-1", "algo-2", "algo-3")},
+                         **options)
+    result, _ = run(spec_of(text), fake, grace=0.5, inject=tuple(runner.attempts.parse_injection(i) for i in inject))
+
+    assert fake.seen == ("Stopping", "Stopping")  # the record, as the hosts were being stopped
+    assert journal.statuses() == ["InProgress", "Stopping", "Stopped"]
+    stopping = [secondary for status, secondary in journal.entries if status == "Stopping"]
+    assert stopping == ["Stopping", "Uploading"]  # the artifacts are still uploaded
+    assert journal.entries[-1] == ("Stopped", final)
+    assert journal.entries[journal.entries.index(("Stopping", "Stopping")) - 1] == ("InProgress", "Training")
+    doc = job_json(result)
+    assert doc["TrainingJobStatus"] == "Stopped" and doc["SecondaryStatus"] == final
+    transitions = doc["SecondaryStatusTransitions"]
+    assert [t["Status"] for t in transitions[-3:]] == ["Stopping", "Uploading", final]
+    assert transitions[-3]["StatusMessage"] == "Stopping the training job"
+    # The grace ran out for the host that ignores SIGTERM: it was killed, after the record said Stopping.
+    assert host_entry(doc, "algo-2")["ExitCode"] == 137
+    assert torn_down(fake)
+
+
 def _scenario(name: str) -> tuple[dict[str, HostScript], dict[str, Any]]:
     if name == "completed":
         return {}, {}
