@@ -13,8 +13,9 @@ Two methods are the emulator's own, because the SDK's pace them for a remote ser
 the job's status every 5 s (`wait_for_job`) and every 30 s while it prints logs (`logs_for_job`,
 which reads CloudWatch). Here both ask every `poll_seconds`, and the logs are the hosts' own log
 files, printed with `algo-N (group) |` prefixes as `hetero-emu run` prints them. Their ends are the
-SDK's: the same status lines, and the SDK's own `UnexpectedStatusException` with the FailureReason
-when the job did not complete.
+SDK's: the same status lines, the SDK's own `UnexpectedStatusException` with the FailureReason when
+the job did not complete, and `logs_for_job`'s training and billable seconds (and spot savings)
+when it did or was stopped.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 import sagemaker
 from sagemaker.config import load_sagemaker_config
-from sagemaker.session import _check_job_status
+from sagemaker.session import _check_job_status, _logs_init
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
 from emulator import prebuild
@@ -84,8 +85,33 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     def logs_for_job(self, job_name: str, wait: bool = False, poll: int = 10, log_type: Any = "All",
                      timeout: int | None = None) -> dict[str, Any]:
         """Print a training job's host logs (following them until the job ends when `wait`), with the
-        job's status lines, as `sagemaker.Session.logs_for_job` does."""
-        return self._watch(job_name, logs=log_type not in ("None", False, None), wait=wait, timeout=timeout)
+        job's status lines and, once a waited-for job has ended, its training and billable seconds, as
+        `sagemaker.Session.logs_for_job` does."""
+        description = self._watch(job_name, logs=log_type not in ("None", False, None), wait=wait, timeout=timeout)
+        # The SDK prints them only here, not in wait_for_job, and only for a job that did not fail
+        # (its _check_job_status raised before them; _watch has called it).
+        if wait and description["TrainingJobStatus"] in FINAL:
+            self._say_times(description)
+        return description
+
+    def _say_times(self, description: Mapping[str, Any]) -> None:
+        """The lines `sagemaker.Session.logs_for_job` ends with: "Training seconds", "Billable seconds"
+        and, for a managed spot job, "Managed Spot Training savings" (SDK 2.257: sagemaker/session.py,
+        `_logs_for_job`, after `_check_job_status`). That function cannot be called for them alone: it
+        sleeps 5 s before its first describe and reads every log again. Its words and arithmetic are
+        kept here and checked against it (tests/unit/test_sdk_session_offline.py); the instance count
+        is the SDK's own `_logs_init`, which sums the InstanceGroups' counts of a heterogeneous job."""
+        instances = _logs_init(self.boto_session, description, job="Training")[0]
+        training = description.get("TrainingTimeInSeconds")
+        billable = description.get("BillableTimeInSeconds")
+        if training is not None:
+            print("Training seconds:", training * instances, flush=True)
+        if billable is not None:
+            print("Billable seconds:", billable * instances, flush=True)
+            # The SDK divides by the training time: a job shorter than half a second (0 here) would
+            # raise ZeroDivisionError in it; the line is left out instead.
+            if description.get("EnableManagedSpotTraining") and training:
+                print(f"Managed Spot Training savings: {(1 - float(billable) / training) * 100:.1f}%", flush=True)
 
     def _watch(self, job: str, *, logs: bool, wait: bool, timeout: float | None) -> dict[str, Any]:
         describe = self.sagemaker_client.describe_training_job

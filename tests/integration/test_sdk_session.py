@@ -129,6 +129,10 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     assert "algo-3 (instance_group_2) | CHANNELS_JSON" in out
     assert "Training - Training image download completed. Training in progress." in out
     assert "Completed - Training job completed" in out
+    # Then the SDK's last lines, each time by the instances of every group (the SDK's _logs_init sums them).
+    times = described["TrainingTimeInSeconds"] * 3, described["BillableTimeInSeconds"] * 3
+    assert f"\nTraining seconds: {times[0]}\nBillable seconds: {times[1]}\n" in out, out[-500:]
+    assert "Managed Spot Training savings" not in out
     # The Python substitution, said once as the driver's warning (emulator/sagemaker/local.py).
     assert out.count(f"warning: {note}") == 1, out[-3000:]
 
@@ -267,5 +271,12 @@ def test_the_jobs_warnings_and_a_sessions_injected_interruption_reach_the_fit_co
     assert "warning: spot interruption (injected: spot-interruption@8s)" in printed
     job = estimator.latest_training_job
     assert job is not None
-    steps = [t["Status"] for t in session.describe_training_job(job.name)["SecondaryStatusTransitions"]]
+    described = session.describe_training_job(job.name)
+    steps = [t["Status"] for t in described["SecondaryStatusTransitions"]]
     assert steps.count("Interrupted") == 1 and steps[-1] == "Completed"
+    # fit()'s last lines are the SDK's (sagemaker/session.py, _logs_for_job), of the one instance; the
+    # restart between the attempts is not billed, so the spot job saved something.
+    training, billable = described["TrainingTimeInSeconds"], described["BillableTimeInSeconds"]
+    assert 0 < billable < training
+    assert printed.endswith(f"Training seconds: {training}\nBillable seconds: {billable}\n"
+                            f"Managed Spot Training savings: {(1 - billable / training) * 100:.1f}%\n"), printed[-500:]

@@ -1,13 +1,18 @@
 """EmulatorSession without an engine: it is made with no AWS account, credentials or network; the
 SDK's own helpers (default bucket, upload, listing) land under the S3 root; the SDK's own errors for
-bad estimator arguments still come from the SDK; what is not emulated says so."""
+bad estimator arguments still come from the SDK; what is not emulated says so; the lines `fit()`
+ends with are the SDK's own."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import sagemaker.session
 from botocore.exceptions import ClientError
+from sagemaker.exceptions import UnexpectedStatusException
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 
@@ -78,3 +83,84 @@ def test_an_operation_that_is_not_emulated_says_so_and_sends_nothing(tmp_path: P
     with pytest.raises(ClientError) as missing:
         session.describe_training_job("never-ran")
     assert missing.value.response["Error"]["Message"] == "Requested resource not found."
+
+
+# DescribeTrainingJob's fields the end of `fit()` reads, for a cluster of one instance type and for a
+# heterogeneous one, whose ResourceConfig has InstanceGroups instead of InstanceCount.
+ONE_TYPE = {"InstanceType": "ml.c5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30}
+GROUPS = {"InstanceGroups": [{"InstanceGroupName": "data", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
+                             {"InstanceGroupName": "dnn", "InstanceType": "ml.p3.2xlarge", "InstanceCount": 2}],
+          "VolumeSizeInGB": 30}
+ENDED = {
+    "one instance type": {"TrainingJobStatus": "Completed", "ResourceConfig": ONE_TYPE,
+                          "TrainingTimeInSeconds": 61, "BillableTimeInSeconds": 61},
+    "instance groups": {"TrainingJobStatus": "Completed", "ResourceConfig": GROUPS,
+                        "TrainingTimeInSeconds": 61, "BillableTimeInSeconds": 61},
+    "spot, interrupted": {"TrainingJobStatus": "Completed", "ResourceConfig": GROUPS, "EnableManagedSpotTraining": True,
+                          "TrainingTimeInSeconds": 100, "BillableTimeInSeconds": 40},
+    "spot, stopped at max_wait": {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
+                                  "ResourceConfig": GROUPS, "EnableManagedSpotTraining": True,
+                                  "TrainingTimeInSeconds": 90, "BillableTimeInSeconds": 90},
+}
+
+
+class _NoMoreLogs:
+    """A CloudWatch Logs client whose one stream has nothing left to read."""
+
+    def describe_log_streams(self, **_: Any) -> dict[str, Any]:
+        return {"logStreams": [{"logStreamName": "job/algo-1-0"}]}
+
+    def get_log_events(self, **_: Any) -> dict[str, Any]:
+        return {"events": [], "nextForwardToken": "end"}
+
+
+def _answering(session: EmulatorSession, tmp_path: Path, description: dict[str, Any]) -> EmulatorSession:
+    """The session, its DescribeTrainingJob answering `description` for a job whose folder is empty."""
+    session.sagemaker_client = SimpleNamespace(describe_training_job=lambda **_: description)
+    session.training.found = lambda name: SimpleNamespace(job_dir=tmp_path / "job")  # type: ignore[method-assign]
+    return session
+
+
+@pytest.mark.parametrize("case", list(ENDED))
+def test_fit_ends_with_the_sdks_own_training_and_billable_seconds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    """What `sagemaker.Session.logs_for_job(wait=True)` prints at the end of a job against the service
+    (sagemaker/session.py, `_logs_for_job`): each time multiplied by the instances (the groups' counts
+    summed), and the spot savings. The SDK's own function is run on the same description for the lines
+    to compare with (its sleeps skipped, its logs empty)."""
+    description = ENDED[case]
+    monkeypatch.setattr(sagemaker.session.time, "sleep", lambda _: None)
+    sdk_session = SimpleNamespace(sagemaker_client=SimpleNamespace(describe_training_job=lambda **_: description),
+                                  boto_session=SimpleNamespace(client=lambda *_, **__: _NoMoreLogs()))
+    sagemaker.session._logs_for_job(sdk_session, "job", wait=True, poll=0)
+    sdks = capsys.readouterr().out
+
+    session = _answering(EmulatorSession(s3_root=tmp_path), tmp_path, description)
+    session.logs_for_job("job", wait=True)
+    assert capsys.readouterr().out == sdks
+    instances = 2 if case == "one instance type" else 3  # the groups' 1 + 2
+    assert sdks.startswith(f"Training seconds: {description['TrainingTimeInSeconds'] * instances}\n")
+
+
+def test_the_seconds_are_said_only_where_the_sdk_says_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not by `wait_for_job` (fit(logs="None")), not for a job not waited for, and not for a failed one,
+    whose UnexpectedStatusException comes first."""
+    session = _answering(EmulatorSession(s3_root=tmp_path), tmp_path, ENDED["spot, interrupted"])
+    session.wait_for_job("job")
+    session.logs_for_job("job", wait=False)
+    assert "seconds" not in capsys.readouterr().out
+    failed = _answering(EmulatorSession(s3_root=tmp_path), tmp_path,
+                        {**ENDED["instance groups"], "TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError"})
+    with pytest.raises(UnexpectedStatusException):
+        failed.logs_for_job("job", wait=True)
+    assert "seconds" not in capsys.readouterr().out
+
+
+def test_a_spot_job_of_no_whole_second_says_no_savings_rather_than_divide_by_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The SDK divides by TrainingTimeInSeconds, which rounds to 0 for a job shorter than half a
+    second here: its ZeroDivisionError would end `fit()`; the savings line is left out instead."""
+    short = {**ENDED["spot, interrupted"], "TrainingTimeInSeconds": 0, "BillableTimeInSeconds": 0}
+    _answering(EmulatorSession(s3_root=tmp_path), tmp_path, short).logs_for_job("job", wait=True)
+    assert capsys.readouterr().out == "Training seconds: 0\nBillable seconds: 0\n"
