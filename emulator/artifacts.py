@@ -21,6 +21,7 @@ from typing import IO, Any, Protocol
 from isal import igzip_threaded
 
 from emulator import contract, hostfiles, metrics
+from emulator.jobs import record
 from emulator.plan import Plan
 from emulator.result import JobResult
 from emulator.secrets import Masker, mask_environment
@@ -434,8 +435,9 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
         "SecondaryStatusTransitions": list(result.transitions),
         "TrainingStartTime": result.start.isoformat(),
         "TrainingEndTime": result.training_end.isoformat(),
-        "TrainingTimeInSeconds": int(round(result.training_seconds)),
-        "BillableTimeInSeconds": int(round(result.billable_seconds)),
+        # At least 1 s each, as the API's model allows no less (a job that ended within a second).
+        "TrainingTimeInSeconds": max(1, int(round(result.training_seconds))),
+        "BillableTimeInSeconds": max(1, int(round(result.billable_seconds))),
         "Environment": mask_environment(spec.environment),
         "Emulator": {
             "HostOrder": plan.host_order, "Seed": plan.seed, "Network": plan.network, "Image": plan.image,
@@ -487,7 +489,12 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
     if spec.tensorboard_output_path is not None:
         doc["TensorBoardOutputConfig"] = {"S3OutputPath": spec.tensorboard_uri or str(spec.tensorboard_output_path),
                                           "LocalPath": spec.tensorboard_local_path}
-    return doc
+    # Beneath it, the request the job describes (emulator/jobs/record.py): what only the request says
+    # (spot, MaxWaitTimeInSeconds, the keep-alive, RetryStrategy, RoleArn, the debugger's configs)
+    # is described for a job from any front end. A session's request is laid over this again when it
+    # is described (emulator/aws/training.py), as it was sent.
+    return record.merged(record.described_request(spec, plan.job_name), doc)
+
 
 
 def write_description(plan: Plan, result: JobResult) -> Path:

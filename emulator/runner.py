@@ -70,6 +70,7 @@ from emulator.errors import (
 from emulator.frameworks import FrameworkImage, for_tag
 from emulator.hardware import Hardware, Machine, parse_gpu_mode
 from emulator.image_recipes import all_launchers, load_recipe, variant_for_tag
+from emulator.jobs import record as record_module
 from emulator.launchers import launcher_hint, missing_launchers, required_launchers
 from emulator.logs import LogCollector
 from emulator.mpi_wait import WorkerWait
@@ -290,6 +291,7 @@ class Run:
         # The cluster's diagram (DOT), kept in the job's record for `serve`'s page: the record lies in
         # the state folder, out of reach of S3, which can overwrite anything in an s3:// job folder.
         self.cluster_dot: str | None = None
+        self.recorded = False  # the job's record has its request and ARN (`record`)
         # Being stopped: asked to (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`) or at max_run or max_wait.
         self.stopping = False
         # The toolkit's MPI workers that miss a short job's orted (emulator/mpi_wait.py), told at once.
@@ -428,7 +430,13 @@ class Run:
             self.transition(SecondaryStatus.STOPPING, "Stopping the training job")
 
     def record(self, status: Status) -> None:
-        job_records.record(self.plan.job_name, Path(self.plan.job_dir), status,
+        # Every job's record holds the CreateTrainingJob request it describes (emulator/jobs/record.py):
+        # a session's driver recorded it at CreateTrainingJob; a spec's job becomes that request here,
+        # once, so DescribeTrainingJob is the same for a job from any front end.
+        first = {} if self.recorded else record_module.first_fields(self.plan.spec, self.plan.job_name,
+                                                                     asked=self.options.created is not None)
+        self.recorded = True
+        job_records.record(self.plan.job_name, Path(self.plan.job_dir), status, **first,
                     SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
                     SecondaryStatusTransitions=self.transitions,
                     CreationTime=(self.creation or self.began or self.now()).isoformat(),

@@ -36,14 +36,14 @@ from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.hardware import CpuMode, GpuMode
+from emulator.jobs import record as record_module
+from emulator.jobs import service_shape
 from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
 from emulator.spec.model import MAX_KEEP_ALIVE
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
-# Request keys DescribeTrainingJob does not echo.
-NOT_DESCRIBED = ("Tags",)
 NOT_FOUND = "Requested resource not found."  # the service's message for an unknown job name
 
 
@@ -85,7 +85,8 @@ class SageMakerTraining(Service):
 
     def operations(self) -> Mapping[str, Operation]:
         return {"CreateTrainingJob": self.create, "DescribeTrainingJob": self.describe,
-                "StopTrainingJob": self.stop, "ListTrainingJobs": self.list, "UpdateTrainingJob": self.update}
+                "StopTrainingJob": self.stop, "ListTrainingJobs": self.list, "UpdateTrainingJob": self.update,
+                "ListTags": self.list_tags}
 
     # ----------------------------------------------------------------------------------------------
 
@@ -102,7 +103,7 @@ class SageMakerTraining(Service):
 
     def _create(self, params: dict[str, Any], folder: Path) -> dict[str, Any]:
         name = str(params.get("TrainingJobName"))
-        arn = contract.training_job_arn(name, self.region)
+        arn = contract.training_job_arn(name, self.region)  # in the service's words below; the job's own follows
         earlier = job_records.find(name)
         # A job of that name that is running (its folder may not exist yet), or whose output is there.
         if earlier is not None and (not earlier.status.is_final or (earlier.job_dir / "logs").exists()):
@@ -140,7 +141,9 @@ class SageMakerTraining(Service):
                             overrides, self.images, self.hardware, self.host_paths.to_json())
         transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
-        job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(params),
+        job_records.record(name, job_dir, Status.IN_PROGRESS, Request=record_module.echoed(params),
+                           Tags=raw.get("Tags") or [],
+                           TrainingJobArn=contract.training_job_arn(name, spec.region),
                     CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
                     SecondaryStatusTransitions=transitions, LocalImage=local,
                     # What stands in for the image, on which Python: described (and on serve's page) from now.
@@ -154,7 +157,7 @@ class SageMakerTraining(Service):
                                     start_new_session=True, env=env)
         self.drivers[name] = proc
         job_records.record(name, job_dir, Status.IN_PROGRESS, DriverPid=proc.pid)
-        return {"TrainingJobArn": arn}
+        return {"TrainingJobArn": contract.training_job_arn(name, spec.region)}
 
     def image_present(self, name: str) -> bool:
         """Whether the engine has an image of this name; False when no engine answers (the driver then
@@ -171,7 +174,9 @@ class SageMakerTraining(Service):
         return {} if isinstance(given, dict) and "sagemaker_region" in given else {"region": self.region}
 
     def describe(self, params: dict[str, Any]) -> dict[str, Any]:
-        return self.description(self.found(str(params.get("TrainingJobName"))))
+        """DescribeTrainingJob: the job's description in the service's shape (emulator/jobs/service_shape.py);
+        what the emulator adds stays in `description` (`hetero-emu describe`, the live page)."""
+        return service_shape.service_answer(self.description(self.found(str(params.get("TrainingJobName")))))
 
     def stop(self, params: dict[str, Any]) -> dict[str, Any]:
         record = self.found(str(params.get("TrainingJobName")))
@@ -210,7 +215,21 @@ class SageMakerTraining(Service):
             warm_pools.update(record.job_name, keep)
         except LookupError as err:
             raise ApiError("ValidationException", str(err)) from None
-        return {"TrainingJobArn": contract.training_job_arn(record.job_name, self.region)}
+        return {"TrainingJobArn": self.arn(record)}
+
+    def list_tags(self, params: dict[str, Any]) -> dict[str, Any]:
+        """ListTags of a training job: the Tags its CreateTrainingJob gave (a spec's job has none). The
+        SDK's `Estimator.attach` asks it right after DescribeTrainingJob. An ARN names the job in lower
+        case (`contract.training_job_arn`, as the service's ARNs do), so the job is found by that."""
+        arn = str(params.get("ResourceArn"))
+        kind, _, name = arn.rpartition(":")[2].partition("/")
+        found = [r for r in job_records.all_jobs() if r.job_name.lower() == name.lower()] \
+            if kind == "training-job" else []
+        if not found:
+            raise ApiError("ValidationException", f"ListTags: {arn[:300]} is not the ARN of a training job run here "
+                           "(only training jobs' tags are emulated)")
+        tags = found[0].doc.get("Tags")
+        return {"Tags": tags if isinstance(tags, list) else []}
 
     def list(self, params: dict[str, Any]) -> dict[str, Any]:
         found = [self.checked(r) for r in job_records.all_jobs()]
@@ -299,8 +318,7 @@ class SageMakerTraining(Service):
         """The description without WarmPoolStatus."""
         asked: dict[str, Any] = dict(record.doc.get("Request") or {})
         doc = dict(asked)
-        doc.update({"TrainingJobName": record.job_name,
-                    "TrainingJobArn": contract.training_job_arn(record.job_name, self.region)})
+        doc["TrainingJobName"] = record.job_name
         # A job stopped or failed before staging has no folder (no logs/ in it): the record describes it.
         # Only a folder with logs/ is read: for any other path `api.describe` would ask the engine for
         # containers labelled with it, a Docker round trip per describe that can only fail (a path is
@@ -309,8 +327,9 @@ class SageMakerTraining(Service):
             with contextlib.suppress(UsageError):
                 # The pool's status is this job's, from its record, below (`api.describe`'s would be that
                 # of the job its folder is named for).
-                doc = with_request(api.describe(str(record.job_dir), engine_name=self.engine_name,
-                                                warm_pool=False), asked)
+                doc = record_module.merged(api.describe(str(record.job_dir), engine_name=self.engine_name,
+                                                        warm_pool=False), asked)
+        doc["TrainingJobArn"] = self.arn(record, doc)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
                         "LastModifiedTime", "FailureReason", "TrainingStartTime"):
@@ -332,6 +351,15 @@ class SageMakerTraining(Service):
             doc["Emulator"] = emulated
         return doc
 
+    def arn(self, record: job_records.JobRecord, described: Mapping[str, Any] | None = None) -> str:
+        """The job's ARN, in the job's own region (its record's, written when it was created or first
+        run, else its job.json's), whichever region the session describing it is in; this service's
+        region for a job that says neither (a record written before records held it)."""
+        for given in (record.doc.get("TrainingJobArn"), (described or {}).get("TrainingJobArn")):
+            if isinstance(given, str):
+                return given
+        return contract.training_job_arn(record.job_name, self.region)
+
     def summary(self, record: job_records.JobRecord) -> dict[str, Any]:
         """The job's ListTrainingJobs row (times as datetimes)."""
         key = _kept_key(record)
@@ -352,7 +380,7 @@ class SageMakerTraining(Service):
     def _summary(self, record: job_records.JobRecord) -> dict[str, Any]:
         described = self.description(record)
         out = {"TrainingJobName": record.job_name,
-               "TrainingJobArn": contract.training_job_arn(record.job_name, self.region),
+               "TrainingJobArn": described["TrainingJobArn"],
                "TrainingJobStatus": record.status,
                "SecondaryStatus": described.get("SecondaryStatus", record.status),
                "CreationTime": _time(described.get("CreationTime") or record.modified),
@@ -388,18 +416,6 @@ def driver_log(job: str) -> Path:
     return job_records.state_dir() / "drivers" / f"{job}.log"
 
 
-def with_request(described: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
-    """A finished job's job.json with every field of its request as the request gave it, as
-    DescribeTrainingJob echoes a request for the job's whole life: the request's `MaxWaitTimeInSeconds`,
-    `KeepAlivePeriodInSeconds`, `MetricDefinitions` and the S3 URI of `sagemaker_submit_directory`
-    stay, beside what job.json adds to the same structures (`CompressionType`, `Emulator`, ...)."""
-    doc = dict(described)
-    for key, value in asked.items():
-        here = doc.get(key)
-        doc[key] = {**here, **value} if isinstance(value, Mapping) and isinstance(here, Mapping) else value
-    return doc
-
-
 def _page_start(token: Any, count: int) -> int:
     """Where a page starts: its NextToken is the index ListTrainingJobs gave. Any other token is the
     service's ValidationException (its words as reported by users and mirrored by moto:
@@ -415,13 +431,6 @@ def _page_start(token: Any, count: int) -> int:
 def _time(text: Any) -> datetime:
     stamp = datetime.fromisoformat(str(text))
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
-
-
-def params_for_description(params: Mapping[str, Any]) -> dict[str, Any]:
-    """What DescribeTrainingJob echoes of the request."""
-    doc: dict[str, Any] = json.loads(json.dumps({k: v for k, v in params.items() if k not in NOT_DESCRIBED},
-                                                 default=str))
-    return doc
 
 
 def last_line(path: Path) -> str:

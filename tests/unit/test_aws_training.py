@@ -150,7 +150,7 @@ def test_describe_keeps_every_field_of_the_request_after_the_job_ends(project: P
     """The audit's finding: once the job ended, job.json's own versions replaced the request's fields."""
     import json
 
-    from emulator.aws.training import params_for_description
+    from emulator.jobs.record import echoed
 
     asked = request("ended", StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200},
                     EnableManagedSpotTraining=True)
@@ -168,7 +168,7 @@ def test_describe_keeps_every_field_of_the_request_after_the_job_ends(project: P
         "OutputDataConfig": {"S3OutputPath": "out", "CompressionType": "GZIP"},
         "TrainingStartTime": "2026-12-03T10:00:00+00:00", "TrainingEndTime": "2026-12-03T10:01:00+00:00",
         "CreationTime": "2026-12-03T09:59:00+00:00", "Emulator": {"HostOrder": "spec"}}))
-    job_records.record("ended", job_dir, "Completed", Request=params_for_description(asked))
+    job_records.record("ended", job_dir, "Completed", Request=echoed(asked))
     described = client(project).describe_training_job(TrainingJobName="ended")
     assert described["StoppingCondition"] == {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200}
     assert described["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 300
@@ -356,7 +356,11 @@ def test_a_stand_ins_notes_are_described_from_the_create_on(project: Path) -> No
     (project / "code" / "requirements.txt").write_text("more-itertools\n")
     sm = client(project, engine="no-such-engine")
     sm.create_training_job(**request("notes-job"))
-    described = sm.describe_training_job(TrainingJobName="notes-job")
+    # The emulator's own view (serve's page, `hetero-emu describe`); the boto3 answer has only the
+    # service's members.
+    assert "Emulator" not in sm.describe_training_job(TrainingJobName="notes-job")
+    training = SageMakerTraining(project / "s3", region="eu-west-1", engine_name="no-such-engine", base_dir=project)
+    described = training.description(training.found("notes-job"))
     assert described["Emulator"]["StandIn"] == {
         "For": ECR, "Image": "hetero-emu/pytorch-training:2.1.0-py311",
         "Notes": [f"hetero-emu/pytorch-training:2.1.0-py311 stands in for {ECR}, which is not in the Docker engine",

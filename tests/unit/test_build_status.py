@@ -19,11 +19,12 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 
 from emulator import build_status, job_records
 from emulator.aws import stub
-from emulator.aws.training import SageMakerTraining, params_for_description
+from emulator.aws.training import SageMakerTraining
 from emulator.backend import image_build
 from emulator.console import RecordingReporter
 from emulator.frameworks import FrameworkImage
 from emulator.image_recipes import load_recipe
+from emulator.jobs.record import echoed
 from emulator.options import RunOptions
 from emulator.result import SecondaryStatus, Status
 from emulator.runner import run_job
@@ -142,7 +143,7 @@ def created(name: str, job_dir: Path) -> None:
     """The record CreateTrainingJob makes before the driver runs (emulator/aws/training.py)."""
     asked = {"TrainingJobName": name, "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
              "RoleArn": "arn:aws:iam::111122223333:role/x"}
-    job_records.record(name, job_dir, Status.IN_PROGRESS, Request=params_for_description(asked),
+    job_records.record(name, job_dir, Status.IN_PROGRESS, Request=echoed(asked),
                        CreationTime="2026-12-05T06:00:00+00:00", SecondaryStatus=SecondaryStatus.STARTING,
                        SecondaryStatusTransitions=[{"Status": "Starting", "StartTime": "2026-12-05T06:00:00+00:00",
                                                     "StatusMessage": "Launching requested ML instances"}])

@@ -153,8 +153,9 @@ def test_a_kept_description_is_each_callers_own(tmp_path: Path, monkeypatch: pyt
     training = SageMakerTraining(tmp_path / "s3", region="us-west-2")
     first = training.describe({"TrainingJobName": "own-job"})
     first["AlgorithmSpecification"]["MetricDefinitions"][0]["Name"] = "changed"
-    first["Emulator"]["Image"] = "changed"
+    viewed = training.description(training.found("own-job"))  # the emulator's view, for the page
+    viewed["Emulator"]["Image"] = "changed"
     again = training.describe({"TrainingJobName": "own-job"})
     assert again["AlgorithmSpecification"]["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss=(.*)"}]
-    assert again["Emulator"]["Image"] == "img"
+    assert training.description(training.found("own-job"))["Emulator"]["Image"] == "img"
     assert again["TrainingEndTime"] == (T0 + timedelta(minutes=5)).isoformat()
