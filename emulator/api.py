@@ -10,7 +10,7 @@ its job name (found by the engine's labels while its containers exist, else in t
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import os
 import shutil
@@ -37,6 +37,7 @@ from emulator import (
     wheelhouse,
 )
 from emulator import metrics as metrics_module
+from emulator.aws import services
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
@@ -47,11 +48,13 @@ from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.hardware import CpuMode, GpuMode, Machine
 from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
-from emulator.options import DEFAULT_GRACE, RunOptions
+from emulator.jobs.control import stop as stop
+from emulator.jobs.record import job_json_text
+from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
 from emulator.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
-from emulator.runner import choose_hardware, choose_seed, request_stop, run_job, ulimit_warnings, ulimits_matter
+from emulator.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
 from emulator.spec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -165,7 +168,10 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     reporter = reporter or ConsoleReporter()
     for problem in spec_warnings(spec):
         reporter.warn(str(problem))
-    return run_job(spec, options or RunOptions(), backend=backend, image_builder=builder, reporter=reporter)
+    # The endpoint a job's hosts reach AWS through (aws: in the spec), starting jobs on the same engine.
+    aws_endpoint = functools.partial(services.job_endpoint, engine_name=engine_name)
+    return run_job(spec, options or RunOptions(), backend=backend, image_builder=builder, reporter=reporter,
+                   aws_endpoint=aws_endpoint)
 
 
 def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | None = None,
@@ -333,11 +339,7 @@ class Description:
 
 def description(job: str, *, engine_name: str = DEFAULT_ENGINE, warm_pool: bool = True) -> Description:
     folder = job_folder(job, engine_name=engine_name)
-    if not blocking.allowed():
-        with contextlib.suppress(OSError):
-            if os.stat(folder / "job.json").st_size > blocking.QUICK_BYTES:
-                blocking.may_block()  # a job.json this large is no read for `hetero-emu serve`'s event loop
-    text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    text = job_json_text(folder)
     # The warm pool's status changes after job.json is written (reused, expired): as it is now.
     pool = warm_pools.status(folder.name) if warm_pool else None
     if text:
@@ -444,7 +446,7 @@ def job_end(folder: Path, backend: Callable[[], Backend]) -> str | None:
     """How the job in `folder` ended (its final TrainingJobStatus, or "gone" when its driver died
     before saying), None while it runs. `backend` gives the engine to ask when the job's files and
     record cannot tell (called only then)."""
-    text = hostfiles.read_text_bounded(folder / "job.json", 16 << 20)
+    text = job_json_text(folder)
     try:
         status = json.loads(text).get("TrainingJobStatus") if text else None
     except (ValueError, AttributeError):
@@ -518,20 +520,6 @@ def host_groups(folder: Path) -> dict[str, str]:
         if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
             out[host_dir.name] = group
     return out
-
-
-def stop(job: str, *, grace: float = DEFAULT_GRACE, engine_name: str = DEFAULT_ENGINE) -> int:
-    """Stop a running job's hosts (SIGTERM, then SIGKILL after `grace`), as StopTrainingJob; its driver
-    then reports Stopped, collects and cleans up. Returns how many containers were stopped."""
-    backend = engine(engine_name)
-    found = [r for r in backend.find(job) if r.kind == "container"]
-    if not found:
-        raise UsageError(f"no running job named {job!r}", hint="`hetero-emu ps` lists them")
-    job_dir = Path(found[0].labels.get(LABEL_JOB_DIR, ""))
-    if job_dir.is_dir():
-        request_stop(job_dir)  # first, so the driver reads the exits as a stop, not a failure
-    backend.stop_resources(found, grace)
-    return len(found)
 
 
 def ps(*, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:
@@ -612,105 +600,3 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
 
     recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
     return build(connect(), recipe, rebuild=rebuild, progress=progress, verbose=verbose)
-
-
-@dataclass(frozen=True)
-class Serving:
-    """What `serve` is about to serve, told to `ready` once the port is bound."""
-
-    url: str
-    region: str
-    s3_root: Path
-    token: str | None  # the page's token when the server is reachable beyond this machine
-    sdk_config: Path  # SAGEMAKER_USER_CONFIG_OVERRIDE for the SageMaker SDK (`sdk_config_for_serve`)
-    also: tuple[str, ...] = ()  # the same server under the names given with `host_names`
-
-
-def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = None, s3_root: Path | str | None = None,
-          credentials: str | None = None, stop_jobs_on_exit: bool = False, images: Mapping[str, str] | None = None,
-          engine_name: str = DEFAULT_ENGINE, ready: Callable[[Serving], None] = lambda serving: None,
-          host_names: Sequence[str] = (), max_connections: int | None = None,
-          allow_host_paths: Sequence[Path | str] = ()) -> None:
-    """Serve every AWS operation the in-process session answers over HTTP (`AWS_ENDPOINT_URL`), and the
-    live page of each job, until Ctrl-C or SIGTERM (docs/serve.md). Jobs started through it run in
-    their own drivers and outlive the server, as on the service, unless `stop_jobs_on_exit`.
-
-    Beyond the loopback interface, `credentials` ("KEY:SECRET", else $HETERO_EMU_CREDENTIALS) are
-    required: every request's SigV4 signature is then checked with them, and the page asks for a token.
-    Only requests for this server's own names are answered (localhost, its addresses, `host_names`), and
-    AWS calls that may change something must be signed even without credentials (emulator/serve/guard.py);
-    at most `max_connections` are open at once (emulator/serve/limits.py)."""
-    import ipaddress
-    import secrets as random_secrets
-
-    try:
-        from emulator.aws.endpoint import Endpoint
-        from emulator.aws.sigv4 import Credentials
-        from emulator.sagemaker.local import local_aws, services
-        from emulator.serve import guard, limits, page, server
-        from emulator.spec.request import HostPaths
-    except ImportError as err:
-        raise UsageError(f"`serve` needs the serve extra ({err.name} is not installed)",
-                         hint="from a clone: pip install -e '.[serve]' (hetero-emu is not on PyPI yet)") from None
-    credentials = credentials or os.environ.get("HETERO_EMU_CREDENTIALS") or None
-    try:
-        local_only = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        local_only = False
-    if not local_only and credentials is None:
-        raise UsageError(f"serving on {host} makes the endpoint reachable from other machines: give it credentials",
-                         hint="--credentials KEY:SECRET (or $HETERO_EMU_CREDENTIALS); clients then sign with them")
-    try:
-        checked = Credentials.parse(credentials) if credentials is not None else None
-    except ValueError as err:
-        raise UsageError(f"--credentials: {err}", hint="KEY:SECRET, e.g. --credentials emu:$(openssl rand -hex 16)") \
-            from None
-    # A request names S3 locations only, or local paths under `allow_host_paths` (docs/serve.md).
-    for root in allow_host_paths:
-        if not Path(root).expanduser().is_dir():
-            raise UsageError(f"--allow-host-path {root}: not a folder", hint="name a folder that exists")
-    aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine_name, origin="serve(s3_root=...)",
-                    host_paths=HostPaths.only(Path(root).expanduser() for root in allow_host_paths))
-    endpoint = Endpoint(services(aws.training, aws.s3_root, aws.region), aws.region, credentials=checked)
-    bad_names = [name for name in host_names if not guard.valid_host_name(name)]
-    if bad_names:
-        raise UsageError(f"--host-name {bad_names[0]!r}: not a host name or an IP address",
-                         hint="--host-name NAME, the name clients put in the URL (e.g. --host-name emu.lan)")
-    token = None if checked is None else random_secrets.token_urlsafe(16)
-    bounds = limits.Limits(max_connections=limits.connection_limit(max_connections, limits.raise_open_files()))
-    names = guard.HostNames(host, host_names)
-    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training, engine_name), token=token), names=names,
-                     tally=limits.Tally(bounds))
-    sock = server.bind(host, port)
-    try:
-        bound_port = sock.getsockname()[1]
-        shown = [f"http://[{n}]:{bound_port}" if ":" in n else f"http://{n}:{bound_port}"
-                 for n in (guard.reachable_name(host), *host_names)]
-        config = sdk_config_for_serve(aws.region)
-        ready(Serving(shown[0], aws.region, aws.s3_root, token, config, tuple(shown[1:])))
-        server.run(app, sock, bounds)
-    finally:
-        sock.close()
-        if stop_jobs_on_exit:
-            for name in list(aws.training.drivers):
-                with contextlib.suppress(Exception):
-                    aws.training.stop({"TrainingJobName": name})
-
-
-def sdk_config_for_serve(region: str) -> Path:
-    """A SageMaker SDK config file (the SDK reads it from $SAGEMAKER_USER_CONFIG_OVERRIDE) that names the
-    default bucket, as an account's would, and turns the SDK's telemetry off.
-
-    Why: with a plain `sagemaker.Session()`, `default_bucket()` asks STS for the account to name the
-    bucket, through a client the SDK makes with an explicit `endpoint_url` of STS's regional AWS host
-    (sagemaker/session.py `generate_default_sagemaker_bucket_name`, `utils.sts_regional_endpoint`),
-    which AWS_ENDPOINT_URL cannot override. Naming the bucket in the SDK's own config is the one way
-    that needs no code change: the SDK then never asks STS. The name is the one it would have built."""
-    from emulator.aws.sts import ACCOUNT
-
-    path = job_records.state_dir() / "serve" / "sagemaker-config.yaml"
-    text = ("# Written by `hetero-emu serve` for the SageMaker Python SDK (SAGEMAKER_USER_CONFIG_OVERRIDE).\n"
-            "SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n"
-            f"      Session:\n        DefaultS3Bucket: sagemaker-{region}-{ACCOUNT}\n")
-    job_records.write_atomically(path, text)
-    return path

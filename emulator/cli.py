@@ -850,7 +850,9 @@ def serve(
     of each job, until Ctrl-C. Point any SDK or the AWS CLI at it: AWS_ENDPOINT_URL=http://127.0.0.1:4590
     (docs/serve.md)."""
 
-    def ready(serving: api.Serving) -> None:
+    from emulator.serve import app as serve_app  # the server's modules only when serving
+
+    def ready(serving: serve_app.Serving) -> None:
         page = serving.url + "/" + (f"?token={serving.token}" if serving.token else "")
         typer.echo(f"serving {serving.region} on {serving.url} (S3 root {serving.s3_root})\n"
                    f"  export AWS_ENDPOINT_URL={serving.url} AWS_REGION={serving.region} "
@@ -864,10 +866,10 @@ def serve(
                    + ("" if stop_jobs_on_exit else " (jobs it started run on)"))
 
     try:
-        api.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
-                  stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready,
-                  host_names=host_names or (), max_connections=max_connections,
-                  allow_host_paths=allow_host_path or ())
+        serve_app.serve(host=host, port=port, region=region, s3_root=s3_root, credentials=credentials,
+                        stop_jobs_on_exit=stop_jobs_on_exit, engine_name=engine_name, ready=ready,
+                        host_names=host_names or (), max_connections=max_connections,
+                        allow_host_paths=allow_host_path or ())
     except KeyboardInterrupt:
         # Ctrl-C: the server has stopped and the process ends now. The interpreter's last garbage
         # collections would walk every object it loaded (botocore's service models above all), most of

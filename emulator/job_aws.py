@@ -36,12 +36,17 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from emulator.container import ContainerSpec, Mount
+from emulator.errors import EnvironmentProblem
 from emulator.plan import LABEL_PREFIX, HostPlan, JobAws, Plan, container_name
+
+if TYPE_CHECKING:
+    from emulator.aws.endpoint import Endpoint
 
 FOLDER = "aws"  # under the job folder
 HOSTS_FOLDER = "hosts"  # what every host mounts: the CA's certificate, the config, the credential process
@@ -208,18 +213,25 @@ def unstage(plan: Plan) -> None:
         shutil.rmtree(Path(plan.job_dir) / FOLDER / folder, ignore_errors=True)
 
 
+# What makes a job's endpoint: (the job's S3 root, its region) -> the endpoint its hosts reach
+# (emulator/aws/services.py `job_endpoint`, which `api.run` hands the runner).
+EndpointFactory = Callable[[Path, str], "Endpoint"]
+
+
 @contextlib.contextmanager
-def endpoint(plan: Plan) -> Iterator[None]:
+def endpoint(plan: Plan, make: EndpointFactory | None) -> Iterator[None]:
     """The job's AWS endpoint served on its socket while the block runs (nothing for a job without)."""
     if plan.aws is None:
         yield
         return
-    from emulator.aws.job_endpoint import job_endpoint, serving
-    from emulator.backend.registry import DEFAULT_ENGINE
+    if make is None:
+        raise EnvironmentProblem("this job's hosts reach AWS (aws: in the spec), and the run was given no endpoint "
+                                 "for them", hint="run the job through emulator.api.run (or hetero-emu run)")
+    from emulator.aws.job_endpoint import serving
     from emulator.spec.s3 import default_root
 
     root = plan.spec.s3_root or default_root()
-    with serving(lambda: job_endpoint(root, plan.spec.region, DEFAULT_ENGINE), Path(plan.aws.socket_dir)):
+    with serving(lambda: make(root, plan.spec.region), Path(plan.aws.socket_dir)):
         yield
 
 

@@ -195,13 +195,15 @@ def run_job(
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], None] | None = None,
     framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
+    aws_endpoint: job_aws.EndpointFactory | None = None,
 ) -> JobResult:
     """Plan and run one job as `options` say (`emulator.options.RunOptions`; default: `hetero-emu run`'s
     defaults); returns its JobResult (the caller maps status to an exit code). A debug target with an
     unknown host or a taken port ends the run before the engine is asked. `backend`: the engine
     (default: the registry's default one, whose own image builder then builds a missing default
     image); `image_builder` and `framework_builder` build a missing default or framework image; `now`
-    is the clock of the job's times."""
+    is the clock of the job's times; `aws_endpoint` makes the endpoint a job's hosts reach AWS through
+    (emulator/job_aws.py; `api.run` gives emulator/aws/services.py's)."""
     options = options or RunOptions()
     if backend is None:
         from emulator.backend.registry import engine
@@ -235,7 +237,8 @@ def run_job(
             plan = job_aws.with_aws(plan, socket_in_job_folder=backend.capabilities.aws_socket_in_job_folder)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:
-            return Run(plan, backend, reporter, options, now, image_builder, framework_builder).execute()
+            return Run(plan, backend, reporter, options, now, image_builder, framework_builder,
+                       aws_endpoint).execute()
         except JobFolderTaken:
             # Two runs of one spec started in the same millisecond drew the same generated name
             # (the SDK's timestamp has millisecond resolution): the later one takes the next name.
@@ -258,6 +261,7 @@ class Run:
         now: Callable[[], datetime],
         image_builder: Callable[[Reporter], None] | None = None,
         framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
+        aws_endpoint: job_aws.EndpointFactory | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -265,6 +269,7 @@ class Run:
         self.options = options
         self.now = now
         self.image_builder = image_builder
+        self.aws_endpoint = aws_endpoint
         self.framework_builder = framework_builder
         self.names = [h.container.name for h in plan.hosts]
         self.gateway: str | None = None  # the job's AWS gateway's container while it runs
@@ -514,7 +519,8 @@ class Run:
             self.backend.prepare(plan, reporter, self.options.grace)
             # Checkpoints are copied to the checkpoint URI while the hosts run (emulator/checkpoints.py).
             # The job's AWS endpoint serves its hosts' calls while they run (emulator/job_aws.py).
-            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as syncs, job_aws.endpoint(plan):
+            with pipes.serve(plan, reporter.warn), checkpoints.live(plan) as syncs, \
+                    job_aws.endpoint(plan, self.aws_endpoint):
                 self.syncs = syncs
                 self.create_hosts(logs)
                 self.start_hosts(ran)

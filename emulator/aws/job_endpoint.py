@@ -265,19 +265,3 @@ def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterato
 
 SOCKET_NAME = "aws.sock"
 SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path, less its NUL)
-
-
-def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:
-    """The endpoint a job's hosts reach: every service `hetero-emu serve` answers, on the job's S3 root
-    and region, with what a remote client of `serve` may name (S3 locations only)."""
-    from emulator.aws.cloudwatch import CloudWatch
-    from emulator.aws.iam import IAM
-    from emulator.aws.logs import Logs
-    from emulator.aws.s3 import S3
-    from emulator.aws.sts import STS
-    from emulator.aws.training import SageMakerTraining
-    from emulator.spec.request import HostPaths
-
-    training = SageMakerTraining(s3_root, region=region, engine_name=engine_name, s3_origin="the job's S3 root",
-                                 host_paths=HostPaths.only(()))
-    return Endpoint([training, S3(s3_root, region=region), STS(), IAM(), Logs(region=region), CloudWatch()], region)

@@ -23,27 +23,30 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import emulator
-from emulator import api, attempts, blocking, contract, job_records, staging, warm_pools
+from emulator import attempts, blocking, contract, job_records, staging, warm_pools
 from emulator.attempts import Injection
-from emulator.aws import driver
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
 from emulator.hardware import CpuMode, GpuMode
+from emulator.jobs import control, service_shape
 from emulator.jobs import record as record_module
-from emulator.jobs import service_shape
+from emulator.jobs.ticket import DriverTicket
+from emulator.options import RunOptions
 from emulator.result import SecondaryStatus, Status
 from emulator.spec import request, s3
 from emulator.spec.model import MAX_KEEP_ALIVE
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
+# The folder holding the `emulator` package: the driver imports this very copy, installed or not.
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 NOT_FOUND = "Requested resource not found."  # the service's message for an unknown job name
 
 
@@ -70,9 +73,9 @@ class SageMakerTraining(Service):
         self.region = region
         self.images = dict(images)
         # Every job's `--gpus`, `--cpus` (emulator/hardware.py) and `--inject` (emulator/attempts.py),
-        # handed to its driver.
+        # handed to its driver in its options (emulator/jobs/ticket.py).
         self.inject = inject
-        self.hardware: dict[str, Any] = {"Gpus": gpus, "Cpus": cpus, "Inject": [str(i) for i in inject]}
+        self.options = RunOptions(images=self.images, gpus=gpus, cpus=cpus, inject=inject or None)
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
@@ -137,8 +140,8 @@ class SageMakerTraining(Service):
                            "already (an earlier job's output is never overwritten): choose another job name")
         created = datetime.now(timezone.utc)
         ticket = folder / f"{name}.json"
-        driver.write_ticket(ticket, raw, self.base_dir, (self.s3_root, self.s3_origin), self.engine_name, created,
-                            overrides, self.images, self.hardware, self.host_paths.to_json())
+        DriverTicket(raw, self.base_dir, self.s3_root, self.s3_origin, self.engine_name,
+                     replace(self.options, created=created), overrides, self.host_paths.to_json()).write(ticket)
         transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
         job_records.record(name, job_dir, Status.IN_PROGRESS, Request=record_module.echoed(params),
@@ -150,7 +153,7 @@ class SageMakerTraining(Service):
                     ImageNotes=list(choice.notes(spec.requirements is not None)) if choice is not None else [])
         # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(Path(emulator.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
+            p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
         with open(driver_log(name), "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -193,7 +196,7 @@ class SageMakerTraining(Service):
                 os.kill(pid, signal.SIGTERM)
             return {}
         try:
-            api.stop(record.job_name, engine_name=self.engine_name)
+            control.stop(record.job_name, engine_name=self.engine_name)
         except UsageError as err:
             raise ApiError("ValidationException", err.message) from None
         return {}
@@ -320,15 +323,13 @@ class SageMakerTraining(Service):
         doc = dict(asked)
         doc["TrainingJobName"] = record.job_name
         # A job stopped or failed before staging has no folder (no logs/ in it): the record describes it.
-        # Only a folder with logs/ is read: for any other path `api.describe` would ask the engine for
-        # containers labelled with it, a Docker round trip per describe that can only fail (a path is
-        # no job name), and a 500 when the engine is slow to answer.
+        # Only a folder with logs/ is read, never the engine: a describe never waits for Docker.
         if record.status.is_final and (record.job_dir / "logs").is_dir():
-            with contextlib.suppress(UsageError):
-                # The pool's status is this job's, from its record, below (`api.describe`'s would be that
-                # of the job its folder is named for).
-                doc = record_module.merged(api.describe(str(record.job_dir), engine_name=self.engine_name,
-                                                        warm_pool=False), asked)
+            text = record_module.job_json_text(record.job_dir)
+            with contextlib.suppress(ValueError):
+                ended = json.loads(text) if text else None
+                if isinstance(ended, dict):
+                    doc = record_module.merged(ended, asked)
         doc["TrainingJobArn"] = self.arn(record, doc)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",

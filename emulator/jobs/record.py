@@ -11,11 +11,14 @@ same spot, MaxWait, keep-alive and retry settings, with one ARN in the job's own
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from emulator import contract
+from emulator import blocking, contract, hostfiles
 from emulator.secrets import mask_environment
 from emulator.spec import JobSpec
 from emulator.spec.request import request_from_spec
@@ -72,3 +75,17 @@ def merged(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
         here = doc.get(key)
         doc[key] = {**here, **value} if isinstance(value, Mapping) and isinstance(here, Mapping) else value
     return doc
+
+
+# The most of a job.json read: far above any job's (a few KB; FinalMetricDataList and Hosts grow it).
+JOB_JSON_LIMIT = 16 << 20
+
+
+def job_json_text(folder: Path) -> str:
+    """An ended job's job.json as written ("" while the job runs: it has none yet), read without
+    following a link the folder may hold and at most JOB_JSON_LIMIT bytes."""
+    if not blocking.allowed():
+        with contextlib.suppress(OSError):
+            if os.stat(folder / "job.json").st_size > blocking.QUICK_BYTES:
+                blocking.may_block()  # a job.json this large is no read for `hetero-emu serve`'s event loop
+    return hostfiles.read_text_bounded(folder / "job.json", JOB_JSON_LIMIT)

@@ -19,7 +19,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from emulator.aws import job_gateway
-from emulator.aws.job_endpoint import Authority, job_endpoint, serving
+from emulator.aws.job_endpoint import Authority, serving
+from emulator.aws.services import job_endpoint
 
 REGION = "us-west-2"
 

@@ -24,6 +24,7 @@ from emulator.aws import driver
 from emulator.backend import registry
 from emulator.console import RecordingReporter
 from emulator.debugger import DebugTarget
+from emulator.jobs.ticket import DriverTicket
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.result import JobResult
 
@@ -167,8 +168,9 @@ def test_the_sdk_sessions_driver_passes_the_jobs_creation_time_and_image_table(
     (tmp_path / "s3").mkdir()
     created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     ticket = tmp_path / "ticket.json"
-    driver.write_ticket(ticket, api.as_request(spec), tmp_path, (tmp_path / "s3", "the test's root"), "fake",
-                        created, images={"123.dkr.ecr.us-west-2.amazonaws.com/x:1": "local/x:1"})
+    DriverTicket(api.as_request(spec), tmp_path, tmp_path / "s3", "the test's root", "fake",
+                 RunOptions(created=created, images={"123.dkr.ecr.us-west-2.amazonaws.com/x:1": "local/x:1"})
+                 ).write(ticket)
     seen: list[tuple[RunOptions | None, str]] = []
 
     class Ran:

@@ -22,6 +22,7 @@ from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
 from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
+from emulator.jobs.ticket import DriverTicket
 from emulator.plan import INPUT_DATA, make_plan
 from emulator.spec import JobSpec, s3
 from emulator.spec.request import validate_request
@@ -154,9 +155,9 @@ def test_the_job_runs_in_the_services_region_unless_the_request_names_one(
     for raw, region in ((v3_request(), "eu-west-1"), (v2_style, "ap-south-1")):
         name = raw["TrainingJobName"]
         sm.create_training_job(**raw)
-        ticket = json.loads((job_records.state_dir() / "drivers" / f"{name}.json").read_text())
+        ticket = DriverTicket.read(job_records.state_dir() / "drivers" / f"{name}.json")
         with s3.given_root(root, "test"):
-            spec = validate_request(ticket["Request"], root.parent, "CreateTrainingJob", ticket["Overrides"])
+            spec = validate_request(ticket.request, root.parent, "CreateTrainingJob", ticket.overrides)
         assert spec.region == region, name
         environment = make_plan(spec, name).hosts[0].container.environment
         assert environment["AWS_REGION"] == region and f":{region}:" in environment["TRAINING_JOB_ARN"], name

@@ -54,23 +54,18 @@ def test_the_v2_session_answers_iam_and_cloudwatch_logs(tmp_path: Path, monkeypa
 def test_the_sessions_gpus_and_cpus_reach_every_jobs_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`EmulatorSession(gpus="emulate", cpus="machine")`: the ticket a CreateTrainingJob writes for its
     driver carries them, and the driver runs the job with them (docs/gpus.md)."""
-    import json
-    from datetime import datetime, timezone
-
-    from emulator.aws import driver
+    from emulator.jobs.ticket import DriverTicket
     from emulator.sagemaker import EmulatorSession
 
     monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "s3").mkdir()
     session = EmulatorSession(s3_root=tmp_path / "s3", gpus="emulate", cpus="machine")
     ticket = tmp_path / "ticket.json"
-    training = session.training
-    driver.write_ticket(ticket, {}, tmp_path, (tmp_path / "s3", "test"), "docker", datetime.now(timezone.utc),
-                        images=training.images, hardware=training.hardware)
-    options = driver.run_options(json.loads(ticket.read_text()))
+    DriverTicket({}, tmp_path, tmp_path / "s3", "test", "docker", session.training.options).write(ticket)
+    options = DriverTicket.read(ticket).options
     assert (options.gpus, options.cpus) == ("emulate", "machine")
     plain = EmulatorSession(s3_root=tmp_path / "s3").training
-    assert (plain.hardware["Gpus"], plain.hardware["Cpus"]) == (None, "instance")
+    assert (plain.options.gpus, plain.options.cpus) == (None, "instance")
 
 
 def test_a_session_with_an_unknown_gpus_word_is_refused_at_once(tmp_path: Path) -> None:
@@ -88,25 +83,23 @@ def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_
     """`EmulatorSession(inject=["spot-interruption@30s"])` (docs/service-features.md): the driver runs
     each job with it; a job it could never happen to (not on spot) is refused at CreateTrainingJob, and a
     word that is no KIND@TIME when the session is made."""
-    import json
-    from datetime import datetime, timezone
-
     from botocore.exceptions import ClientError
 
     from emulator.attempts import Injection
-    from emulator.aws import driver
     from emulator.errors import UsageError
+    from emulator.jobs.ticket import DriverTicket
+    from emulator.options import RunOptions
     from emulator.sagemaker import EmulatorSession
 
     monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "s3").mkdir()
     session = EmulatorSession(s3_root=tmp_path / "s3", inject=["spot-interruption@30s", "platform-error@1m"])
     ticket = tmp_path / "ticket.json"
-    driver.write_ticket(ticket, {}, tmp_path, (tmp_path / "s3", "test"), "docker", datetime.now(timezone.utc),
-                        hardware=session.training.hardware)
-    options = driver.run_options(json.loads(ticket.read_text()))
+    DriverTicket({}, tmp_path, tmp_path / "s3", "test", "docker", session.training.options).write(ticket)
+    options = DriverTicket.read(ticket).options
     assert options.inject == (Injection(30, "spot-interruption"), Injection(60, "platform-error"))
-    assert driver.run_options({"CreationTime": datetime.now(timezone.utc).isoformat()}).inject is None
+    DriverTicket({}, tmp_path, tmp_path / "s3", "test", "docker", RunOptions()).write(ticket)
+    assert DriverTicket.read(ticket).options.inject is None
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("print('hi')\n")
