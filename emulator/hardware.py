@@ -118,11 +118,6 @@ def gpu_count(instance_type: str) -> int:
     return figures.gpus if figures is not None else 0
 
 
-def needs_gpus(hosts: Sequence[tuple[str, str]]) -> bool:
-    """Whether any (host, instance type) is of a GPU type."""
-    return any(gpu_count(kind) for _, kind in hosts)
-
-
 def resolve(gpus: GpuMode, cpus: CpuMode, job_name: str, hosts: Sequence[tuple[str, str]],
             machine: Machine) -> Hardware:
     """The job's `Hardware` for its (host, instance type) pairs in host order on `machine`.

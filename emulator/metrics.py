@@ -32,8 +32,6 @@ MAX_DEFINITIONS = 40
 MAX_NAME = 255
 MAX_REGEX = 500
 FOLDER = "metrics"
-# What GetMetricStatistics may be asked for, and what it answers them with.
-STATISTICS = ("SampleCount", "Average", "Sum", "Minimum", "Maximum")
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,6 @@ class ImageChoice:
         return self.framework if self.framework is not None and self.framework.substituted else None
 
 
-def is_ecr_name(name: str) -> bool:
-    return ECR_NAME.fullmatch(name) is not None
-
-
 def choose_image(name: str, table: Mapping[str, str], present: Callable[[str], bool]) -> ImageChoice:
     """The image that runs for `name` (the module's rules). ImageMissing when an ECR name has no
     stand-in; UsageError when it names a framework version or Python that cannot run here."""

@@ -54,12 +54,6 @@ class Capabilities:
     # `refused_ulimits` asks the engine which of the plan's ulimits it cannot give; without it, every
     # ulimit is given as planned.
     probes_ulimits: bool = False
-    # A host's port published on 127.0.0.1 (the debugger's, `run --debug-host`).
-    publishes_ports: bool = False
-    # A host device passed into a container (the spec's devices).
-    passes_devices: bool = False
-    # `exec_in` reaches a host that has exited (a kept job's), not only a running one.
-    execs_in_stopped_hosts: bool = False
     # A job's AWS gateway (emulator/job_aws.py) on its network, whose address the hosts are given as
     # their DNS server: without it, a job's hosts reach no AWS from inside the job.
     aws_gateway: bool = False

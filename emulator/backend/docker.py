@@ -161,8 +161,7 @@ class DockerBackend(SharedMembers):
     """Executes a Plan on a Docker engine. Engine errors become EmulatorError subclasses. `memory` is
     where the engine keeps what it learns about itself (ulimit verdicts, the subnet last picked)."""
 
-    capabilities = Capabilities(builds_images=True, probes_ulimits=True, publishes_ports=True, aws_gateway=True,
-                                passes_devices=True, execs_in_stopped_hosts=True)
+    capabilities = Capabilities(builds_images=True, probes_ulimits=True, aws_gateway=True)
 
     def __init__(self, client: docker.DockerClient | None = None, memory: EngineMemory | None = None) -> None:
         super().__init__(client, memory)

@@ -47,8 +47,6 @@ from emulator.aws.wire.chunked import aws_chunked, unchunk
 from emulator.errors import EnvironmentProblem
 from emulator.serve import guard, limits
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4590
 # The largest request body accepted: a single PutObject or UploadPart of 1 GiB (S3 allows 5 GiB; the
 # SDKs switch to multipart uploads far below that).
 BODY_LIMIT = 1024**3

@@ -78,8 +78,6 @@ DEBUG_HOOK_KEYS = ("S3OutputPath", "LocalPath", "HookParameters", "CollectionCon
 PROFILER_KEYS = ("S3OutputPath", "ProfilingIntervalInMilliseconds", "ProfilingParameters", "DisableProfiler")
 STOPPING_KEYS = ("MaxRuntimeInSeconds", "MaxWaitTimeInSeconds", "MaxPendingTimeInSeconds")
 
-# The `sagemaker_*` hyperparameters the SDK's Framework estimator sets, read back into the spec.
-CODE_KEYS = ("sagemaker_program", "sagemaker_submit_directory")
 DISTRIBUTION_FLAGS = {
     "sagemaker_torch_distributed_enabled": "torch_distributed",
     "sagemaker_pytorch_ddp_enabled": "pytorchddp",

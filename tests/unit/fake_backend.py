@@ -124,10 +124,8 @@ class FakeBackend:
         late_report: Iterable[str] = (),
         stuck_networks: Iterable[str] = (),
     ) -> None:
-        # Of the engine contract's capabilities: building images and probing ulimits as chosen; it
-        # publishes ports, passes devices and runs commands in stopped hosts (as the Docker engine).
-        self.capabilities = Capabilities(builds_images=builds_images, probes_ulimits=refused_ulimits is not None,
-                                         publishes_ports=True, passes_devices=True, execs_in_stopped_hosts=True)
+        # Of the engine contract's capabilities: building images and probing ulimits as chosen.
+        self.capabilities = Capabilities(builds_images=builds_images, probes_ulimits=refused_ulimits is not None)
         self.refused = set(refused_ulimits or ())
         # The engine's machine: this test machine's shape (2 cores, 24 GiB, no GPU) unless a test says.
         self.the_machine = machine or Machine(cpus=2, memory_bytes=24 * 1024**3)

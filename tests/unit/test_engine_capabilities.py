@@ -12,8 +12,8 @@ from fake_backend import FakeBackend
 
 from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
-from emulator.backend.docker import DockerBackend, container_options
-from emulator.backend.swarm import SwarmBackend, service_options
+from emulator.backend.docker import container_options
+from emulator.backend.swarm import service_options
 from emulator.console import RecordingReporter
 from emulator.container import MPI_ULIMITS, Device, PortBinding
 from emulator.defaults import DEFAULT_IMAGE
@@ -72,16 +72,14 @@ def test_what_an_engine_lacks_of_the_contract_is_named() -> None:
     assert not [p for p in problems if p.startswith("ping")]
 
 
-def test_the_declared_capabilities_are_what_each_engine_translates(tmp_path: Path) -> None:
+def test_a_port_or_a_device_is_given_by_docker_and_refused_by_the_swarm(tmp_path: Path) -> None:
     """A port or a device is in docker-py's arguments on the Docker engine, refused on the swarm's
-    (services take neither): as their Capabilities say."""
+    (services take neither), before anything starts."""
     container = make_plan(spec_with(tmp_path), "capable").hosts[0].container
     with_port = dataclasses.replace(container, ports=(PortBinding("127.0.0.1", 5678, 5678),))
     with_device = dataclasses.replace(container, devices=(Device("/dev/fuse", "/dev/fuse", "rwm"),))
-    assert DockerBackend.capabilities.publishes_ports and DockerBackend.capabilities.passes_devices
     assert container_options(with_port, "net", {}, "me").host_config["port_bindings"]
     assert container_options(with_device, "net", {}, "me").host_config["devices"]
-    assert not SwarmBackend.capabilities.publishes_ports and not SwarmBackend.capabilities.passes_devices
     for refused in (with_port, with_device):
         with pytest.raises(UsageError):
             service_options(refused, "net", "img", "me", 10)
