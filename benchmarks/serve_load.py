@@ -8,7 +8,7 @@ divided by the calls it answered, which no client cost enters; calls per second 
 it, for THREADS client threads.
 
 Each server is started as a user starts it (`hetero-emu serve --port 0` with its own state folder and
-S3 root, as tests/unit/serving.py does; `moto_server -p PORT`) and seeded through its own API with
+S3 root, as tests/support/serving.py does; `moto_server -p PORT`) and seeded through its own API with
 the same things: JOBS finished training jobs of 2 hosts that printed LINES lines each (real jobs on
 the local engine for hetero-emu; CreateTrainingJob with the same request and a log stream per host
 with the same lines for moto), and an S3 bucket of 100 objects of 4 KiB. Then, operation by
@@ -49,7 +49,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from serving import Server, running_server  # noqa: E402
 
 from emulator.defaults import DEFAULT_IMAGE  # noqa: E402

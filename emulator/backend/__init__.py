@@ -18,7 +18,7 @@ backend/docker.py, and `swarm`: backend/swarm.py). It must
 
 The same job gives the same outcome on every engine: tests/swarm/test_engine_contract.py runs each
 test on both, and asserts that every registered engine satisfies this protocol. Everything above it
-is tested against an in-memory engine (tests/unit/fake_backend.py) instead of stacks of mock.patch.
+is tested against an in-memory engine (tests/support/fake_backend.py) instead of stacks of mock.patch.
 A second engine is one module and one `register` call. Only modules of `emulator.backend` import
 docker-py (the engines and the parts they share, image builds and copies, the watcher).
 """

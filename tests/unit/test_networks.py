@@ -1,7 +1,7 @@
 """Job networks the engine will not remove (moby#42119) and the subnets job networks get
 (backend/networks.py), without Docker: the stuck check against a stub engine that refuses as Docker
 20.10 does, the watcher giving up on a stuck network at once, the Docker engine's `find` marking it,
-and `ps`, `clean` and a later run over the in-memory engine (tests/unit/fake_backend.py)."""
+and `ps`, `clean` and a later run over the in-memory engine (tests/support/fake_backend.py)."""
 
 from __future__ import annotations
 

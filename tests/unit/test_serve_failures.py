@@ -4,7 +4,7 @@ shape (or a plain 404 for the page), with no traceback and no host path in it, a
 
 The raising operation is real code over real HTTP: a server of this process (the same `App` and
 `Endpoint` `serve` runs, under Uvicorn on a port of its own) whose services raise, asked by boto3.
-The rest asks a real `hetero-emu serve` process (tests/unit/serving.py)."""
+The rest asks a real `hetero-emu serve` process (tests/support/serving.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 keeps it from PutObject, CreateMultipartUpload and CopyObject), and the headers that keep a browser
 from running it on the server's origin, where the live page is (`Content-Security-Policy: sandbox`,
 `X-Content-Type-Options: nosniff`): for GetObject, HeadObject, ranges and presigned URLs alike. A real
-server process (tests/unit/serving.py), real boto3 clients and plain HTTP for the presigned URLs."""
+server process (tests/support/serving.py), real boto3 clients and plain HTTP for the presigned URLs."""
 
 from __future__ import annotations
 

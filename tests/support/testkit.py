@@ -1,8 +1,8 @@
 """Helpers every suite shares: running `hetero-emu` (in this process, or as a real process) and
 writing the small projects (a spec next to a code folder) the tests run.
 
-tests/unit is on pytest's pythonpath (pyproject.toml), so `from testkit import ...` works from
-tests/integration and tests/faults too.
+tests/support is on pytest's pythonpath (pyproject.toml), so `from testkit import ...` works from
+every suite.
 """
 
 from __future__ import annotations
