@@ -38,8 +38,8 @@ import docker
 
 from emulator.console import ConsoleReporter
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.jobspec import validate
 from emulator.runner import run_job
-from emulator.spec import validate
 
 FLOOD = """
 import os, sys

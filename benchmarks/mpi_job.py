@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import validate
 from emulator.runner import run_job
-from emulator.spec import validate
 
 SCRIPT = '''\
 import json, time

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
+from emulator.jobspec import validate
 from emulator.options import RunOptions
 from emulator.runner import run_job
-from emulator.spec import validate
 
 PYTHON = "/opt/venv/bin/python"
 # Runs in the container: read `path` to EOF (or each epoch's FIFO), print MB/s per read.

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from emulator import staging
+from emulator.jobspec import validate
+from emulator.jobspec.paths import scan
 from emulator.plan import make_plan
-from emulator.spec import validate
-from emulator.spec.paths import scan
 
 
 def make_channel(root: Path, files: int, size: int, linked: bool) -> Path:

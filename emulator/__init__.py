@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from emulator.job import Job
+    from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
     from emulator.options import RunOptions
     from emulator.result import Status
-    from emulator.spec import InstanceGroup, JobSpec, TrainingInput, load_spec_file
 
 __all__ = ["InstanceGroup", "Job", "JobSpec", "RunOptions", "Status", "TrainingInput", "load_spec_file"]
 __version__ = "0.1.0"
 
 # Imported when first named (PEP 562): every `emulator.x` module imports this package first, and the
 # watcher process (backend/reaper.py) or `python -m emulator.aws.driver` need none of the job API.
-_LAZY = {"Job": "emulator.job", "InstanceGroup": "emulator.spec", "JobSpec": "emulator.spec",
-         "RunOptions": "emulator.options", "Status": "emulator.result", "TrainingInput": "emulator.spec",
-         "load_spec_file": "emulator.spec"}
+_LAZY = {"Job": "emulator.job", "InstanceGroup": "emulator.jobspec", "JobSpec": "emulator.jobspec",
+         "RunOptions": "emulator.options", "Status": "emulator.result", "TrainingInput": "emulator.jobspec",
+         "load_spec_file": "emulator.jobspec"}
 
 
 def __getattr__(name: str) -> Any:

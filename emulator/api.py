@@ -50,12 +50,7 @@ from emulator.hardware import CpuMode, GpuMode, Machine
 from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 from emulator.jobs.control import stop as stop
 from emulator.jobs.record import job_json_text
-from emulator.options import RunOptions
-from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
-from emulator.progress import StepReporter, as_step_reporter
-from emulator.result import JobResult, Status
-from emulator.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
-from emulator.spec import (
+from emulator.jobspec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
     JobSpec,
@@ -65,8 +60,13 @@ from emulator.spec import (
     spec_warnings,
     validate,
 )
-from emulator.spec.placement import with_placement
-from emulator.spec.probes import DISK
+from emulator.jobspec.placement import with_placement
+from emulator.jobspec.probes import DISK
+from emulator.options import RunOptions
+from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
+from emulator.progress import StepReporter, as_step_reporter
+from emulator.result import JobResult, Status
+from emulator.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
 from emulator.tail import LogTail
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -77,7 +77,7 @@ def load(spec_path: Path | str, *, job_name: str | None = None, output_path: Pat
          s3_root: Path | str | None = None, shm_size: str | int | None = None) -> JobSpec:
     """Read and check a job file (`_load_file`). `s3_root` is the folder s3://bucket/key URIs map to
     (<s3_root>/bucket/key), above $HETERO_EMU_S3_ROOT, the spec's local_s3_root and the default
-    (`emulator.spec.s3`)."""
+    (`emulator.jobspec.s3`)."""
     with s3.given_root(s3_root):
         return _load_file(spec_path, job_name=job_name, output_path=output_path, shm_size=shm_size)
 
@@ -158,9 +158,9 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     grace, build_image (False: a missing default image is ImageMissing, exit code 3), memory, debug
     (that host's entry point runs under debugpy, published on 127.0.0.1; README: Debugging a host).
     `reporter` prints the run (default: an `emulator.console.ConsoleReporter`).
-    `placement` adds node labels to groups' `placement` (`emulator.spec.placement.with_placement`:
+    `placement` adds node labels to groups' `placement` (`emulator.jobspec.placement.with_placement`:
     UsageError for an unknown group or label, before the engine is asked); only the swarm engine uses them.
-    What the spec allows but probably does not mean (`emulator.spec.spec_warnings`) is reported as
+    What the spec allows but probably does not mean (`emulator.jobspec.spec_warnings`) is reported as
     warnings first."""
     spec = with_placement(spec, placement or {})
     backend = engine(engine_name)
@@ -187,7 +187,7 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     compose.yaml mounts it. With `engine_name`, the engine of that name is asked, if one answers, which
     ulimits it cannot give, and those are left out (and warned about) as `run` leaves them out, so that
     the compose project starts on it. What the spec allows but probably does not mean
-    (`emulator.spec.spec_warnings`) goes to `warn` too, as `run` reports it. With `debug`, that host's service
+    (`emulator.jobspec.spec_warnings`) goes to `warn` too, as `run` reports it. With `debug`, that host's service
     runs its entry point under debugpy as `run --debug-host` does (the port is not checked: nothing runs).
     `placement` adds node labels to groups' `placement` as `run`'s does (plan.json shows the constraints).
     `compose_template` is the compose template compose.yaml is filled from (default: the package's

@@ -33,6 +33,8 @@ from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
 from emulator.image_recipes import DEFAULT_VARIANT, variant_names
+from emulator.jobspec import JobSpec, request, spec_warnings
+from emulator.jobspec.placement import parse_option
 from emulator.metrics import final as final_metrics
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.plan import (
@@ -44,8 +46,6 @@ from emulator.plan import (
 )
 from emulator.progress import StepPrinter
 from emulator.result import JobResult
-from emulator.spec import JobSpec, request, spec_warnings
-from emulator.spec.placement import parse_option
 
 app = typer.Typer(
     name="hetero-emu",
@@ -208,7 +208,7 @@ def _problems_json(problems: list[Problem]) -> list[dict[str, str | None]]:
 
 
 def _warn_spec(spec: JobSpec) -> list[Problem]:
-    """Print what is allowed but probably not meant (`emulator.spec.spec_warnings`) on stderr."""
+    """Print what is allowed but probably not meant (`emulator.jobspec.spec_warnings`) on stderr."""
     found = spec_warnings(spec)
     for problem in found:
         typer.echo(f"warning: {problem}", err=True)

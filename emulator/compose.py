@@ -32,9 +32,9 @@ import yaml
 
 from emulator.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Mount
 from emulator.errors import UsageError
+from emulator.jobspec.wording import did_you_mean, reason
 from emulator.plan import LABEL_DRIVER, Plan, host_addresses
 from emulator.secrets import masked_names
-from emulator.spec.wording import did_you_mean, reason
 
 COMPOSE_DRIVER = "docker-compose"
 # Rendering needs no engine, so it cannot ask Docker for a free subnet: the job network gets a /24

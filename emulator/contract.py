@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from emulator.spec import Distribution, JobSpec, TrainingInput
-from emulator.spec.model import strategy_enabled as _enabled
+from emulator.jobspec import Distribution, JobSpec, TrainingInput
+from emulator.jobspec.model import strategy_enabled as _enabled
 
 CODE_DIR = "/opt/ml/code"
 CONFIG_DIR = "input/config"  # relative to /opt/ml

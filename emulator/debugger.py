@@ -22,7 +22,7 @@ from emulator import hooks
 from emulator.container import PortBinding
 from emulator.contract import CODE_DIR
 from emulator.errors import EnvironmentProblem, UsageError
-from emulator.spec import JobSpec
+from emulator.jobspec import JobSpec
 
 # debugpy's own default port; the port inside the container, whatever the published one is.
 DEBUGPY_PORT = 5678

@@ -21,9 +21,9 @@ from pathlib import Path
 import graphviz
 
 from emulator import contract
+from emulator.jobspec.model import strategy_enabled
 from emulator.palette import Colour, group_colours
 from emulator.plan import Plan, mpi_hosts
-from emulator.spec.model import strategy_enabled
 
 DOT_FILE = "cluster.dot"
 SVG_FILE = "cluster.svg"

@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 
 from emulator.errors import UsageError
-from emulator.spec.wording import clip, preview
+from emulator.jobspec.wording import clip, preview
 
 #: The Debian suite that has each CPython this machine can install (no other can be fetched here).
 DEBIAN_PYTHONS: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}

@@ -26,7 +26,7 @@ from typing import Any
 from emulator import frameworks
 from emulator.errors import UsageError
 from emulator.frameworks import DEBIAN_PYTHONS, NAMES, FrameworkImage, HuggingFaceLayer
-from emulator.spec.wording import clip, preview
+from emulator.jobspec.wording import clip, preview
 
 #: AWS's ECR repository of each backend's Hugging Face training images (SDK v2's huggingface.json).
 REPOSITORIES: dict[str, str] = {"pytorch": "huggingface-pytorch-training",

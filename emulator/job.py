@@ -1,7 +1,7 @@
 """The Python front end: a job built with the SageMaker SDK's argument names, validated as a YAML spec
 is, and run as `hetero-emu run` runs it.
 
-It lives outside `emulator.spec` because it runs jobs: the runner imports the spec package, and the
+It lives outside `emulator.jobspec` because it runs jobs: the runner imports the spec package, and the
 spec package never imports the runner, so the two no longer form an import cycle.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from emulator import api
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.console import Reporter
+from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput, validate
+from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
 from emulator.result import JobResult
-from emulator.spec import InstanceGroup, JobSpec, TrainingInput, validate
-from emulator.spec.probes import DISK
 
 
 class Job:

@@ -228,7 +228,7 @@ def endpoint(plan: Plan, make: EndpointFactory | None) -> Iterator[None]:
         raise EnvironmentProblem("this job's hosts reach AWS (aws: in the spec), and the run was given no endpoint "
                                  "for them", hint="run the job through emulator.api.run (or hetero-emu run)")
     from emulator.aws.job_endpoint import serving
-    from emulator.spec.s3 import default_root
+    from emulator.jobspec.s3 import default_root
 
     root = plan.spec.s3_root or default_root()
     with serving(lambda: make(root, plan.spec.region), Path(plan.aws.socket_dir)):

@@ -17,8 +17,8 @@ from emulator.defaults import PYTORCH_IMAGE
 from emulator.errors import ImageBuildError
 from emulator.frameworks import for_tag
 from emulator.image_recipes import LAUNCHERS_LABEL, all_launchers, image_launchers, load_recipe, variant_names
-from emulator.spec.model import JobSpec
-from emulator.spec.model import strategy_enabled as _enabled
+from emulator.jobspec.model import JobSpec
+from emulator.jobspec.model import strategy_enabled as _enabled
 
 MPI_LAUNCHERS = ("mpirun", "sshd")
 TORCH_LAUNCHERS = ("torchrun",)

@@ -21,11 +21,11 @@ from emulator import hardware as hardware_hooks
 from emulator.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
 from emulator.debugger import DebugTarget
 from emulator.hardware import NO_HARDWARE, Hardware
+from emulator.jobspec import JobSpec, TrainingInput
+from emulator.jobspec.model import INPUT_DATA
+from emulator.jobspec.placement import constraints
 from emulator.secrets import mask_environment
 from emulator.sizes import parse_size
-from emulator.spec import JobSpec, TrainingInput
-from emulator.spec.model import INPUT_DATA
-from emulator.spec.placement import constraints
 
 LABEL_PREFIX = "io.hetero-emu"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"

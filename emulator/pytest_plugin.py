@@ -35,9 +35,9 @@ from emulator.console import Reporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
+from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
 from emulator.result import HostResult, JobResult, Status
-from emulator.spec import JobSpec
 
 REQUIRE_OPTION = "--hetero-emu-require-docker"
 REQUIRE_INI = "hetero_emu_require_docker"

@@ -71,13 +71,13 @@ from emulator.frameworks import FrameworkImage, for_tag
 from emulator.hardware import Hardware, Machine, parse_gpu_mode
 from emulator.image_recipes import all_launchers, load_recipe, variant_for_tag
 from emulator.jobs import record as record_module
+from emulator.jobspec import JobSpec
 from emulator.launchers import launcher_hint, missing_launchers, required_launchers
 from emulator.logs import LogCollector
 from emulator.mpi_wait import WorkerWait
 from emulator.options import RunOptions
 from emulator.plan import HostPlan, Plan, assign_hosts, job_name_from, make_plan, memory_limit, mpi_hosts
 from emulator.result import HostResult, JobResult, SecondaryStatus, Status
-from emulator.spec import JobSpec
 
 if TYPE_CHECKING:
     from emulator.timeline import Span

@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from emulator.spec import JobSpec
-from emulator.spec.model import DebuggerOutput
+from emulator.jobspec import JobSpec
+from emulator.jobspec.model import DebuggerOutput
 
 OPT_ML = "/opt/ml"
 

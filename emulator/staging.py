@@ -21,9 +21,9 @@ from pathlib import Path
 from emulator import hooks, job_aws, sm_debugger, sshkeys
 from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
+from emulator.jobspec import s3
+from emulator.jobspec.rules import SDK_UPLOADS
 from emulator.plan import SSH_FOLDER, Plan, share_dir, tensorboard_folder
-from emulator.spec import s3
-from emulator.spec.rules import SDK_UPLOADS
 
 # Folders the service creates under /opt/ml before the algorithm starts.
 # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html

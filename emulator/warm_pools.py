@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator import blocking, job_records
+from emulator.jobspec import JobSpec
 from emulator.plan import WARM_POOL_CACHE, WARM_POOL_FOLDER
-from emulator.spec import JobSpec
 
 FIELD = "WarmPool"  # the pool's state in its job's record
 FOLDER = WARM_POOL_FOLDER  # under the job folder: one cache folder per host

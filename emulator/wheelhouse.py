@@ -25,7 +25,7 @@ version that does not install there is said, with what pip took instead (its cho
 Python), as is a file that has no resolution for the named Python from wheels alone (then it is
 resolved for the image's Python, as before). `emulator.backend.index_container` runs the steps.
 
-`find` (reading the files, in `emulator.spec.requirements`) runs while the spec is checked; the plan
+`find` (reading the files, in `emulator.jobspec.requirements`) runs while the spec is checked; the plan
 adds the mount and variables (`mount`, `environment`) without I/O; `ensure` (the build) runs before
 any container starts.
 """
@@ -48,10 +48,10 @@ from emulator.defaults import default_cache_dir
 from emulator.errors import WheelhouseError
 
 # The reading half lives with the spec's rules, which find the file; its names stay importable here.
-from emulator.spec.requirements import REQUIREMENTS as REQUIREMENTS
-from emulator.spec.requirements import Requirements as Requirements
-from emulator.spec.requirements import find as find
-from emulator.spec.requirements import included_digest as included_digest
+from emulator.jobspec.requirements import REQUIREMENTS as REQUIREMENTS
+from emulator.jobspec.requirements import Requirements as Requirements
+from emulator.jobspec.requirements import find as find
+from emulator.jobspec.requirements import included_digest as included_digest
 
 # Outside /opt/ml: not a SageMaker path, so no script or toolkit step can mistake it for one.
 CONTAINER_PATH = "/opt/hetero-emu/wheelhouse"

@@ -22,8 +22,8 @@ from emulator import api, job_records
 from emulator.console import ConsoleReporter
 from emulator.errors import EmulatorError, Interrupted
 from emulator.jobs.ticket import DriverTicket
+from emulator.jobspec import request, s3
 from emulator.result import Status
-from emulator.spec import request, s3
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""S3 answered locally on the S3 root (`emulator.spec.s3`): bucket `b` is the folder `<root>/b`, the
+"""S3 answered locally on the S3 root (`emulator.jobspec.s3`): bucket `b` is the folder `<root>/b`, the
 object `b/k` is the file `<root>/b/k`. What the SageMaker SDK, boto3's resources and s3transfer
 (upload_file / download_file / copy) call is answered, in the API's shapes and with its errors:
 ListBuckets, HeadBucket, CreateBucket, GetBucketLocation, PutObject, GetObject (ranges),
@@ -55,8 +55,8 @@ from botocore.response import StreamingBody
 from botocore.utils import parse_timestamp
 
 from emulator.aws.stub import ApiError, Operation, Service
-from emulator.spec.s3 import BUCKET_PATTERN
-from emulator.spec.wording import preview
+from emulator.jobspec.s3 import BUCKET_PATTERN
+from emulator.jobspec.wording import preview
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
 from emulator.aws.training import SageMakerTraining
-from emulator.spec.request import HostPaths
+from emulator.jobspec.request import HostPaths
 
 
 def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:

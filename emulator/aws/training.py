@@ -38,10 +38,10 @@ from emulator.hardware import CpuMode, GpuMode
 from emulator.jobs import control, service_shape
 from emulator.jobs import record as record_module
 from emulator.jobs.ticket import DriverTicket
+from emulator.jobspec import request, s3
+from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
 from emulator.result import SecondaryStatus, Status
-from emulator.spec import request, s3
-from emulator.spec.model import MAX_KEEP_ALIVE
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
@@ -63,7 +63,7 @@ class SageMakerTraining(Service):
                  cpus: CpuMode = "instance", inject: tuple[Injection, ...] = (),
                  host_paths: request.HostPaths = request.ANY_PATH) -> None:
         self.s3_root = s3_root
-        # Which local paths a request may name (emulator/spec/request.py `HostPaths`): any, for the
+        # Which local paths a request may name (emulator/jobspec/request.py `HostPaths`): any, for the
         # user's own process; S3 URIs and the --allow-host-path roots for `hetero-emu serve`.
         self.host_paths = host_paths
         if host_paths.roots:

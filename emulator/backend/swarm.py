@@ -205,7 +205,7 @@ class Node:
 
 def _allows(node: Node, constraint: str) -> bool:
     """Whether `node` meets one constraint of the form the plan writes, `node.labels.KEY==VALUE`
-    (emulator.spec.placement), or `!=`."""
+    (emulator.jobspec.placement), or `!=`."""
     negated = "!=" in constraint
     key, _, value = constraint.partition("!=" if negated else "==")
     key = key.strip().removeprefix("node.labels.")

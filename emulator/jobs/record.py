@@ -4,7 +4,7 @@ request it describes, and its ARN.
 DescribeTrainingJob echoes the job's request for the job's whole life (the service's answer is the
 request plus status, times and results). A job asked for through a session (SDK v2/v3, `serve`) has
 its request as sent; a job from a spec (`hetero-emu run`, the Python `Job`, the pytest plugin)
-becomes the request the SDK would have sent for it (`emulator.spec.request.request_from_spec`), once,
+becomes the request the SDK would have sent for it (`emulator.jobspec.request.request_from_spec`), once,
 when its run first records it. So the running job, the ended job's job.json and every answer say the
 same spot, MaxWait, keep-alive and retry settings, with one ARN in the job's own region.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from emulator import blocking, contract, hostfiles
+from emulator.jobspec import JobSpec
+from emulator.jobspec.request import request_from_spec
 from emulator.secrets import mask_environment
-from emulator.spec import JobSpec
-from emulator.spec.request import request_from_spec
 
 # Request keys DescribeTrainingJob does not echo.
 NOT_DESCRIBED = ("Tags",)

@@ -31,7 +31,7 @@ class DriverTicket:
     engine: str
     options: RunOptions  # created, images, gpus, cpus, inject: the session's; the rest RunOptions' defaults
     overrides: Mapping[str, Any] = field(default_factory=dict)  # what the service sets beside the request
-    host_paths: list[str] | None = None  # emulator.spec.request.HostPaths.to_json()
+    host_paths: list[str] | None = None  # emulator.jobspec.request.HostPaths.to_json()
 
     @property
     def job_name(self) -> str:

@@ -28,8 +28,8 @@ from emulator.aws.sts import STS
 from emulator.aws.training import SageMakerTraining, driver_log
 from emulator.errors import UsageError
 from emulator.hardware import parse_cpu_mode, parse_gpu_mode
-from emulator.spec import s3
-from emulator.spec.request import ANY_PATH, HostPaths
+from emulator.jobspec import s3
+from emulator.jobspec.request import ANY_PATH, HostPaths
 
 DEFAULT_REGION = "us-west-2"
 

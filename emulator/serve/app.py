@@ -47,9 +47,9 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
     try:
         from emulator.aws.endpoint import Endpoint
         from emulator.aws.sigv4 import Credentials
+        from emulator.jobspec.request import HostPaths
         from emulator.sagemaker.local import local_aws, services
         from emulator.serve import guard, limits, page, server
-        from emulator.spec.request import HostPaths
     except ImportError as err:
         raise UsageError(f"`serve` needs the serve extra ({err.name} is not installed)",
                          hint="from a clone: pip install -e '.[serve]' (hetero-emu is not on PyPI yet)") from None

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 
 from emulator.aws import sigv4
 from emulator.aws.wire import HttpRequest
-from emulator.spec.s3 import BUCKET_PATTERN
+from emulator.jobspec.s3 import BUCKET_PATTERN
 
 # Names under `localhost` are the loopback interface and are never looked up in DNS (RFC 6761 section
 # 6.3; browsers resolve them so themselves), so no other site can have one: `bucket.localhost` is S3's

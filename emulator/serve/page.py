@@ -56,11 +56,11 @@ from emulator.backend import Backend
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError
 from emulator.job_records import JobRecord
+from emulator.jobspec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NAME_PATTERN
 from emulator.logs import display_text
 from emulator.palette import FAILURE, group_colours
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, container_name
 from emulator.serve.phases import PHASES, Tracker
-from emulator.spec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NAME_PATTERN
 
 if TYPE_CHECKING:
     from emulator.aws.training import SageMakerTraining

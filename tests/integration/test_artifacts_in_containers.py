@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, validate
 from emulator.runner import run_job
-from emulator.spec import JobSpec, validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

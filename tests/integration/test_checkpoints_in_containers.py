@@ -13,10 +13,10 @@ import yaml
 from testkit import unique, wait_for
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
 from emulator.result import JobResult
 from emulator.runner import run_job
-from emulator.spec import load_spec_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -23,9 +23,9 @@ from sagemaker.pytorch import PyTorch
 
 from emulator.console import RecordingReporter
 from emulator.frameworks import TRAINING_MODULES, choose
+from emulator.jobspec import validate
 from emulator.runner import run_job
 from emulator.sagemaker import EmulatorSession
-from emulator.spec import validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

@@ -20,10 +20,10 @@ import yaml
 from testkit import invoke, unique
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
 from emulator.result import JobResult
 from emulator.runner import run_job
-from emulator.spec import load_spec_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

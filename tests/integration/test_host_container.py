@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import load_spec_file
 from emulator.runner import run_job
-from emulator.spec import load_spec_file
 
 # serial: the memlock probe asks the engine what every container may get.
 pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.usefixtures("training_image", "no_leftovers")]

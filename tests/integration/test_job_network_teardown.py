@@ -15,8 +15,8 @@ from testkit import unique
 from emulator.backend.docker import DockerBackend
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.networks import StuckNetworks
+from emulator.jobspec import validate
 from emulator.plan import LABEL_DRIVER, LABEL_JOB, make_plan
-from emulator.spec import validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

@@ -26,10 +26,10 @@ from testkit import hetero_emu as cli
 
 from emulator import job_records
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
 from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, LABEL_MANAGED
 from emulator.runner import run_job
-from emulator.spec import JobSpec, validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import validate
 from emulator.options import RunOptions
 from emulator.runner import run_job
-from emulator.spec import validate
 from emulator.timeline import SVG_NS
 
 REPO = Path(__file__).resolve().parents[2]

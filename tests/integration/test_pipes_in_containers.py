@@ -18,9 +18,9 @@ from test_seed_clusters import log_tagged
 from testkit import unique
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import load_spec_file
 from emulator.runner import run_job
 from emulator.sagemaker import EmulatorSession
-from emulator.spec import load_spec_file
 
 # One group (scripts/test.sh runs pytest-xdist with --dist loadgroup): the module's job runs once, on
 # one worker, for all its tests, instead of once on each worker that gets one of them.

@@ -26,8 +26,8 @@ import yaml
 from emulator import wheelhouse
 from emulator.console import RecordingReporter
 from emulator.errors import WheelhouseError
+from emulator.jobspec import validate
 from emulator.runner import run_job
-from emulator.spec import validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

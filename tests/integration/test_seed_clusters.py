@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, load_spec_file, validate
 from emulator.options import RunOptions
 from emulator.plan import assign_hosts, make_plan
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file, validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

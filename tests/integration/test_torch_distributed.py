@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
 from emulator.runner import run_job
-from emulator.spec import load_spec_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

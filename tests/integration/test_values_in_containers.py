@@ -11,8 +11,8 @@ import pytest
 from test_validation_catches import ENTRY_POINTS
 
 from emulator.console import RecordingReporter
+from emulator.jobspec import entry_point_problem, load_spec_file
 from emulator.runner import run_job
-from emulator.spec import entry_point_problem, load_spec_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -25,10 +25,10 @@ from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
 from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem
+from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
 from emulator.plan import LABEL_HOST, LABEL_JOB
 from emulator.result import HostResult, JobResult
-from emulator.spec import JobSpec, validate
 
 pytestmark = pytest.mark.docker
 

@@ -1,7 +1,7 @@
 """Shared fixtures for the unit tests: a project folder on disk and helpers to load specs from it.
 
 Every spec is written as YAML into a temporary project folder and loaded with
-`emulator.spec.load_spec_file`, so the tests go through the same path as `hetero-emu validate`.
+`emulator.jobspec.load_spec_file`, so the tests go through the same path as `hetero-emu validate`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from emulator.errors import Problem, SpecError
-from emulator.spec import JobSpec, load_spec_file
+from emulator.jobspec import JobSpec, load_spec_file
 
 # A valid heterogeneous spec (the AWS guide's first cluster); tests copy and break it.
 VALID_HETERO: dict[str, Any] = {

@@ -14,7 +14,7 @@ from emulator import api, job_records
 from emulator.backend import registry
 from emulator.console import RecordingReporter
 from emulator.errors import UsageError
-from emulator.spec import validate
+from emulator.jobspec import validate
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ from emulator import artifacts, runner
 from emulator.artifacts import merge_copy, merge_tree
 from emulator.cli import _times
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, load_spec_file
 from emulator.plan import Plan
 from emulator.result import JobResult
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file
 
 
 def hosts_plan(*host_dirs: Path, uncompressed: bool = False) -> Plan:

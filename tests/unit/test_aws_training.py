@@ -296,7 +296,7 @@ def test_warm_pool_status_and_update_training_job_answer_as_the_service(project:
     from dataclasses import replace
 
     from emulator import warm_pools
-    from emulator.spec import request as request_adapter
+    from emulator.jobspec import request as request_adapter
 
     asked = request("pooled")
     asked["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 600

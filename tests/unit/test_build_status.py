@@ -25,10 +25,10 @@ from emulator.console import RecordingReporter
 from emulator.frameworks import FrameworkImage
 from emulator.image_recipes import load_recipe
 from emulator.jobs.record import echoed
+from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
 from emulator.result import SecondaryStatus, Status
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file
 
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"
 VENV = "[framework-bullseye 3/4] venv: pip in a container of hetero-emu/base:framework-bullseye (14 pins)"

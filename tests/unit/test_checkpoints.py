@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 from emulator.checkpoints import LiveSync, live, syncs
+from emulator.jobspec import JobSpec, validate
 from emulator.plan import make_plan
-from emulator.spec import JobSpec, validate
 
 
 def spec_with(tmp_path: Path, checkpoints: bool = True) -> JobSpec:

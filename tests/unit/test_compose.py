@@ -13,9 +13,9 @@ import yaml
 from testkit import invoke
 
 from emulator.compose import compose_project, compose_yaml, job_subnet, secret_variables
+from emulator.jobspec import JobSpec
 from emulator.plan import make_plan
 from emulator.secrets import MASK
-from emulator.spec import JobSpec
 
 
 def _project(load: Callable[[dict[str, Any]], JobSpec], raw: dict[str, Any], job_dir: Path) -> dict[str, Any]:

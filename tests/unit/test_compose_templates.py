@@ -27,8 +27,8 @@ from emulator.compose import HOST_BLOCK, compose_yaml, default_template_path, lo
 from emulator.debugger import DebugTarget
 from emulator.errors import UsageError
 from emulator.hardware import Machine, resolve
+from emulator.jobspec import JobSpec
 from emulator.plan import Plan, make_plan
-from emulator.spec import JobSpec
 
 GOLDEN = Path(__file__).parent / "golden" / "compose"
 ROOT = Path(__file__).resolve().parents[2]

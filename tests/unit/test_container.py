@@ -30,8 +30,8 @@ from emulator.container import (
     default_shm_bytes,
 )
 from emulator.errors import SpecError, UsageError
+from emulator.jobspec import JobSpec
 from emulator.plan import SSH_TARGET, Plan, make_plan
-from emulator.spec import JobSpec
 
 MIB = 1024**2
 GIB = 1024**3

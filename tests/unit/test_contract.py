@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from emulator.contract import dumps
+from emulator.jobspec import load_spec_file
 from emulator.plan import Plan, make_plan
-from emulator.spec import load_spec_file
 
 GOLDEN = Path(__file__).parent / "golden"
 JOB = "hetero-test"

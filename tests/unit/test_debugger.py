@@ -24,10 +24,10 @@ from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.hooks import SOURCES
 from emulator.hooks import TARGET as HOOK_TARGET
+from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
 from emulator.plan import make_plan, summary
 from emulator.runner import run_job
-from emulator.spec import JobSpec
 
 HOOK_SOURCE = SOURCES["sitecustomize.py"].parent
 

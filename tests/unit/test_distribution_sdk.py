@@ -25,8 +25,8 @@ from sagemaker.tensorflow import TensorFlow
 
 from emulator import contract
 from emulator.errors import SpecError
+from emulator.jobspec.yaml_spec import validate
 from emulator.sagemaker import EmulatorSession
-from emulator.spec.yaml_spec import validate
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 JOB = "dist-sdk-check"

@@ -14,8 +14,8 @@ from markdown_links import anchors, broken_links, slug
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE_DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tests" / "README-promises.md"]
-PACKAGES = ["emulator", "emulator/spec", "emulator/backend", "emulator/aws", "emulator/aws/wire", "emulator/sagemaker",
-            "emulator/serve", "emulator/jobs"]
+PACKAGES = ["emulator", "emulator/jobspec", "emulator/backend", "emulator/aws", "emulator/aws/wire",
+            "emulator/sagemaker", "emulator/serve", "emulator/jobs"]
 
 
 def test_every_link_outside_the_docs_folder_leads_to_a_file_and_a_heading() -> None:

@@ -19,9 +19,9 @@ from emulator.container import MPI_ULIMITS, Device, PortBinding
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import ImageMissing, UsageError
 from emulator.image_recipes import LAUNCHERS_LABEL
+from emulator.jobspec import JobSpec, validate
 from emulator.plan import make_plan
 from emulator.runner import run_job
-from emulator.spec import JobSpec, validate
 
 MPI = {"mpi": {"enabled": True}, "instance_groups": ["trainers"]}
 MEMLOCK, STACK = MPI_ULIMITS

@@ -22,11 +22,11 @@ from emulator.compose import compose_project
 from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem, SpecError
 from emulator.hardware import Hardware, Machine, resolve
+from emulator.jobspec import JobSpec, validate
 from emulator.mpi_wait import WorkerWait
 from emulator.options import RunOptions
 from emulator.plan import make_plan
 from emulator.runner import choose_hardware, run_job
-from emulator.spec import JobSpec, validate
 
 GIB = 1024**3
 NO_GPU = Machine(cpus=2, memory_bytes=24 * GIB)

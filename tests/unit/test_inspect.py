@@ -24,8 +24,8 @@ from emulator.backend.docker_parts import pump_exec as _pump_exec
 from emulator.backend.liveness import current_driver
 from emulator.console import RecordingReporter
 from emulator.errors import NotRunning, UsageError
+from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
-from emulator.spec import JobSpec, validate
 
 JOB = "inspect-job"
 

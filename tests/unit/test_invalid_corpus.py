@@ -26,7 +26,7 @@ import yaml
 from testkit import invoke
 
 from emulator.errors import SpecError
-from emulator.spec import MAX_SPEC_BYTES, JobSpec, load_spec_file, validate
+from emulator.jobspec import MAX_SPEC_BYTES, JobSpec, load_spec_file, validate
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "invalid"
 CASES = sorted(CORPUS.glob("*.yaml"))

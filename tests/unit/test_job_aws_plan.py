@@ -16,8 +16,8 @@ from cryptography import x509
 
 from emulator import job_aws
 from emulator.backend.docker import container_options
+from emulator.jobspec import JobSpec
 from emulator.plan import LABEL_HOST, host_addresses, make_plan, network_members
-from emulator.spec import JobSpec
 
 Load = Callable[[dict[str, Any]], JobSpec]
 

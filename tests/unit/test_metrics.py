@@ -17,8 +17,8 @@ from testkit import invoke
 from emulator import metrics
 from emulator.console import RecordingReporter
 from emulator.errors import SpecError
+from emulator.jobspec import JobSpec, request, validate
 from emulator.runner import run_job
-from emulator.spec import JobSpec, request, validate
 
 
 @pytest.fixture

@@ -36,8 +36,8 @@ from emulator.backend.networks import (
 )
 from emulator.backend.reaper import reap
 from emulator.console import RecordingReporter
+from emulator.jobspec import validate
 from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, network_name
-from emulator.spec import validate
 
 NET_ID = "5e7" * 21 + "0"
 NET = network_name("stuck-job")

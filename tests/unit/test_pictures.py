@@ -20,10 +20,10 @@ from fake_backend import FakeBackend, exits, runs_until_stopped
 from emulator import api, artifacts, diagram, runner, timeline
 from emulator.backend import ContainerState
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
 from emulator.plan import Plan, make_plan
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file
 from emulator.timeline import Group, Span
 
 NS = {"svg": timeline.SVG_NS}

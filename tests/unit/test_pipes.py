@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from emulator import pipes
+from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput
+from emulator.jobspec.paths import scan
 from emulator.plan import make_plan
-from emulator.spec import InstanceGroup, JobSpec, TrainingInput
-from emulator.spec.paths import scan
 
 # The RecordIO framing as documented (MXNet/dmlc recordio.h, read by sagemaker-tensorflow-extensions'
 # RecordIOReader.cpp), written here independently of emulator.pipes.

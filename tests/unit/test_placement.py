@@ -24,9 +24,9 @@ from emulator.cli import app
 from emulator.console import RecordingReporter
 from emulator.errors import UsageError
 from emulator.job import Job
+from emulator.jobspec import InstanceGroup, JobSpec, load_spec_file
+from emulator.jobspec.placement import constraints, parse_option, with_placement
 from emulator.plan import HostPlan, Plan, make_plan
-from emulator.spec import InstanceGroup, JobSpec, load_spec_file
-from emulator.spec.placement import constraints, parse_option, with_placement
 
 Raw = dict[str, Any]
 

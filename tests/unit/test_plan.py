@@ -17,6 +17,7 @@ import pytest
 
 from emulator.cli import _memory
 from emulator.errors import UsageError
+from emulator.jobspec import JobSpec
 from emulator.plan import (
     EVERY_HOST,
     LABEL_GROUP,
@@ -31,7 +32,6 @@ from emulator.plan import (
     shard,
     staging_dir,
 )
-from emulator.spec import JobSpec
 
 JOB = "hetero-test"
 CONFIG = "input/config/"

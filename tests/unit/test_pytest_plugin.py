@@ -22,7 +22,7 @@ from fake_backend import FakeBackend, exits
 from emulator import api
 from emulator.backend import registry
 from emulator.errors import UsageError
-from emulator.spec import JOB_NAME_PATTERN
+from emulator.jobspec import JOB_NAME_PATTERN
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,8 +17,8 @@ from testkit import invoke
 from emulator.backend.docker import DockerBackend
 from emulator.backend.liveness import driver_alive
 from emulator.compose import COMPOSE_DRIVER
+from emulator.jobspec import JobSpec
 from emulator.plan import make_plan, shard
-from emulator.spec import JobSpec
 
 Raw = dict[str, Any]
 

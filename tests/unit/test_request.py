@@ -14,8 +14,8 @@ from test_invalid_corpus import CORPUS, run_cli
 
 from emulator import api, contract
 from emulator.errors import SpecError
+from emulator.jobspec.request import RequestNames, request_from_spec
 from emulator.plan import make_plan
-from emulator.spec.request import RequestNames, request_from_spec
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from emulator.aws.training import SageMakerTraining
 from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
 from emulator.jobs.ticket import DriverTicket
+from emulator.jobspec import JobSpec, s3
+from emulator.jobspec.request import validate_request
 from emulator.plan import INPUT_DATA, make_plan
-from emulator.spec import JobSpec, s3
-from emulator.spec.request import validate_request
 
 BUCKET = "sagemaker-us-west-2-000000000000"
 JOB = "hetero-20240101000000"

@@ -30,10 +30,10 @@ from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.frameworks import FrameworkImage
+from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
 from emulator.result import JobResult
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file
 
 JOB = "fake-job"
 C = {h: f"{JOB}-{h}" for h in ("algo-1", "algo-2", "algo-3")}  # container names

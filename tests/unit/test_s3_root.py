@@ -1,4 +1,4 @@
-"""S3 on a local root (emulator.spec.s3): which root (--s3-root, $HETERO_EMU_S3_ROOT, local_s3_root, the
+"""S3 on a local root (emulator.jobspec.s3): which root (--s3-root, $HETERO_EMU_S3_ROOT, local_s3_root, the
 default), how s3://bucket/key maps under it, what is refused, and sourcedir.tar.gz as the code."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import yaml
 
 from emulator import api, contract
 from emulator.errors import SpecError
+from emulator.jobspec import JobSpec, s3
 from emulator.plan import make_plan
-from emulator.spec import JobSpec, s3
 
 Raw = dict[str, Any]
 

@@ -14,8 +14,8 @@ import pytest
 from botocore.exceptions import ClientError
 from serving import Server, running_server
 
+from emulator.jobspec import request, s3
 from emulator.sagemaker.local import local_aws
-from emulator.spec import request, s3
 
 ROLE = "arn:aws:iam::000000000000:role/hetero-emu"
 

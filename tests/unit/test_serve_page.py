@@ -775,9 +775,9 @@ def test_a_run_writes_cluster_dot_in_its_job_folder(project: Path) -> None:
 
     from emulator import diagram
     from emulator.console import RecordingReporter
+    from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
     from emulator.runner import run_job
-    from emulator.spec import load_spec_file
 
     (project / "job.yaml").write_text("job_name: dot-job\nentry_point: train.py\nsource_dir: code\n"
                                       "instance_type: ml.c5.xlarge\ninstance_count: 2\noutput_path: out\n"
@@ -796,9 +796,9 @@ def test_a_cluster_dot_that_cannot_be_written_does_not_fail_the_run(project: Pat
 
     from emulator import diagram
     from emulator.console import RecordingReporter
+    from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
     from emulator.runner import run_job
-    from emulator.spec import load_spec_file
 
     def broken(plan: object) -> object:
         raise RuntimeError("no picture today")

@@ -51,9 +51,9 @@ def ran(server: Server, s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Pa
     from fake_backend import FakeBackend, exits
 
     from emulator.console import RecordingReporter
+    from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
     from emulator.runner import run_job
-    from emulator.spec import load_spec_file
 
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": server.region})
     channel = "in/<b onmouseover=alert(1)>"

@@ -32,8 +32,8 @@ from emulator.aws import validation
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.logs import GROUP
 from emulator.aws.wire import HttpResponse
+from emulator.jobspec.request import HostPaths
 from emulator.sagemaker.local import local_aws, services
-from emulator.spec.request import HostPaths
 
 SESSION = botocore.session.get_session()
 SETTINGS = settings(deadline=None, database=None,  # no .hypothesis/ folder in the repository

@@ -17,9 +17,9 @@ import yaml
 from emulator import hostfiles, staging
 from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
+from emulator.jobspec import JobSpec, load_spec_file, s3
+from emulator.jobspec.request import HostPaths, validate_request
 from emulator.plan import EVERY_HOST, INPUT_DATA, make_plan
-from emulator.spec import JobSpec, load_spec_file, s3
-from emulator.spec.request import HostPaths, validate_request
 
 JOB = "nb-job"
 BUCKET = "bkt"

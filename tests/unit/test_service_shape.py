@@ -20,10 +20,10 @@ from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
 from emulator.console import RecordingReporter
 from emulator.jobs import service_shape
+from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
 from emulator.result import Status
 from emulator.runner import run_job
-from emulator.spec import JobSpec, load_spec_file
 
 SPEC = """\
 job_name: shaped

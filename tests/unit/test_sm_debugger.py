@@ -20,9 +20,9 @@ import pytest
 from emulator import checkpoints, sm_debugger
 from emulator.api import load
 from emulator.errors import SpecError
+from emulator.jobspec import validate
+from emulator.jobspec.request import request_from_spec
 from emulator.plan import make_plan
-from emulator.spec import validate
-from emulator.spec.request import request_from_spec
 
 GOLDEN = Path(__file__).parent / "golden" / "debugger"
 # The CollectionConfigurations and HookParameters of a DebuggerHookConfig, and the ProfilerConfig

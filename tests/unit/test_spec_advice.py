@@ -1,4 +1,4 @@
-"""Warnings about what a valid spec allows but probably does not mean (`emulator.spec.spec_warnings`),
+"""Warnings about what a valid spec allows but probably does not mean (`emulator.jobspec.spec_warnings`),
 and that `run` and `render` report them (`validate` in test_cli.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fake_backend import FakeBackend, exits
 from emulator import api
 from emulator.backend import registry
 from emulator.console import RecordingReporter
-from emulator.spec import JobSpec, spec_warnings, validate
+from emulator.jobspec import JobSpec, spec_warnings, validate
 
 
 def make_spec(tmp_path: Path, files: int = 2, counts: tuple[int, int] = (3, 1), **fields: Any) -> JobSpec:

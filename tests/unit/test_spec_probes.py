@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from emulator.errors import SpecError
-from emulator.spec import request, validate
-from emulator.spec.paths import Listing
-from emulator.spec.requirements import Requirements
+from emulator.jobspec import request, validate
+from emulator.jobspec.paths import Listing
+from emulator.jobspec.requirements import Requirements
 
 BASE = Path("/nowhere/project")
 
@@ -137,7 +137,7 @@ def test_the_fake_gives_the_disks_own_messages(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_spec_package_imports_nothing_that_runs_a_process_or_talks_to_docker() -> None:
-    probe = ("import sys, emulator.spec, emulator.spec.request, emulator.spec.probes; "
+    probe = ("import sys, emulator.jobspec, emulator.jobspec.request, emulator.jobspec.probes; "
              "print(' '.join(sorted(m for m in sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                                 timeout=60).stdout.split())
@@ -145,4 +145,4 @@ def test_the_spec_package_imports_nothing_that_runs_a_process_or_talks_to_docker
     ours = {m for m in loaded if m.startswith("emulator")}
     allowed = {"emulator", "emulator.attempts", "emulator.catalog", "emulator.container", "emulator.contract",
                "emulator.defaults", "emulator.errors", "emulator.hardware", "emulator.metrics", "emulator.sizes"}
-    assert {m for m in ours if not m.startswith("emulator.spec")} <= allowed
+    assert {m for m in ours if not m.startswith("emulator.jobspec")} <= allowed

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from emulator import compose, contract
 from emulator.errors import EmulatorError, SpecError
+from emulator.jobspec import JobSpec, load_spec_file, parse_yaml, validate
 from emulator.plan import job_name_from, make_plan, summary
-from emulator.spec import JobSpec, load_spec_file, parse_yaml, validate
 
 # The round trips below check that a document is safe YAML; libyaml's safe loader and dumper check
 # the same thing many times faster than PyYAML's pure-Python ones, which took most of each example.

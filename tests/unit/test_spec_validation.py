@@ -1,4 +1,4 @@
-"""Spec loading and validation: every rule of the README's *A job spec* and emulator/spec/rules.py, one test each.
+"""Spec loading and validation: every rule of the README's *A job spec* and emulator/jobspec/rules.py, one test each.
 
 Each rejected spec must raise one SpecError whose `.problems` name the offending field by its dotted
 path. Expected values are written from the README's *A job spec* and the SageMaker API reference, not from running
@@ -16,7 +16,7 @@ import yaml
 
 from emulator import InstanceGroup, Job, TrainingInput
 from emulator.errors import SpecError
-from emulator.spec import Distribution, JobSpec, load_spec_file, parse_yaml
+from emulator.jobspec import Distribution, JobSpec, load_spec_file, parse_yaml
 
 Raw = dict[str, Any]
 Mutation = Callable[[Raw], None]
@@ -383,7 +383,7 @@ def test_some_but_not_all_channels_naming_groups_is_rejected(
     valid_raw: Raw, expect_problem: Callable[..., Any]
 ) -> None:
     del valid_raw["inputs"]["validation"]["instance_groups"]
-    # The service's own words (emulator/spec/rules.py cites them).
+    # The service's own words (emulator/jobspec/rules.py cites them).
     expect_problem(valid_raw, "inputs", "Some channels have assigned instance groups: [training] while others "
                    "not: [validation]")
 
@@ -1046,7 +1046,7 @@ def test_default_output_next_to_a_lone_entry_script_is_fine(valid_raw: Raw, load
 def test_text_utf8_cannot_encode_is_named_by_its_field(tmp_path: Path) -> None:
     """A lone surrogate (only the Python API can pass one) would fail every file the plan writes."""
     from emulator.errors import SpecError
-    from emulator.spec import validate
+    from emulator.jobspec import validate
 
     raw = {"job_name": "j", "entry_point": "t.py", "output_path": str(tmp_path),
            "instance_groups": [{"instance_group_name": "\ud800", "instance_type": "ml.c5.xlarge",

@@ -12,8 +12,8 @@ import pytest
 
 from emulator import staging
 from emulator.errors import JobFolderTaken, UsageError
+from emulator.jobspec import validate
 from emulator.plan import Plan, make_plan
-from emulator.spec import validate
 
 
 def _data(root: Path) -> Path:

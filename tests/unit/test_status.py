@@ -14,8 +14,8 @@ from fake_backend import FakeBackend, exits
 from emulator import api, job_records
 from emulator.backend import registry
 from emulator.console import RecordingReporter
+from emulator.jobspec import JobSpec, validate
 from emulator.result import SecondaryStatus, Status
-from emulator.spec import JobSpec, validate
 
 
 def service_enum(shape: str) -> list[str]:

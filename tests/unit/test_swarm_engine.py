@@ -24,8 +24,8 @@ from emulator.backend.swarm import (
 )
 from emulator.container import ContainerSpec, Mount, Ulimit
 from emulator.errors import EnvironmentProblem, UsageError
+from emulator.jobspec import validate
 from emulator.plan import make_plan
-from emulator.spec import validate
 
 HOST = ContainerSpec(
     image="img:1", command=("train",), entrypoint=None, name="job-algo-2", hostname="algo-2", aliases=("algo-2",),

@@ -24,8 +24,8 @@ from testkit import CliResult, invoke
 
 from emulator import Job
 from emulator.errors import Problem, SpecError
+from emulator.jobspec import JOB_NAME_PATTERN, MAX_JOB_NAME, JobSpec, entry_point_problem
 from emulator.plan import job_name_from
-from emulator.spec import JOB_NAME_PATTERN, MAX_JOB_NAME, JobSpec, entry_point_problem
 
 HEAD = """\
 entry_point: train.py

@@ -17,8 +17,8 @@ import pytest
 
 from emulator import Job
 from emulator.errors import Problem
+from emulator.jobspec import JobSpec, parse_yaml
 from emulator.plan import make_plan
-from emulator.spec import JobSpec, parse_yaml
 
 HEAD = """\
 job_name: values-as-written

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from emulator import job_records, warm_pools
+from emulator.jobspec import JobSpec
 from emulator.result import Status
-from emulator.spec import JobSpec
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 HOSTS = ["algo-1", "algo-2", "algo-3"]

@@ -18,10 +18,10 @@ from emulator import api, compose, wheelhouse
 from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import SpecError, WheelhouseError
+from emulator.jobspec import JobSpec
+from emulator.jobspec.requirements import MAX_BYTES
 from emulator.plan import Mount, make_plan, summary
 from emulator.runner import run_job
-from emulator.spec import JobSpec
-from emulator.spec.requirements import MAX_BYTES
 
 PIP_VARS = {"PIP_FIND_LINKS": wheelhouse.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from emulator.spec.wording import reason
+from emulator.jobspec.wording import reason
 
 # What a path is on disk, following symlinks: "file", "dir", "missing", one of SPECIAL_KINDS, or
 # "unreadable (<reason>)".

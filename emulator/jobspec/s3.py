@@ -25,8 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.spec.paths import BadPath, resolve_path
-from emulator.spec.wording import preview, reason
+from emulator.jobspec.paths import BadPath, resolve_path
+from emulator.jobspec.wording import preview, reason
 
 ENV_S3_ROOT = "HETERO_EMU_S3_ROOT"
 # The service's bucket naming rules (the CreateTrainingJob S3Uri pattern asks for less; a bucket that

@@ -19,11 +19,11 @@ The package reads files (the spec, the paths it names) but imports nothing that 
 talks to Docker: the wheelhouse build and the engines stay outside it (tests/unit/test_spec_probes.py).
 
 The Python `Job` front end is `emulator.job.Job` (also `emulator.Job`). Below: the names the rest of
-the emulator imports from `emulator.spec`; everything else is in its module.
+the emulator imports from `emulator.jobspec`; everything else is in its module.
 """
 
-from emulator.spec.advice import spec_warnings
-from emulator.spec.model import (
+from emulator.jobspec.advice import spec_warnings
+from emulator.jobspec.model import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
     MAX_JOB_NAME,
@@ -32,11 +32,11 @@ from emulator.spec.model import (
     JobSpec,
     TrainingInput,
 )
-from emulator.spec.paths import folder_problem
-from emulator.spec.rules import entry_point_problem
-from emulator.spec.wording import did_you_mean
-from emulator.spec.yaml_loader import MAX_SPEC_BYTES, parse_yaml
-from emulator.spec.yaml_spec import load_spec_file, validate
+from emulator.jobspec.paths import folder_problem
+from emulator.jobspec.rules import entry_point_problem
+from emulator.jobspec.wording import did_you_mean
+from emulator.jobspec.yaml_loader import MAX_SPEC_BYTES, parse_yaml
+from emulator.jobspec.yaml_spec import load_spec_file, validate
 
 __all__ = [
     "GROUP_NAME_PATTERN",

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from emulator.errors import UsageError
-from emulator.spec.model import InstanceGroup, JobSpec
-from emulator.spec.wording import did_you_mean, preview
+from emulator.jobspec.model import InstanceGroup, JobSpec
+from emulator.jobspec.wording import did_you_mean, preview
 
 # `node.labels.` already starts the constraint's key with a letter: the label's own part only needs the
 # characters of swarmkit's `alphaNumeric`.

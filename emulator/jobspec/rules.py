@@ -28,13 +28,9 @@ from emulator.catalog import suggest as suggest_instance_types
 from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.hardware import parse_gpu_mode
-from emulator.metrics import Definition
-from emulator.metrics import parse as parse_metrics
-from emulator.metrics import problems as metric_problems
-from emulator.sizes import MAX_SIZE, parse_size
-from emulator.spec import debugger_config, placement, s3
-from emulator.spec.fields import FieldReader, as_written
-from emulator.spec.model import (
+from emulator.jobspec import debugger_config, placement, s3
+from emulator.jobspec.fields import FieldReader, as_written
+from emulator.jobspec.model import (
     BASE_JOB_NAME_PATTERN,
     CHANNEL_KEYS,
     CHANNEL_NAME_PATTERN,
@@ -77,12 +73,16 @@ from emulator.spec.model import (
     JobSpec,
     TrainingInput,
 )
-from emulator.spec.model import strategy_enabled as _enabled
-from emulator.spec.paths import BadPath, Listing, given_name, parse_uri
-from emulator.spec.probes import Probes
-from emulator.spec.requirements import Requirements
-from emulator.spec.wording import did_you_mean, key_text, preview, type_name, with_article
-from emulator.spec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
+from emulator.jobspec.model import strategy_enabled as _enabled
+from emulator.jobspec.paths import BadPath, Listing, given_name, parse_uri
+from emulator.jobspec.probes import Probes
+from emulator.jobspec.requirements import Requirements
+from emulator.jobspec.wording import did_you_mean, key_text, preview, type_name, with_article
+from emulator.jobspec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
+from emulator.metrics import Definition
+from emulator.metrics import parse as parse_metrics
+from emulator.metrics import problems as metric_problems
+from emulator.sizes import MAX_SIZE, parse_size
 
 # What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
@@ -696,7 +696,7 @@ class Validator(FieldReader):
 
     def group_placement(self, value: Any, path: str) -> placement.Placement:
         """A group's `placement`: node label key -> value, both strings a swarm constraint takes
-        (emulator.spec.placement); sorted by key. A bad label is reported and left out: the group
+        (emulator.jobspec.placement); sorted by key. A bad label is reported and left out: the group
         itself stays, so that a channel naming it is not reported too."""
         if value is None:
             return ()

@@ -1,7 +1,7 @@
 """A code folder's requirements.txt as the training toolkit will pip-install it: found and hashed while
 the spec is checked (`find`), never installed here. `emulator.wheelhouse` resolves its wheels before the
 job; this half only reads files, so the spec's rules can ask for it through their probes
-(`emulator.spec.probes`) without importing what runs pip.
+(`emulator.jobspec.probes`) without importing what runs pip.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ such a job too. `validate`, `render` and `run` print them (docs/spec.md, Warning
 from __future__ import annotations
 
 from emulator.errors import Problem
-from emulator.spec.model import JobSpec
+from emulator.jobspec.model import JobSpec
 
 
 def spec_warnings(spec: JobSpec) -> list[Problem]:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from emulator.errors import Problem, SpecError
-from emulator.spec.wording import preview, reason, type_name, with_article
+from emulator.jobspec.wording import preview, reason, type_name, with_article
 
 # The emulator's own limits on the spec file, documented in docs/spec.md ("Limits"). A job spec is a few
 # KB; these stop a hostile or broken file before it costs memory or time: a YAML alias bomb ("billion

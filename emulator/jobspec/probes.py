@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from emulator.spec import paths, requirements, s3
-from emulator.spec.paths import Listing
-from emulator.spec.requirements import Requirements
+from emulator.jobspec import paths, requirements, s3
+from emulator.jobspec.paths import Listing
+from emulator.jobspec.requirements import Requirements
 
 
 class Probes(Protocol):

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from emulator.errors import Problem
-from emulator.spec.model import MAX_INTEGER
-from emulator.spec.wording import did_you_mean, preview, type_name, with_article
+from emulator.jobspec.model import MAX_INTEGER
+from emulator.jobspec.wording import did_you_mean, preview, type_name, with_article
 
 
 def as_written(path: str) -> str:

@@ -4,7 +4,7 @@ turned into `DebuggerOutput`s with the members the service writes into every hos
 (emulator/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
 
 The YAML spec names the SDK's arguments; a request's members are mapped onto them by
-`emulator.spec.request` and back by `to_request`, so the rules are written once, here.
+`emulator.jobspec.request` and back by `to_request`, so the rules are written once, here.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from emulator.spec.model import DebuggerOutput, JobSpec
-from emulator.spec.wording import preview
+from emulator.jobspec.model import DebuggerOutput, JobSpec
+from emulator.jobspec.wording import preview
 
 if TYPE_CHECKING:
-    from emulator.spec.rules import Validator
+    from emulator.jobspec.rules import Validator
 
 # DebugHookConfig.LocalPath's default: smdebug's DEFAULT_SAGEMAKER_OUTDIR
 # (awslabs/sagemaker-debugger smdebug/core/config_constants.py:21), the API's documented default
@@ -140,7 +140,7 @@ def _strings(v: Validator, raw: Mapping[str, Any], key: str, path: str) -> dict[
 
 def _container_folder(v: Validator, local: str, path: str, default: str) -> str:
     """An absolute folder in the container that hides none of /opt/ml's own folders, as the
-    TensorBoard local path must be (emulator.spec.rules, Validator.tensorboard)."""
+    TensorBoard local path must be (emulator.jobspec.rules, Validator.tensorboard)."""
     normal = os.path.normpath(local) if local.startswith("/") and "\0" not in local else None
     if normal is None:
         v.fail(path, "must be an absolute path inside the container")
@@ -213,7 +213,7 @@ def request_field(path: str) -> str:
 
 def to_request(spec: JobSpec, file_uri: Any) -> dict[str, Any]:
     """The spec's configs back as a request's members, with local folders as file:// URIs
-    (`file_uri`, as `emulator.spec.request.to_request` writes the other locations)."""
+    (`file_uri`, as `emulator.jobspec.request.to_request` writes the other locations)."""
     out: dict[str, Any] = {}
     for key, config in (("DebugHookConfig", spec.debug_hook), ("ProfilerConfig", spec.profiler)):
         if config is None:

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import Problem, SpecError
-from emulator.spec.model import JobSpec
-from emulator.spec.probes import DISK, Probes
-from emulator.spec.rules import Validator
-from emulator.spec.wording import type_name, with_article
-from emulator.spec.yaml_loader import parse_yaml, read_spec_text
+from emulator.jobspec.model import JobSpec
+from emulator.jobspec.probes import DISK, Probes
+from emulator.jobspec.rules import Validator
+from emulator.jobspec.wording import type_name, with_article
+from emulator.jobspec.yaml_loader import parse_yaml, read_spec_text
 
 
 def load_spec_file(path: Path | str, overrides: Mapping[str, Any] | None = None, probes: Probes = DISK) -> JobSpec:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.attempts import Injection
+from emulator.jobspec.requirements import Requirements
 from emulator.metrics import Definition
-from emulator.spec.requirements import Requirements
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
@@ -168,7 +168,7 @@ class InstanceGroup:
     instance_type: str
     instance_count: int
     # Not a SageMaker field: the node labels (key, value), sorted by key, a swarm node must have to
-    # run the group's hosts (emulator.spec.placement). A tuple, so that the group stays hashable.
+    # run the group's hosts (emulator.jobspec.placement). A tuple, so that the group stays hashable.
     placement: tuple[tuple[str, str], ...] = ()
 
 
@@ -293,14 +293,14 @@ class JobSpec:
     container_arguments: tuple[str, ...] | None = None
     container_log_level: int = DEFAULT_LOG_LEVEL
     region: str = DEFAULT_REGION
-    # The folder s3:// URIs map under for this job (emulator/spec/s3.py `choose_root`): the S3 its
+    # The folder s3:// URIs map under for this job (emulator/jobspec/s3.py `choose_root`): the S3 its
     # hosts reach from inside the job (emulator/job_aws.py).
     s3_root: Path | None = None
     spec_dir: Path = Path(".")
     # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
     # unpacked into each host's /opt/ml/code, as the training toolkit unpacks it.
     source_archive: bool = False
-    # The code's requirements.txt when the toolkit will pip-install it (emulator.spec.requirements.find).
+    # The code's requirements.txt when the toolkit will pip-install it (emulator.jobspec.requirements.find).
     requirements: Requirements | None = None
     # The size of every host's /dev/shm in bytes (`shm_size: 2g`); None: half the host's memory
     # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.

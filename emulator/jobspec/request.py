@@ -23,13 +23,13 @@ from typing import Any
 
 from emulator.contract import hyperparameters as encoded_hyperparameters
 from emulator.errors import Problem, SpecError
-from emulator.spec import debugger_config
-from emulator.spec.model import INPUT_DATA, JobSpec
-from emulator.spec.paths import BadPath, parse_uri, resolve_path
-from emulator.spec.probes import DISK, Probes
-from emulator.spec.rules import Validator
-from emulator.spec.wording import key_text, preview, type_name
-from emulator.spec.yaml_loader import parse_yaml, read_spec_text
+from emulator.jobspec import debugger_config
+from emulator.jobspec.model import INPUT_DATA, JobSpec
+from emulator.jobspec.paths import BadPath, parse_uri, resolve_path
+from emulator.jobspec.probes import DISK, Probes
+from emulator.jobspec.rules import Validator
+from emulator.jobspec.wording import key_text, preview, type_name
+from emulator.jobspec.yaml_loader import parse_yaml, read_spec_text
 
 # Keys the emulator runs the job with; the others the API has are accepted and unused.
 REQUEST_KEYS = (
