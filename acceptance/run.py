@@ -55,7 +55,7 @@ OFFLINE = re.compile(
     r"Name or service not known|File not found or corrupted|Failed to establish a new connection|"
     r"Network is unreachable|Could not resolve host|LocalEntryNotFoundError|CUDA|NCCL|nvidia")
 # The emulator's refusal of a framework version no image can stand in for here (no wheels for any
-# Python this machine has): emulator/frameworks.py, emulator/aws/ecr_images.py.
+# Python this machine has): emulator/training_images/frameworks.py, emulator/aws/ecr_images.py.
 # A version the SDK itself does not list, or a refusal naming a version the SDK did list, is not this.
 NOT_HERE = re.compile(r"has no wheels for any Python this machine can run|none of which this machine runs|"
                       r"stand-ins are built for AWS's [\w-]+ images from")
@@ -235,7 +235,7 @@ def prepare(notebook: Notebook, workdir: Path, s3_root: Path) -> None:
 def expected_image(notebook: Notebook) -> str:
     """The local image the notebook's framework maps to, or the framework as written where it maps
     to none (Hugging Face, a version the table does not have: the job's own refusal says why)."""
-    from emulator import frameworks
+    from emulator.training_images import frameworks
     from emulator.errors import EmulatorError
 
     parts = notebook.framework.split()

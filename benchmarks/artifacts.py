@@ -3,7 +3,7 @@
 Two trees, as a job's hosts leave them under hosts/algo-N/model:
 - large: one file of random bytes (incompressible: the worst case for deflate), 1 GiB by default;
 - small: 2 hosts x 50,000 files of 512 bytes (hex text) in folders of 1,000, the issue's case.
-For each it times `emulator.artifacts.merge_tree` (tarfile headers into isal's threaded gzip), the
+For each it times `emulator.run.artifacts.merge_tree` (tarfile headers into isal's threaded gzip), the
 old method (`tarfile.open(archive, "w:gz")` with gettarinfo/addfile per file, zlib level 9), and
 `merge_copy` (disable_output_compression), then prints MB/s (of file data) and the speed-up. Each
 archive is checked to unpack to the same bytes (sha256). The page cache is warm for every method
@@ -27,8 +27,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from emulator import artifacts, hostfiles
-from emulator.plan import Plan
+from emulator.planning.plan import Plan
+from emulator.run import artifacts, hostfiles
 
 
 def old_merge_tree(plan: Any, relative: str, archive: Path) -> Path:

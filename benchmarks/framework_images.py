@@ -28,7 +28,7 @@ import docker
 
 from emulator.backend import image_build
 from emulator.backend.framework_build import base_recipe, build_framework_image, stage_tag
-from emulator.frameworks import choose
+from emulator.training_images.frameworks import choose
 
 DEFAULT = ("pytorch:1.11.0:py38", "pytorch:2.1.0:py310", "tensorflow:2.9.2:py39")
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from mpi_job import SCRIPT as MPI_SCRIPT
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
 from emulator.options import RunOptions
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 # mpi_job.py's ranks (an allreduce, rank 0 prints the span), then past the toolkit's once-a-second
 # look for orted on the workers (docs/gpus.md, the MPI worker that misses a short job): a rank that

@@ -36,10 +36,10 @@ from typing import Any
 
 import docker
 
-from emulator.console import ConsoleReporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import validate
-from emulator.runner import run_job
+from emulator.reports.console import ConsoleReporter
+from emulator.run.runner import run_job
 
 FLOOD = """
 import os, sys

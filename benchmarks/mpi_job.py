@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 SCRIPT = '''\
 import json, time

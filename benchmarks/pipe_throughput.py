@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import validate
 from emulator.options import RunOptions
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 PYTHON = "/opt/venv/bin/python"
 # Runs in the container: read `path` to EOF (or each epoch's FIFO), print MB/s per read.

@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator import staging
 from emulator.jobspec import validate
 from emulator.jobspec.paths import scan
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
+from emulator.run import staging
 
 
 def make_channel(root: Path, files: int, size: int, linked: bool) -> Path:

@@ -117,7 +117,7 @@ def baseline_job(kind: str, hosts: int, spec: Path, folder: Path, tag: str, run:
     """
     from emulator import api  # imported here: the parent process pays it, never a timed process
     from emulator.backend.docker import container_options
-    from emulator.plan import host_addresses
+    from emulator.planning.plan import host_addresses
 
     options: list[tuple[dict[str, object], dict[str, object], dict[str, object]]] = []
     subnet: str | None = None

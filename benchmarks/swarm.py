@@ -66,9 +66,9 @@ from cluster import CLIENT_TIMEOUT, LABEL, SwarmCluster  # noqa: E402 - tests/sw
 import emulator.backend.image_copy  # noqa: E402
 from emulator import api  # noqa: E402
 from emulator.backend.swarm import ENV_MANAGER, ENV_MTU, ENV_NODES  # noqa: E402
-from emulator.console import RecordingReporter  # noqa: E402
 from emulator.errors import EmulatorError  # noqa: E402
 from emulator.options import RunOptions  # noqa: E402
+from emulator.reports.console import RecordingReporter  # noqa: E402
 from emulator.result import JobResult  # noqa: E402
 
 TRAINING_IMAGE = "hetero-emu/training:py311"

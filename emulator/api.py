@@ -5,7 +5,7 @@ runs, renders, describes, stops, lists and cleans.
 
 Engine-facing calls take `engine=` (a registered name, "docker" by default). A job is named either by
 its job name (found by the engine's labels while its containers exist, else in the local record of
-`emulator.job_records`) or by its output folder.
+`emulator.state.job_records`) or by its output folder.
 """
 
 from __future__ import annotations
@@ -21,33 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import (
-    blocking,
-    compose,
-    contract,
-    debugger,
-    frameworks,
-    hostfiles,
-    huggingface,
-    job_aws,
-    job_records,
-    prebuild,
-    staging,
-    warm_pools,
-    wheelhouse,
-)
-from emulator import metrics as metrics_module
 from emulator.aws import services
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
 from emulator.backend.registry import DEFAULT_ENGINE, engine
-from emulator.console import ConsoleReporter, Reporter
-from emulator.debugger import DebugTarget
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
-from emulator.hardware import CpuMode, GpuMode, Machine
-from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
 from emulator.jobs.control import stop as stop
 from emulator.jobs.record import job_json_text
 from emulator.jobspec import (
@@ -63,11 +43,28 @@ from emulator.jobspec import (
 from emulator.jobspec.placement import with_placement
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
-from emulator.plan import LABEL_HOST, LABEL_JOB_DIR, MemoryLimit, Plan, container_name, job_name_from, make_plan
-from emulator.progress import StepReporter, as_step_reporter
+from emulator.planning import compose, contract
+from emulator.planning.hardware import CpuMode, GpuMode, Machine
+from emulator.planning.plan import (
+    LABEL_HOST,
+    LABEL_JOB_DIR,
+    MemoryLimit,
+    Plan,
+    container_name,
+    job_name_from,
+    make_plan,
+)
+from emulator.reports.console import ConsoleReporter, Reporter
+from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
-from emulator.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
-from emulator.tail import LogTail
+from emulator.run import debugger, hostfiles, job_aws, staging, warm_pools, wheelhouse
+from emulator.run import metrics as metrics_module
+from emulator.run.debugger import DebugTarget
+from emulator.run.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
+from emulator.run.tail import LogTail
+from emulator.state import blocking, job_records
+from emulator.training_images import frameworks, huggingface, prebuild
+from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
 FOLLOW_INTERVAL = 0.25
@@ -157,7 +154,7 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     job's stopped containers and network stay, for `exec_in_host` and `docker cp`, until `clean`),
     grace, build_image (False: a missing default image is ImageMissing, exit code 3), memory, debug
     (that host's entry point runs under debugpy, published on 127.0.0.1; README: Debugging a host).
-    `reporter` prints the run (default: an `emulator.console.ConsoleReporter`).
+    `reporter` prints the run (default: an `emulator.reports.console.ConsoleReporter`).
     `placement` adds node labels to groups' `placement` (`emulator.jobspec.placement.with_placement`:
     UsageError for an unknown group or label, before the engine is asked); only the swarm engine uses them.
     What the spec allows but probably does not mean (`emulator.jobspec.spec_warnings`) is reported as
@@ -225,7 +222,7 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     (out / "plan.json").write_text(contract.dumps(plan.to_dict()))
     (out / "compose.yaml").write_text(compose.compose_yaml(plan, template))
     # Imported here: the graphviz package is needed by render alone, not by every command's startup.
-    from emulator import diagram
+    from emulator.reports import diagram
 
     note = diagram.write(plan, out)
     if note is not None:
@@ -363,7 +360,7 @@ def describe(job: str, *, engine_name: str = DEFAULT_ENGINE, warm_pool: bool = T
 
 def job_metrics(job: str, *, engine_name: str = DEFAULT_ENGINE) -> list[metrics_module.Sample]:
     """Every value a job's metric definitions took from its hosts' lines so far (running or ended), in
-    time order (emulator/metrics.py)."""
+    time order (emulator/run/metrics.py)."""
     return metrics_module.read(job_folder(job, engine_name=engine_name))
 
 
@@ -503,7 +500,7 @@ def host_groups(folder: Path) -> dict[str, str]:
     out (its logs show group "?").
 
     The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
-    linked it (see `emulator.hostfiles`), so it is read without following links and with a bound, and
+    linked it (see `emulator.run.hostfiles`), so it is read without following links and with a bound, and
     trusted only for a group name of the spec's shape, under the folder's own host name.
     """
     out = {}
@@ -528,7 +525,7 @@ def ps(*, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:
 
 
 def pools() -> list[warm_pools.Pool]:
-    """The warm pools a matching job would reuse now (emulator/warm_pools.py); expired ones are ended."""
+    """The warm pools a matching job would reuse now (emulator/run/warm_pools.py); expired ones are ended."""
     return warm_pools.available()
 
 
@@ -552,7 +549,7 @@ def clean(job: str | None = None, *, everything: bool = False,
     except NetworkStuck as err:
         chosen = [r for r in chosen if not (r.kind == "network" and r.name in err.networks)]
     if job is None:
-        # A killed driver's AWS endpoint socket folder (emulator/job_aws.py): nothing listens there now.
+        # A killed driver's AWS endpoint socket folder (emulator/run/job_aws.py): nothing listens there now.
         for folder in job_aws.stale_socket_dirs():
             shutil.rmtree(folder, ignore_errors=True)
     return chosen, skipped
@@ -570,12 +567,13 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
                 s3_root: Path | str | None = None) -> Any:
     """Build the image of a recipe in images/ (default: the training image) in the Docker engine
     (offline; skipped when up to date). Returns the build report (image, built, seconds, size_bytes,
-    waited_seconds). `progress` gets one line per step (an `emulator.progress.StepPrinter` draws them
+    waited_seconds). `progress` gets one line per step (an `emulator.reports.progress.StepPrinter` draws them
     live); the tools' output goes to a log file it names, and to `progress` too when `verbose`.
     `framework` ("pytorch:1.11") builds that framework's image instead, on the Python nearest to
     `python` ("py38"; default: the newest the SDK lists for that version), saying so when it differs
-    (`emulator.frameworks`). `for_file` (a YAML spec or a CreateTrainingJob request, checked as `run`
-    checks it, its S3 URIs under `s3_root`) builds the image that job would run (`emulator.prebuild`)."""
+    (`emulator.training_images.frameworks`). `for_file` (a YAML spec or a CreateTrainingJob request,
+    checked as `run` checks it, its S3 URIs under `s3_root`) builds the image that job would run
+    (`emulator.training_images.prebuild`)."""
     from emulator.backend.docker_parts import connect
 
     if for_file is not None:

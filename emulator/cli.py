@@ -22,30 +22,31 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from emulator import api, contract, secrets
-from emulator.attempts import Injection, parse_injection
+from emulator import api
 from emulator.backend import ExecIO, Resource
 from emulator.backend.networks import RESTART_FIX, STUCK_STATUS
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.catalog import catalog, families
-from emulator.console import ConsoleReporter
-from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
-from emulator.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
-from emulator.image_recipes import DEFAULT_VARIANT, variant_names
 from emulator.jobspec import JobSpec, request, spec_warnings
 from emulator.jobspec.placement import parse_option
-from emulator.metrics import final as final_metrics
 from emulator.options import DEFAULT_GRACE, RunOptions
-from emulator.plan import (
+from emulator.planning import contract, secrets
+from emulator.planning.catalog import catalog, families
+from emulator.planning.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
+from emulator.planning.plan import (
     LABEL_GROUP,
     LABEL_HOST,
     MemoryLimit,
     parse_memory,
     summary,
 )
-from emulator.progress import StepPrinter
+from emulator.reports.console import ConsoleReporter
+from emulator.reports.progress import StepPrinter
 from emulator.result import JobResult
+from emulator.run.attempts import Injection, parse_injection
+from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
+from emulator.run.metrics import final as final_metrics
+from emulator.training_images.image_recipes import DEFAULT_VARIANT, variant_names
 
 app = typer.Typer(
     name="hetero-emu",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 DEFAULT_IMAGE = "hetero-emu/training:py311"
 #: The PyTorch framework image a job is pointed at when it needs `torchrun` and names no PyTorch
-#: version (emulator.frameworks: PyTorch 2.1.0, the SDK's py310 run on Python 3.11; built when missing,
+#: version (emulator.training_images.frameworks: PyTorch 2.1.0, the SDK's py310 run on Python 3.11; built when missing,
 #: or with `hetero-emu image build --framework pytorch:2.1.0 --python py310`).
 PYTORCH_IMAGE = "hetero-emu/pytorch-training:2.1.0-py311"
 

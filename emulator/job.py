@@ -13,10 +13,10 @@ from typing import Any
 
 from emulator import api
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.console import Reporter
 from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput, validate
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
+from emulator.reports.console import Reporter
 from emulator.result import JobResult
 
 

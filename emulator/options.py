@@ -2,7 +2,7 @@
 
 The CLI builds a `RunOptions` from its flags, the Python `Job`, the pytest plugin and the SDK session's
 driver from their arguments, and all of them hand it to `emulator.api.run` (which hands it to
-`emulator.runner.run_job`) by value. What a run talks to rather than what it is asked to do (the
+`emulator.run.runner.run_job`) by value. What a run talks to rather than what it is asked to do (the
 engine, the reporter that prints, the clock, the image builders) is passed beside it, not in it: a
 `RunOptions` is plain data that can be compared, printed and reused for another run
 (`dataclasses.replace(options, keep=True)` makes a changed copy).
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from emulator.attempts import Injection
-from emulator.debugger import DebugTarget
-from emulator.hardware import CpuMode, GpuMode
-from emulator.plan import MemoryLimit
+from emulator.planning.hardware import CpuMode, GpuMode
+from emulator.planning.plan import MemoryLimit
+from emulator.run.attempts import Injection
+from emulator.run.debugger import DebugTarget
 
 # The service's: "SageMaker sends the algorithm the SIGTERM signal, which delays job termination for
 # 120 seconds" when a job is stopped or reaches MaxRuntimeInSeconds (CreateTrainingJob's
@@ -80,7 +80,7 @@ class RunOptions:
 
     inject: tuple[Injection, ...] | None = None
     """The spot interruptions and platform errors the run causes on purpose (`--interrupt-at`,
-    `--inject`; emulator/attempts.py), each when the hosts have run that long in all. None: the
+    `--inject`; emulator/run/attempts.py), each when the hosts have run that long in all. None: the
     spec's `inject`."""
 
     images: Mapping[str, str] | None = None

@@ -31,12 +31,12 @@ import pytest
 
 from emulator import api
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.console import Reporter
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
 from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
+from emulator.reports.console import Reporter
 from emulator.result import HostResult, JobResult, Status
 
 REQUIRE_OPTION = "--hetero-emu-require-docker"

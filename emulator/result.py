@@ -2,7 +2,7 @@
 statuses a job goes through (`Status`, DescribeTrainingJob's TrainingJobStatus, and `SecondaryStatus`, the
 steps of its SecondaryStatusTransitions).
 
-`emulator.runner.run_job` makes a JobResult, `emulator.artifacts.describe` turns it into job.json
+`emulator.run.runner.run_job` makes a JobResult, `emulator.run.artifacts.describe` turns it into job.json
 (DescribeTrainingJob's shape), and every front end (the CLI's summary, `Job.run`, the pytest
 plugin) reads it.
 """

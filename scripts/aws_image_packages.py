@@ -302,7 +302,7 @@ def resolve(pinned: Sequence[str], wanted: Mapping[str, str], compile_: Compile)
 
 
 def image_pins(table: Mapping[str, Any], framework: str, version: str, python: str) -> list[str]:
-    """The venv stage's pins (as emulator.frameworks.requirements gives them)."""
+    """The venv stage's pins (as emulator.training_images.frameworks.requirements gives them)."""
     entry = table[framework][version]
     pins = [f"{n}=={v}" for n, v in sorted(entry["packages"].items())]
     pins += [f"{n}=={v}" for n, v in sorted(table["toolkits"][framework][python].items())]

@@ -8,7 +8,7 @@
 need_apt=()
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
-# Graphviz's dot draws render's cluster.svg (emulator/diagram.py); the tests require it in CI.
+# Graphviz's dot draws render's cluster.svg (emulator/reports/diagram.py); the tests require it in CI.
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 # `hetero-emu serve` is tested with Debian's AWS CLI v2 and, for the live page, its chromium driven by
 # Selenium through chromium-driver (tests/integration/test_serve_*.py).

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from emulator.backend.liveness import current_driver, driver_alive
-from emulator.plan import LABEL_DRIVER, LABEL_MANAGED
+from emulator.planning.plan import LABEL_DRIVER, LABEL_MANAGED
 
 #: The markers every test of a folder carries (pyproject.toml registers them): a lane selects them
 #: with `-m`, and no test file has to remember to say it needs an engine.
@@ -95,7 +95,7 @@ def _engine() -> object | None:
 
 @pytest.fixture(scope="session", autouse=True)
 def job_records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The record of jobs run (emulator.job_records) goes to a folder of the test session, not the user's
+    """The record of jobs run (emulator.state.job_records) goes to a folder of the test session, not the user's
     home; set in os.environ so that CLI subprocesses use it too."""
     previous = os.environ.get("HETERO_EMU_STATE_DIR")
     os.environ["HETERO_EMU_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
@@ -142,10 +142,10 @@ def training_image(docker_client: object) -> str:
 
 @pytest.fixture(scope="session")
 def framework_image(docker_client: object) -> Callable[[str, str, str], str]:
-    """Builds a framework image (emulator.frameworks) unless it is up to date, and names it:
+    """Builds a framework image (emulator.training_images.frameworks) unless it is up to date, and names it:
     `framework_image("pytorch", "1.11.0", "py38")`. scripts/test.sh builds the ones the tests use."""
     from emulator.backend.framework_build import build_framework_image
-    from emulator.frameworks import choose
+    from emulator.training_images.frameworks import choose
 
     def build(framework: str, version: str, py_version: str) -> str:
         report = build_framework_image(docker_client, choose(framework, version, py_version),  # type: ignore[arg-type]

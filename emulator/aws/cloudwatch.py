@@ -1,12 +1,12 @@
 """CloudWatch metrics answered locally, from the samples the jobs' metric definitions took from their
-hosts' lines (emulator/metrics.py; docs/metrics.md).
+hosts' lines (emulator/run/metrics.py; docs/metrics.md).
 
 The service publishes a training job's metrics in the namespace `/aws/sagemaker/TrainingJobs` with
 the dimension `TrainingJobName`, which is what the SageMaker SDK's `TrainingJobAnalytics` asks
 GetMetricStatistics for (sagemaker/analytics.py `_fetch_metric`: Average over `Period` seconds).
 Here each metric is listed once for the job, and once per host with the dimension `Host`
 (`<job>/algo-N`), as the service lists a job's instance metrics. A job is found by name in the local
-record (emulator.job_records), whichever way it was started.
+record (emulator.state.job_records), whichever way it was started.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from emulator import job_records, metrics
 from emulator.aws.stub import ApiError, Operation, Service
+from emulator.run import metrics
+from emulator.state import job_records
 
 JOB_DIMENSION = "TrainingJobName"
 HOST_DIMENSION = "Host"

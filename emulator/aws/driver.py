@@ -18,12 +18,13 @@ import signal
 import sys
 from pathlib import Path
 
-from emulator import api, job_records
-from emulator.console import ConsoleReporter
+from emulator import api
 from emulator.errors import EmulatorError, Interrupted
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import request, s3
+from emulator.reports.console import ConsoleReporter
 from emulator.result import Status
+from emulator.state import job_records
 
 
 def main(argv: list[str]) -> int:

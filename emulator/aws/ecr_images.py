@@ -10,7 +10,7 @@ asks the SDK for AWS's Deep Learning Container of that framework, an ECR name su
    (`pytorch-training:1.11.0-gpu-py38`) or a repository (`pytorch-training`); the most specific key
    wins, and `*` stands for every other ECR name (`EmulatorSession(images=...)`).
 3. **A framework image.** AWS's PyTorch and TensorFlow training images become the framework image of
-   that version and Python (`emulator.frameworks`; built when missing).
+   that version and Python (`emulator.training_images.frameworks`; built when missing).
 4. Otherwise the name has no stand-in: an error naming it, before anything starts.
 
 A name that is not an ECR name is a local image already and is used as it is. Pure: the engine is
@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from emulator.errors import EmulatorError, ImageMissing
-from emulator.frameworks import FrameworkImage, from_ecr, no_stand_in
 from emulator.jobspec.model import JobSpec
+from emulator.training_images.frameworks import FrameworkImage, from_ecr, no_stand_in
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]
 ECR_NAME = re.compile(r"(?P<registry>\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?)/"
@@ -95,7 +95,7 @@ def local_image(name: str, table: Mapping[str, str], present: Callable[[str], bo
 def with_image(spec: JobSpec, table: Mapping[str, str], present: Callable[[str], bool]) -> JobSpec:
     """The spec with the image that runs it (`choose_image`), the name it gave and the notes kept. On
     a framework stand-in that runs another Python than the one named, the job's requirements.txt is
-    resolved as pip would resolve it for the named one, the framework's pins kept (emulator.wheelhouse)."""
+    resolved as pip would resolve it for the named one, the framework's pins kept (emulator.run.wheelhouse)."""
     choice = choose_image(spec.image_uri, table, present)
     if not choice.stands_in:
         return spec

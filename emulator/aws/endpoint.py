@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 import botocore.session
 from botocore.model import ServiceModel
 
-from emulator import blocking
 from emulator.aws import sigv4, validation
 from emulator.aws.s3 import S3
 from emulator.aws.stub import ApiError, Operation, Service, as_output
 from emulator.aws.wire import HttpRequest, HttpResponse, WireError, json_rpc, query, rest_xml, rpc_cbor
+from emulator.state import blocking
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Endpoint:
 
     def quick(self, request: HttpRequest) -> bool:
         """Whether the request is for one of its service's `quick` operations, which the server answers
-        on its event loop (emulator/blocking.py). Only a body already in memory is looked at; a request
+        on its event loop (emulator/state/blocking.py). Only a body already in memory is looked at; a request
         that cannot be read is not quick (the worker answers it with its error)."""
         if not isinstance(request.body, bytes):
             return False

@@ -6,7 +6,7 @@ per host named `<job>/algo-N-<epoch seconds>`. The SDKs read a job's logs that w
 `TrainingJob.wait(logs=True)` (which `ModelTrainer.train` calls) lists the streams with the prefix
 `<job>/` until there is one per host, then pages through each with GetLogEvents; boto3 code and
 SDK v2's `sagemaker.logs` do the same. Here the streams are the job's log files (a job is found by
-name in the local record, `emulator.job_records`, whichever way it was started), each line an event.
+name in the local record, `emulator.state.job_records`, whichever way it was started), each line an event.
 
 What differs from the service, and why:
 - The files keep no time per line, so every event of a stream has the stream's creation time (the
@@ -33,10 +33,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import blocking, contract, job_records
 from emulator.aws.sts import ACCOUNT
 from emulator.aws.stub import ApiError, Operation, Service
+from emulator.planning import contract
 from emulator.result import Status
+from emulator.state import blocking, job_records
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 MAX_EVENTS = 10_000  # GetLogEvents' largest (and default) page

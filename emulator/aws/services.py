@@ -1,5 +1,5 @@
 """The AWS services the emulator answers, put together: for a job's own hosts (`job_endpoint`, which
-the job's driver serves while the hosts run: emulator/job_aws.py). The library's `api.run` hands it to
+the job's driver serves while the hosts run: emulator/run/job_aws.py). The library's `api.run` hands it to
 the runner, so the runner never reaches up to the services that start jobs themselves."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class Service:
     own_patterns: frozenset[str] = frozenset()
     # Operations that only read small files of the emulator's own, which `hetero-emu serve` answers on
     # its event loop; each calls `blocking.may_block()` before anything that could wait, and is then
-    # run again in a worker thread (emulator/blocking.py).
+    # run again in a worker thread (emulator/state/blocking.py).
     quick: frozenset[str] = frozenset()
 
     def operations(self) -> Mapping[str, Operation]:

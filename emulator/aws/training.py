@@ -4,7 +4,7 @@ DescribeTrainingJob, StopTrainingJob and ListTrainingJobs, in the API's shapes a
 CreateTrainingJob checks the request at once, with every problem in the request's own words (a
 `ValidationException`, as the service answers a bad request), then starts the job's driver process
 (`emulator.aws.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
-name in the local record of jobs (`emulator.job_records`), so a job started by `hetero-emu run` is described
+name in the local record of jobs (`emulator.state.job_records`), so a job started by `hetero-emu run` is described
 and listed too.
 
 A described job is the request echoed (as DescribeTrainingJob echoes it) with the record's status,
@@ -28,20 +28,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator import attempts, blocking, contract, job_records, staging, warm_pools
-from emulator.attempts import Injection
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.aws.stub import ApiError, Operation, Service
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError, SpecError, UsageError
-from emulator.hardware import CpuMode, GpuMode
 from emulator.jobs import control, service_shape
 from emulator.jobs import record as record_module
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import request, s3
 from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
+from emulator.planning import contract
+from emulator.planning.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
+from emulator.run import attempts, staging, warm_pools
+from emulator.run.attempts import Injection
+from emulator.state import blocking, job_records
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
@@ -72,7 +74,7 @@ class SageMakerTraining(Service):
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
-        # Every job's `--gpus`, `--cpus` (emulator/hardware.py) and `--inject` (emulator/attempts.py),
+        # Every job's `--gpus`, `--cpus` (emulator/planning/hardware.py) and `--inject` (emulator/run/attempts.py),
         # handed to its driver in its options (emulator/jobs/ticket.py).
         self.inject = inject
         self.options = RunOptions(images=self.images, gpus=gpus, cpus=cpus, inject=inject or None)
@@ -203,7 +205,7 @@ class SageMakerTraining(Service):
 
     def update(self, params: dict[str, Any]) -> dict[str, Any]:
         """UpdateTrainingJob: of what it can change, the warm pool's `ResourceConfig.KeepAlivePeriodInSeconds`
-        (0 to 3600; 0 ends an Available pool at once; emulator/warm_pools.py). Profiler and remote
+        (0 to 3600; 0 ends an Available pool at once; emulator/run/warm_pools.py). Profiler and remote
         debug settings are not emulated and are refused by name."""
         record = self.found(str(params.get("TrainingJobName")))
         others = sorted(k for k in params if k not in ("TrainingJobName", "ResourceConfig"))

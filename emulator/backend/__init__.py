@@ -10,11 +10,11 @@ backend/docker.py, and `swarm`: backend/swarm.py). It must
   a stopped host): callers ask that record, never the class, before using such a member;
 - report facts, not policy: which ulimits it refused (`refused_ulimits`), which output streams broke
   (`stream_errors`), a lost engine as DockerUnavailable; what deserves a warning, and when, is the
-  runner's call (`emulator.runner`), made once for every engine;
+  runner's call (`emulator.run.runner`), made once for every engine;
 - be handed what it needs from above (the folder it keeps what it learns in: an `EngineMemory`,
   by default the emulator's state folder), and decide nothing that depends on the job's meaning
   (which launchers it needs): nothing under `emulator.backend` imports the front ends' modules
-  (`emulator.runner`, `emulator.api`, `emulator.launchers`, `emulator.job_records`).
+  (`emulator.run.runner`, `emulator.api`, `emulator.planning.launchers`, `emulator.state.job_records`).
 
 The same job gives the same outcome on every engine: tests/swarm/test_engine_contract.py runs each
 test on both, and asserts that every registered engine satisfies this protocol. Everything above it
@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from emulator.planning.container import Ulimit
+    from emulator.planning.hardware import Machine
+    from emulator.planning.plan import HostPlan, Plan
+
     # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
     # starts faster without the plan and spec modules.
-    from emulator.console import Reporter
-    from emulator.container import Ulimit
-    from emulator.frameworks import FrameworkImage
-    from emulator.hardware import Machine
-    from emulator.plan import HostPlan, Plan
+    from emulator.reports.console import Reporter
+    from emulator.training_images.frameworks import FrameworkImage
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Capabilities:
     # `refused_ulimits` asks the engine which of the plan's ulimits it cannot give; without it, every
     # ulimit is given as planned.
     probes_ulimits: bool = False
-    # A job's AWS gateway (emulator/job_aws.py) on its network, whose address the hosts are given as
+    # A job's AWS gateway (emulator/run/job_aws.py) on its network, whose address the hosts are given as
     # their DNS server: without it, a job's hosts reach no AWS from inside the job.
     aws_gateway: bool = False
     # The gateway may run on another node than the driver: the endpoint's socket is in the job folder,
@@ -74,7 +75,7 @@ class ContainerState:
     # When it exited (seconds since the epoch), to blame the first of several hosts that fail at once.
     finished_at: float | None = None
     # When its process started (same clock as finished_at; None: never started or not told), for
-    # each run's timeline (emulator.timeline): the engine's own times, not when the driver polled.
+    # each run's timeline (emulator.reports.timeline): the engine's own times, not when the driver polled.
     started_at: float | None = None
 
 
@@ -120,7 +121,7 @@ class Backend(Protocol):
 
     def machine(self) -> Machine:
         """What the engine's machine has (cores, memory, the GPUs its GPU runtime can give), for
-        `emulator.hardware.resolve`."""
+        `emulator.planning.hardware.resolve`."""
         ...
 
     def ping(self) -> None:

@@ -38,10 +38,9 @@ from emulator.backend.docker_parts import (
 )
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import driver_alive
-from emulator.console import Reporter
-from emulator.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Ulimit
 from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing
-from emulator.plan import (
+from emulator.planning.container import GPU_CAPABILITIES, GPU_DRIVER, ContainerSpec, Ulimit
+from emulator.planning.plan import (
     LABEL_DRIVER,
     LABEL_HOST,
     LABEL_JOB,
@@ -51,6 +50,7 @@ from emulator.plan import (
     host_addresses,
     network_members,
 )
+from emulator.reports.console import Reporter
 
 # `hetero-emu exec` in a stopped host commits its container first (see exec_in).
 COMMIT_TIMEOUT = 300
@@ -141,7 +141,7 @@ def container_options(container: ContainerSpec, network: str, addresses: Mapping
                                                        capabilities=[list(GPU_CAPABILITIES)])]
         if container.gpus else None,
         "port_bindings": {p.container_port: (p.host_ip, p.host_port) for p in container.ports} or None,
-        # The job's AWS gateway (emulator/job_aws.py) by its fixed address: Docker's embedded resolver
+        # The job's AWS gateway (emulator/run/job_aws.py) by its fixed address: Docker's embedded resolver
         # still answers the hosts' names and forwards every other name there.
         "dns": [addresses[name] for name in container.dns if name in addresses] or None,
         "network_mode": network,

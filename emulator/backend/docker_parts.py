@@ -39,15 +39,15 @@ from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import current_driver
 from emulator.backend.networks import NetworkStuck
 from emulator.backend.reaper import Reaper
-from emulator.container import Ulimit
 from emulator.errors import DockerUnavailable, EnvironmentProblem
-from emulator.hardware import Machine
-from emulator.image_recipes import load_recipe
-from emulator.plan import LABEL_DRIVER, Plan
+from emulator.planning.container import Ulimit
+from emulator.planning.hardware import Machine
+from emulator.planning.plan import LABEL_DRIVER, Plan
+from emulator.training_images.image_recipes import load_recipe
 
 if TYPE_CHECKING:
-    from emulator.console import Reporter
-    from emulator.frameworks import FrameworkImage
+    from emulator.reports.console import Reporter
+    from emulator.training_images.frameworks import FrameworkImage
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.

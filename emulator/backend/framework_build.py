@@ -1,4 +1,4 @@
-"""Build a framework image (`emulator.frameworks.FrameworkImage`) from images/framework/, offline.
+"""Build a framework image (`emulator.training_images.frameworks.FrameworkImage`) from images/framework/, offline.
 
 Four steps, reported as every image build reports them (`emulator.backend.image_build`); the venv's
 has a second half, AWS's packages (3b):
@@ -38,8 +38,9 @@ import docker.errors
 from emulator.backend import image_build, index_container
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
-from emulator.frameworks import FrameworkImage
-from emulator.image_recipes import (
+from emulator.reports.progress import LogFile, StepReporter, Task, as_step_reporter
+from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.image_recipes import (
     LAUNCHERS_LABEL,
     VARIANT_LABEL,
     Recipe,
@@ -47,7 +48,6 @@ from emulator.image_recipes import (
     launchers_label,
     parse_package_list,
 )
-from emulator.progress import LogFile, StepReporter, Task, as_step_reporter
 
 #: The recipe folder every framework image is built from.
 VARIANT = "framework"

@@ -25,9 +25,9 @@ import docker
 from emulator.backend import framework_build, image_build
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
-from emulator.frameworks import FrameworkImage
-from emulator.image_recipes import images_dir
-from emulator.progress import LogFile, StepReporter, as_step_reporter
+from emulator.reports.progress import LogFile, StepReporter, as_step_reporter
+from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.image_recipes import images_dir
 
 SCRIPT = "huggingface.sh"
 

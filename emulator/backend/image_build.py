@@ -43,7 +43,8 @@ import requests
 from emulator.backend.docker_http import read_timeout
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
-from emulator.image_recipes import (
+from emulator.reports.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
+from emulator.training_images.image_recipes import (
     CHAIN_LIMIT,
     DEFAULT_VARIANT,
     LAUNCHERS_LABEL,
@@ -54,7 +55,6 @@ from emulator.image_recipes import (
     launchers_label,
     load_recipe,
 )
-from emulator.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
 
 Progress = Callable[[str], None]
 

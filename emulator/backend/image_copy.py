@@ -15,9 +15,9 @@ import docker.errors
 import requests
 
 from emulator.backend.docker_http import EngineHttp
-from emulator.console import Reporter
 from emulator.defaults import default_cache_dir
 from emulator.errors import EnvironmentProblem
+from emulator.reports.console import Reporter
 
 # Bytes per read of the saved image: large reads keep a 400 MB save to a few thousand calls.
 CHUNK = 1 << 20

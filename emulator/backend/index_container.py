@@ -133,7 +133,7 @@ def _run(client: docker.DockerClient, image: str, command: Sequence[str], *, env
 
 # Run by the image's own Python (the interpreter of its `train`, which runs the toolkit's pip): what
 # `pip install -r requirements.txt` would install there, then exactly those, as wheels. Asked (a
-# .as-for.json in `out`, emulator.wheelhouse) to resolve as for another Python, it first lets pip
+# .as-for.json in `out`, emulator.run.wheelhouse) to resolve as for another Python, it first lets pip
 # choose for that one (`--python-version` needs `--only-binary=:all:`) with the framework pins kept
 # (a Hugging Face layer's too, unless the file needs them to move),
 # then resolves on this Python with those choices as constraints; a choice that does not install
@@ -272,8 +272,8 @@ def build_wheelhouse(client: docker.DockerClient, image: str, code: Path, out: P
                      progress: Callable[[str], None], shown: str) -> None:
     """Resolve the requirements.txt in `code` in a container of `image` (which reaches the index) and
     put the wheels of what the image lacks into `out`. WheelhouseError naming the requirement, the
-    image's Python and why (emulator.wheelhouse.pip_failure)."""
-    from emulator import wheelhouse
+    image's Python and why (emulator.run.wheelhouse.pip_failure)."""
+    from emulator.run import wheelhouse
 
     said = wheelhouse.ResolveLines(image, progress)
     package = (code / "setup.py").is_file()

@@ -54,11 +54,11 @@ from emulator.backend.docker_parts import (
 )
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import driver_alive
-from emulator.console import Reporter
-from emulator.container import ContainerSpec, Ulimit
 from emulator.errors import EmulatorError, EnvironmentProblem, UsageError
-from emulator.hardware import Machine
-from emulator.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+from emulator.planning.container import ContainerSpec, Ulimit
+from emulator.planning.hardware import Machine
+from emulator.planning.plan import LABEL_DRIVER, LABEL_HOST, LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+from emulator.reports.console import Reporter
 
 #: Environment variables of the swarm engine (README: "Across machines: the swarm engine").
 ENV_MANAGER = "HETERO_EMU_SWARM_MANAGER"
@@ -155,7 +155,7 @@ def service_options(container: ContainerSpec, network: str, image: str, driver: 
         init=container.init,
         stop_grace_period=int(max(1.0, grace) * 1e9),
         hosts=None,  # no fixed addresses on an overlay: the other hosts resolve through its DNS
-        # The job's AWS gateway (emulator/job_aws.py) by the address its running task has: as on the
+        # The job's AWS gateway (emulator/run/job_aws.py) by the address its running task has: as on the
         # docker engine, the embedded resolver still answers the hosts' names and forwards the rest.
         dns_config=docker.types.DNSConfig(nameservers=[addresses[n] for n in container.dns if n in addresses])
         if container.dns and addresses else None,
@@ -394,7 +394,7 @@ class SwarmBackend(SharedMembers):
             # container on this machine's kernel can connect to (a socket is no file a network share
             # carries): on this machine's node when it is one. Elsewhere (the nodes are containers of
             # this machine, as in the tests) it may run on any node; on a node of another machine it
-            # says it cannot reach the socket and the job runs without AWS (emulator/job_aws.py).
+            # says it cannot reach the socket and the job runs without AWS (emulator/run/job_aws.py).
             here = next((n["ID"] for n in nodes
                          if n.get("Description", {}).get("Hostname") == socket.gethostname()), None)
             if here is not None:

@@ -1,6 +1,6 @@
 """Which of a container's ulimits the engine can give, learnt once per engine and remembered.
 
-The plan asks for memlock unlimited and a 64 MiB stack (`emulator.container.MPI_ULIMITS`). An engine
+The plan asks for memlock unlimited and a 64 MiB stack (`emulator.planning.container.MPI_ULIMITS`). An engine
 that may raise a hard limit (root with CAP_SYS_RESOURCE, as dockerd usually is) gives them; an engine
 confined below them (dockerd in a sandbox whose own hard memlock is 8 MiB) refuses to start such a
 container at all: runc's "error setting rlimits ... operation not permitted". A job must not fail for
@@ -9,7 +9,7 @@ refuses is left to the engine's default, and the verdict is kept per engine addr
 memory (backend/engine_memory.py: the state folder), so the 1-2 s probe is paid once per engine, not
 per job, and a known verdict costs no call to the engine (a busy engine can take seconds to answer
 any). The engine only reports what it refuses; whether that deserves a warning is the runner's call
-(`emulator.runner.ulimit_warnings`).
+(`emulator.run.runner.ulimit_warnings`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from emulator.backend.engine_memory import EngineMemory
-from emulator.container import Ulimit
+from emulator.planning.container import Ulimit
 
 # What runc says when the engine may not raise a limit (moby/runc libcontainer/init_linux.go).
 REFUSED = "setting rlimit"

@@ -8,8 +8,8 @@ from pathlib import Path
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import UsageError
 from emulator.options import DEFAULT_GRACE
-from emulator.plan import LABEL_JOB_DIR
-from emulator.runner import request_stop
+from emulator.planning.plan import LABEL_JOB_DIR
+from emulator.run.runner import request_stop
 
 
 def stop(job: str, *, grace: float = DEFAULT_GRACE, engine_name: str = DEFAULT_ENGINE) -> int:

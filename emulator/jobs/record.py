@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from emulator import blocking, contract, hostfiles
 from emulator.jobspec import JobSpec
 from emulator.jobspec.request import request_from_spec
-from emulator.secrets import mask_environment
+from emulator.planning import contract
+from emulator.planning.secrets import mask_environment
+from emulator.run import hostfiles
+from emulator.state import blocking
 
 # Request keys DescribeTrainingJob does not echo.
 NOT_DESCRIBED = ("Tags",)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.attempts import Injection
 from emulator.jobspec.requirements import Requirements
-from emulator.metrics import Definition
+from emulator.run.attempts import Injection
+from emulator.run.metrics import Definition
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
@@ -181,7 +181,7 @@ INPUT_DATA = "/opt/ml/input/data"
 @dataclass(frozen=True)
 class DebuggerOutput:
     """A request's DebugHookConfig or ProfilerConfig (the SDK's DebuggerHookConfig and
-    ProfilerConfig; emulator/sm_debugger.py): the config file every host gets, and where what the
+    ProfilerConfig; emulator/run/sm_debugger.py): the config file every host gets, and where what the
     hosts write under `local_path` is uploaded while the job runs."""
 
     # The config's members with the API's names, as JSON text (a frozen spec stays hashable).
@@ -277,11 +277,11 @@ class JobSpec:
     checkpoint_uri: str | None = None
     checkpoint_local_path: str = "/opt/ml/checkpoints"
     # TensorBoardOutputConfig: where the TensorBoard files each host writes to `tensorboard_local_path`
-    # are copied while the job runs, as the checkpoints are (emulator/checkpoints.py); the URI as given.
+    # are copied while the job runs, as the checkpoints are (emulator/run/checkpoints.py); the URI as given.
     tensorboard_output_path: Path | None = None
     tensorboard_uri: str | None = None
     tensorboard_local_path: str = DEFAULT_TENSORBOARD_PATH
-    # DebugHookConfig and ProfilerConfig (emulator/sm_debugger.py).
+    # DebugHookConfig and ProfilerConfig (emulator/run/sm_debugger.py).
     debug_hook: DebuggerOutput | None = None
     profiler: DebuggerOutput | None = None
     max_run: int = DEFAULT_MAX_RUN
@@ -294,7 +294,7 @@ class JobSpec:
     container_log_level: int = DEFAULT_LOG_LEVEL
     region: str = DEFAULT_REGION
     # The folder s3:// URIs map under for this job (emulator/jobspec/s3.py `choose_root`): the S3 its
-    # hosts reach from inside the job (emulator/job_aws.py).
+    # hosts reach from inside the job (emulator/run/job_aws.py).
     s3_root: Path | None = None
     spec_dir: Path = Path(".")
     # source_dir is a sourcedir.tar.gz (s3://.../sourcedir.tar.gz, as the SDK uploads the code):
@@ -303,13 +303,13 @@ class JobSpec:
     # The code's requirements.txt when the toolkit will pip-install it (emulator.jobspec.requirements.find).
     requirements: Requirements | None = None
     # The size of every host's /dev/shm in bytes (`shm_size: 2g`); None: half the host's memory
-    # limit (emulator.container.default_shm_bytes). Not a SageMaker field: the service has no option.
+    # limit (emulator.planning.container.default_shm_bytes). Not a SageMaker field: the service has no option.
     shm_size: int | None = None
-    # How hosts of GPU instance types get GPUs here (`gpus: emulate`; emulator/hardware.py): None
+    # How hosts of GPU instance types get GPUs here (`gpus: emulate`; emulator/planning/hardware.py): None
     # leaves it to the run's --gpus, else "auto". Not a SageMaker field.
     gpus: str | None = None
     # AlgorithmSpecification.MetricDefinitions (the SDK's metric_definitions): applied to every host's
-    # lines (emulator/metrics.py).
+    # lines (emulator/run/metrics.py).
     metric_definitions: tuple[Definition, ...] = ()
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
@@ -322,11 +322,11 @@ class JobSpec:
     # ResourceConfig.KeepAlivePeriodInSeconds: the warm pool kept after the job (0: none).
     keep_alive_period_in_seconds: int = 0
     # The request's fields a warm pool's later job must match besides the cluster (RoleArn, the
-    # volume, VpcConfig; emulator/warm_pools.py), as (name, JSON text).
+    # volume, VpcConfig; emulator/run/warm_pools.py), as (name, JSON text).
     pool_match: tuple[tuple[str, str], ...] = ()
     # RetryStrategy.MaximumRetryAttempts (the SDK's max_retry_attempts): None, no RetryStrategy.
     max_retry_attempts: int | None = None
-    # The spot interruptions and platform errors this job is given on purpose (emulator/attempts.py).
+    # The spot interruptions and platform errors this job is given on purpose (emulator/run/attempts.py).
     # Not a SageMaker field.
     inject: tuple[Injection, ...] = ()
 

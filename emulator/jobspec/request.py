@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from emulator.contract import hyperparameters as encoded_hyperparameters
 from emulator.errors import Problem, SpecError
 from emulator.jobspec import debugger_config
 from emulator.jobspec.model import INPUT_DATA, JobSpec
@@ -30,6 +29,7 @@ from emulator.jobspec.probes import DISK, Probes
 from emulator.jobspec.rules import Validator
 from emulator.jobspec.wording import key_text, preview, type_name
 from emulator.jobspec.yaml_loader import parse_yaml, read_spec_text
+from emulator.planning.contract import hyperparameters as encoded_hyperparameters
 
 # Keys the emulator runs the job with; the others the API has are accepted and unused.
 REQUEST_KEYS = (

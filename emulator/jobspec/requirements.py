@@ -1,5 +1,5 @@
 """A code folder's requirements.txt as the training toolkit will pip-install it: found and hashed while
-the spec is checked (`find`), never installed here. `emulator.wheelhouse` resolves its wheels before the
+the spec is checked (`find`), never installed here. `emulator.run.wheelhouse` resolves its wheels before the
 job; this half only reads files, so the spec's rules can ask for it through their probes
 (`emulator.jobspec.probes`) without importing what runs pip.
 """
@@ -35,7 +35,7 @@ class Requirements:
     package: bool = False
     # The Python pip resolves the file as for (`3.8`), when a framework stand-in runs another one than
     # the request names, and the framework's pins kept while it does (`torch==1.11.0`); set with the
-    # image that runs the job (emulator.aws.ecr_images.with_image), resolved by emulator.wheelhouse.
+    # image that runs the job (emulator.aws.ecr_images.with_image), resolved by emulator.run.wheelhouse.
     as_python: str | None = None
     keep: tuple[str, ...] = ()
     # Of `keep`, the framework's own (torch, torchvision...): what stays when the rest cannot (a Hugging

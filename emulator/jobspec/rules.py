@@ -21,13 +21,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from emulator.attempts import Injection, parse_injection
-from emulator.attempts import problems as attempt_problems
-from emulator.catalog import lookup as lookup_instance_type
-from emulator.catalog import suggest as suggest_instance_types
-from emulator.container import MIN_SHM
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.hardware import parse_gpu_mode
 from emulator.jobspec import debugger_config, placement, s3
 from emulator.jobspec.fields import FieldReader, as_written
 from emulator.jobspec.model import (
@@ -79,10 +73,16 @@ from emulator.jobspec.probes import Probes
 from emulator.jobspec.requirements import Requirements
 from emulator.jobspec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.jobspec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
-from emulator.metrics import Definition
-from emulator.metrics import parse as parse_metrics
-from emulator.metrics import problems as metric_problems
-from emulator.sizes import MAX_SIZE, parse_size
+from emulator.planning.catalog import lookup as lookup_instance_type
+from emulator.planning.catalog import suggest as suggest_instance_types
+from emulator.planning.container import MIN_SHM
+from emulator.planning.hardware import parse_gpu_mode
+from emulator.planning.sizes import MAX_SIZE, parse_size
+from emulator.run.attempts import Injection, parse_injection
+from emulator.run.attempts import problems as attempt_problems
+from emulator.run.metrics import Definition
+from emulator.run.metrics import parse as parse_metrics
+from emulator.run.metrics import problems as metric_problems
 
 # What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
@@ -503,7 +503,7 @@ class Validator(FieldReader):
         """The service's managed features and their rules (CreateTrainingJob's API reference):
         managed spot needs a MaxWaitTimeInSeconds of at least MaxRuntimeInSeconds, and MaxWait is for
         spot only; a warm pool's keep-alive is 0-3600 s; a RetryStrategy retries 1-30 times. `inject`:
-        the faults the run causes on purpose (emulator/attempts.py)."""
+        the faults the run causes on purpose (emulator/run/attempts.py)."""
         spot = bool(self.boolean(raw, "use_spot_instances", "use_spot_instances"))
         wait = self.integer(raw, "max_wait", "max_wait")
         if wait is not None and wait < 1:
@@ -535,7 +535,7 @@ class Validator(FieldReader):
                 "max_retry_attempts": retries, "inject": tuple(injections)}
 
     def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
-        """`gpus`: how hosts of GPU types get GPUs here (emulator/hardware.py, GPU_MODES)."""
+        """`gpus`: how hosts of GPU types get GPUs here (emulator/planning/hardware.py, GPU_MODES)."""
         value = self.string(raw, "gpus", "gpus")
         if value is None:
             return None
@@ -582,13 +582,13 @@ class Validator(FieldReader):
         channel is a mount of the folder itself, which would show the job folder grow, or a checkpoint
         land, while the job runs: such a channel is staged as a share of hard links to the files it
         listed now (`TrainingInput.snapshot`), which the job's writes never change (the job folder is
-        new, and checkpoints and TensorBoard's files are renamed into place, `emulator.hostfiles`).
+        new, and checkpoints and TensorBoard's files are renamed into place, `emulator.run.hostfiles`).
 
         Refused still, where the emulator itself could not keep the user's files apart:
         - data or code inside the job's own folder `<output>/<job>/`, but for what the SDK uploads
           there before the job (`SDK_UPLOADS`, under an s3:// output path): the folder holds the job's
           hosts and logs, and is claimed new for every job so that nothing in it is overwritten
-          (`emulator.staging.folder_taken`);
+          (`emulator.run.staging.folder_taken`);
         - output_path inside a source_dir folder: each host's copy of the code is made after the job
           folder is, and would take it in (on the service the code is the SDK's sourcedir.tar.gz, made
           before the job);
@@ -875,7 +875,7 @@ class Validator(FieldReader):
             self.fail(path + ".record_wrapping", f"must be one of {', '.join(RECORD_WRAPPER_TYPES)}, "
                       f"got {wrapping!r}", did_you_mean(wrapping, RECORD_WRAPPER_TYPES))
         elif wrapping == "RecordIO" and not piped:
-            # The emulator wraps records while it streams a Pipe channel (emulator.pipes); a File
+            # The emulator wraps records while it streams a Pipe channel (emulator.run.pipes); a File
             # channel is the user's files mounted as they are, which it does not rewrite.
             self.fail(path + ".record_wrapping", "RecordIO wrapping is emulated for Pipe channels only",
                       "set input_mode: Pipe on this channel, or omit record_wrapping")
@@ -955,7 +955,7 @@ class Validator(FieldReader):
 
     def pipe_names(self, channels: Mapping[str, TrainingInput], job_mode: str) -> None:
         """A Pipe channel's FIFOs are `<channel>_<epoch>` beside the other channels' folders under
-        /opt/ml/input/data (emulator.pipes): a channel named like one of them would take its place."""
+        /opt/ml/input/data (emulator.run.pipes): a channel named like one of them would take its place."""
         piped = [name for name, channel in channels.items() if (channel.input_mode or job_mode) == "Pipe"]
         for name in channels:
             for pipe in piped:

@@ -16,8 +16,6 @@ from typing import Any
 
 import boto3
 
-from emulator import build_status, job_records
-from emulator.attempts import parse_injection
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
@@ -27,9 +25,12 @@ from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
 from emulator.aws.training import SageMakerTraining, driver_log
 from emulator.errors import UsageError
-from emulator.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.jobspec import s3
 from emulator.jobspec.request import ANY_PATH, HostPaths
+from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
+from emulator.run import build_status
+from emulator.run.attempts import parse_injection
+from emulator.state import job_records
 
 DEFAULT_REGION = "us-west-2"
 
@@ -48,9 +49,9 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     """The S3 root (`s3_root`, else $HETERO_EMU_S3_ROOT, else the default root, made if missing; a
     named root must exist), the region (else $AWS_REGION, $AWS_DEFAULT_REGION, us-west-2) and the
     boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`).
-    `gpus` and `cpus` are every job's `--gpus` and `--cpus` (emulator/hardware.py); a word that is
+    `gpus` and `cpus` are every job's `--gpus` and `--cpus` (emulator/planning/hardware.py); a word that is
     not one of theirs is a UsageError here, before any job. `inject` is every job's `--inject`
-    (`spot-interruption@30s`, `platform-error@1m`; emulator/attempts.py), checked here as words and
+    (`spot-interruption@30s`, `platform-error@1m`; emulator/run/attempts.py), checked here as words and
     against each job when it is created. `host_paths`: which local paths a CreateTrainingJob may
     name (any, for the user's own process; `hetero-emu serve` narrows it)."""
     session = origin.split("(")[0]
@@ -151,7 +152,7 @@ class LogsWithWarnings:
         for line in self._warnings[job].poll():
             print(line, flush=True)
         # v3's wait prints nothing of the job's status but its TrainingJobStatus: the image build a
-        # starting job waits for is said here, each new message of it once (emulator/build_status.py).
+        # starting job waits for is said here, each new message of it once (emulator/run/build_status.py).
         record = job_records.find(job)
         building = build_status.build_message(record.doc) if record is not None else None
         if building is not None and building != self._building.get(job):

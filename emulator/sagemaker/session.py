@@ -31,12 +31,12 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status, _logs_init
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator import prebuild
 from emulator.aws.training import FINAL, driver_log
 from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.console import ConsoleReporter
+from emulator.reports.console import ConsoleReporter
+from emulator.run.tail import LogTail
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
-from emulator.tail import LogTail
+from emulator.training_images import prebuild
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
@@ -72,8 +72,9 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
 
     def prebuild(self, estimator: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
         """Build the image `estimator.fit()` would run (the ECR name the SDK gives it, by this session's
-        `images`; emulator/prebuild.py), or nothing when it is up to date, so that the first `fit()` does
-        not wait for it; the build report (`image`, `built`, `seconds`). Each step is a line to `progress`."""
+        `images`; emulator/training_images/prebuild.py), or nothing when it is up to date, so that the
+        first `fit()` does not wait for it; the build report (`image`, `built`, `seconds`). Each step is a
+        line to `progress`."""
         return prebuild.build_for(estimator.training_image_uri(), images=self.training.images, rebuild=rebuild,
                                   progress=progress)
 

@@ -25,10 +25,10 @@ from sagemaker.core.config.config import load_sagemaker_config
 from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.utils.logs import CloudWatchLogsClient
 
-from emulator import prebuild
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.errors import UsageError
 from emulator.sagemaker.local import LogsWithWarnings, local_aws, telemetry_off
+from emulator.training_images import prebuild
 
 
 class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
@@ -56,7 +56,7 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
 
     def prebuild(self, model_trainer: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
         """Build the image `model_trainer.train()` would run (its `training_image`, by this session's
-        `images`; emulator/prebuild.py), or nothing when it is up to date: `EmulatorSession.prebuild`'s
+        `images`; emulator/training_images/prebuild.py), or nothing when it is up to date: `EmulatorSession.prebuild`'s
         counterpart."""
         image = getattr(model_trainer, "training_image", None)
         if not isinstance(image, str) or not image:

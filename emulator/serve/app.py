@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator import job_records
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.errors import UsageError
+from emulator.state import job_records
 
 
 @dataclass(frozen=True)

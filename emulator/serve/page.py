@@ -49,18 +49,20 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from emulator import build_status, contract, hostfiles, job_records
-from emulator import metrics as metrics_module
 from emulator.aws.stub import ApiError
 from emulator.backend import Backend
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import EmulatorError
-from emulator.job_records import JobRecord
 from emulator.jobspec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NAME_PATTERN
-from emulator.logs import display_text
-from emulator.palette import FAILURE, group_colours
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, container_name
+from emulator.planning import contract
+from emulator.planning.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, container_name
+from emulator.reports.palette import FAILURE, group_colours
+from emulator.run import build_status, hostfiles
+from emulator.run import metrics as metrics_module
+from emulator.run.logs import display_text
 from emulator.serve.phases import PHASES, Tracker
+from emulator.state import job_records
+from emulator.state.job_records import JobRecord
 
 if TYPE_CHECKING:
     from emulator.aws.training import SageMakerTraining
@@ -129,7 +131,7 @@ class HostState:
     exit_code: int | None = None
     started: datetime | None = None
     finished: datetime | None = None
-    group_index: int = 0  # the group's place in the spec: its colour (emulator.palette)
+    group_index: int = 0  # the group's place in the spec: its colour (emulator.reports.palette)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -193,7 +195,7 @@ class JobSource(Protocol):
 
 
 class LiveJobs:
-    """The jobs of this machine: their records (`emulator.job_records`), described by the training
+    """The jobs of this machine: their records (`emulator.state.job_records`), described by the training
     service (`emulator.aws.training.SageMakerTraining`), their containers in the engine while they
     run, and their job folders (job.json, logs/algo-N.log, metrics/, cluster.dot)."""
 
@@ -302,7 +304,7 @@ class LiveJobs:
 
     def _ended_hosts(self, folder: Path, layout: Mapping[str, tuple[str, str, int]], kept: bool) -> list[HostState]:
         """An ended job's hosts from its job.json (`Hosts`: each host's exit code and its seconds from
-        TrainingStartTime to its exit, emulator/artifacts.py `describe`)."""
+        TrainingStartTime to its exit, emulator/run/artifacts.py `describe`)."""
         doc = _read_json(folder / "job.json")
         state = "exited" if kept else "removed"
         start = _parse_time(doc.get("TrainingStartTime"))
@@ -429,7 +431,7 @@ def draw_svg(dot: str, program: str = "dot") -> str | None:
 
 def inert_svg(text: str) -> str | None:
     """Graphviz's SVG written again from its parsed elements, if they are only what Graphviz draws for
-    `emulator.diagram` (groups, shapes, text, tooltips) with Graphviz's own ids and classes; None for
+    `emulator.reports.diagram` (groups, shapes, text, tooltips) with Graphviz's own ids and classes; None for
     anything else. The page embeds the SVG in its HTML, so nothing in it may act: a DOT `URL` or
     `href` becomes an `<a xlink:href>` (a `javascript:` link), an `id` or `class` could shadow the
     page's own, an image would be fetched. Written again, it has no comments, no prolog and every

@@ -5,7 +5,7 @@ Starlette and Uvicorn (the `serve` extra) because they are the best-kept small A
 HTTP/1.1 parser bounds request lines and headers, Starlette streams request and response bodies, and
 neither pulls in more than a few packages. The operations themselves are blocking (files, the
 engine), so each request's work runs in a pool of worker threads; the event loop only moves bytes,
-and answers the few operations that only read small files of the emulator's own (emulator/blocking.py).
+and answers the few operations that only read small files of the emulator's own (emulator/state/blocking.py).
 
 Which side a request is for: anything an AWS SDK sends is signed (an `Authorization` header or a
 presigned query) or carries an AWS header (`X-Amz-Target`, `X-Amz-Date`, `smithy-protocol`, ...);
@@ -40,12 +40,12 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Router
 from starlette.types import Receive, Scope, Send
 
-from emulator import blocking
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.wire import HttpRequest, HttpResponse
 from emulator.aws.wire.chunked import aws_chunked, unchunk
 from emulator.errors import EnvironmentProblem
 from emulator.serve import guard, limits
+from emulator.state import blocking
 
 # The largest request body accepted: a single PutObject or UploadPart of 1 GiB (S3 allows 5 GiB; the
 # SDKs switch to multipart uploads far below that).

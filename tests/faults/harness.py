@@ -24,7 +24,7 @@ from testkit import REPO, groups, unique
 from testkit import hetero_emu as cli
 from testkit import write_script_spec as write_spec
 
-from emulator.plan import LABEL_JOB, LABEL_MANAGED
+from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED
 
 __all__ = ["PRELUDE", "REPO", "ROWS", "Driver", "EngineProxy", "Row", "cli", "groups", "job_resources", "record",
            "seconds_until_gone", "unique", "write_spec"]
@@ -39,7 +39,7 @@ HOST, GROUP = RC["current_host"], RC["current_group_name"]
 """
 
 
-# What a running two-host job has on the engine: two hosts, the job's AWS gateway (emulator/job_aws.py)
+# What a running two-host job has on the engine: two hosts, the job's AWS gateway (emulator/run/job_aws.py)
 # and the network.
 RUNNING_JOB = 4
 

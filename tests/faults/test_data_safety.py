@@ -180,10 +180,10 @@ def run_as(uid: int, gid: int, groups_: list[int], folder: Path, argv: list[str]
     cannot reach; the child has every module it needs loaded already. The watcher process cannot be
     started by such a child (it would exec that interpreter), which the driver tolerates.
     """
-    import emulator.catalog
     import emulator.cli
+    import emulator.planning.catalog
 
-    emulator.catalog.catalog()  # package data, cached: the repo may sit in a folder the user cannot read
+    emulator.planning.catalog.catalog()  # package data, cached: the repo may sit in a folder the user cannot read
     log = folder / "driver.log"
     sys.stdout.flush()
     sys.stderr.flush()

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, validate
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

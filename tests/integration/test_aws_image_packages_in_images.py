@@ -11,7 +11,7 @@ from collections.abc import Callable
 import docker
 import pytest
 
-from emulator.frameworks import choose
+from emulator.training_images.frameworks import choose
 
 pytestmark = [pytest.mark.docker]
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from testkit import unique, wait_for
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import run_job
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

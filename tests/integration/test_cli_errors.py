@@ -21,7 +21,7 @@ import pytest
 from testkit import hetero_emu as cli
 from testkit import write_script_spec as write_spec
 
-from emulator.plan import LABEL_JOB, LABEL_MANAGED
+from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -63,7 +63,7 @@ def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
     # The real default image is there (and must stay): the run is pointed at a default tag the engine
     # does not have, in process, so `--no-build` meets a missing default image on the real engine.
     from emulator import cli as cli_module
-    from emulator import runner
+    from emulator.run import runner
 
     missing = f"hetero-emu/no-such-default:{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(runner, "DEFAULT_IMAGE", missing)

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from emulator import api
-from emulator.console import RecordingReporter
-from emulator.debugger import DebugTarget
 from emulator.defaults import PYTORCH_IMAGE
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
+from emulator.run.debugger import DebugTarget
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

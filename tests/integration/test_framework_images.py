@@ -1,4 +1,4 @@
-"""The framework images by version and Python (emulator/frameworks.py, images/framework/), for real:
+"""The framework images by version and Python (emulator/training_images/frameworks.py, images/framework/), for real:
 for PyTorch 1.x, PyTorch 2.x and TensorFlow 2.x, a job on the image asks the container for the
 framework's version, the Python, and the training module the REAL toolkit started (its own
 `SM_FRAMEWORK_MODULE`), and runs one distributed step on two hosts of one group: a gloo all_reduce
@@ -21,11 +21,11 @@ import pytest
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 
-from emulator.console import RecordingReporter
-from emulator.frameworks import TRAINING_MODULES, choose
 from emulator.jobspec import validate
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 from emulator.sagemaker import EmulatorSession
+from emulator.training_images.frameworks import TRAINING_MODULES, choose
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

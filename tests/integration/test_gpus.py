@@ -19,11 +19,11 @@ import pytest
 import yaml
 from testkit import invoke, unique
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import run_job
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
@@ -56,7 +56,7 @@ seen = {
 }
 with open(f"/opt/ml/output/data/seen-{seen['rank'] or 'host'}.json", "w") as out:
     json.dump(seen, out)
-# Long enough for the toolkit's MPI workers to see orted (emulator/mpi_wait.py).
+# Long enough for the toolkit's MPI workers to see orted (emulator/run/mpi_wait.py).
 time.sleep(4)
 '''
 

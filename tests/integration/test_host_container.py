@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 # serial: the memlock probe asks the engine what every container may get.
 pytestmark = [pytest.mark.docker, pytest.mark.serial, pytest.mark.usefixtures("training_image", "no_leftovers")]

@@ -1,7 +1,7 @@
 """A Hugging Face estimator of SDK v2, unchanged but for `sagemaker_session=EmulatorSession(...)`, on
 the real engine: `HuggingFace(transformers_version="4.36.0", pytorch_version="2.1.0", py_version="py310")`
 resolves AWS's `huggingface-pytorch-training` image itself, the Hugging Face stand-in runs it
-(emulator/huggingface.py), and a tiny `transformers.Trainer` script trains an epoch fully offline:
+(emulator/training_images/huggingface.py), and a tiny `transformers.Trainer` script trains an epoch fully offline:
 a random 2-layer BERT made in the test and given as a channel, synthetic token ids read with
 `datasets`, the model saved to /opt/ml/model and uploaded as model.tar.gz.
 """
@@ -18,9 +18,9 @@ from sagemaker.huggingface import HuggingFace
 from sagemaker.inputs import TrainingInput
 from test_seed_clusters import log_tagged
 
-from emulator import huggingface
-from emulator.frameworks import TRAINING_MODULES
 from emulator.sagemaker import EmulatorSession
+from emulator.training_images import huggingface
+from emulator.training_images.frameworks import TRAINING_MODULES
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

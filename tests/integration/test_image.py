@@ -32,7 +32,7 @@ from emulator.backend.image_build import (
     recipe_hash,
 )
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.image_recipes import image_launchers
+from emulator.training_images.image_recipes import image_launchers
 
 # Every container started here carries this label, so a crashed run's leftovers are findable.
 TEST_LABEL = {"hetero-emu.test": "test_image"}

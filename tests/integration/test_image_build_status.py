@@ -1,5 +1,5 @@
 """A job through `EmulatorSession` whose image is missing waits for its build, and `fit()` prints the
-build's steps as the service's Starting status messages (emulator/build_status.py), on the real engine.
+build's steps as the service's Starting status messages (emulator/run/build_status.py), on the real engine.
 
 The image is a throwaway variant of the default one (a recipe `base: {recipe: training}` whose
 Dockerfile sleeps a little longer than build_status.MIN_INTERVAL, so that a step's message is due while
@@ -20,11 +20,11 @@ import pytest
 from sagemaker.estimator import Estimator
 from testkit import wait_for
 
-from emulator import build_status
 from emulator.backend.image_build import RECIPE_LABEL, recipe_hash
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.image_recipes import IMAGES_DIR_ENV, images_dir, load_recipe
+from emulator.run import build_status
 from emulator.sagemaker import EmulatorSession
+from emulator.training_images.image_recipes import IMAGES_DIR_ENV, images_dir, load_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

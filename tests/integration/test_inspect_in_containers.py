@@ -23,7 +23,7 @@ import pytest
 from testkit import hetero_emu as cli
 from testkit import write_script_spec
 
-from emulator.plan import LABEL_JOB, LABEL_MANAGED
+from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -1,4 +1,4 @@
-"""AWS inside a job, on the real engine (emulator/job_aws.py): a job's hosts call AWS by its own names
+"""AWS inside a job, on the real engine (emulator/run/job_aws.py): a job's hosts call AWS by its own names
 with the SDK their image has, and reach the emulator's, whose S3 is the job's S3 root; the TensorFlow
 toolkit's default `model_dir` in S3 works; an isolated job reaches no AWS; an image without python3
 runs without it, said in one warning."""

@@ -16,7 +16,7 @@ from emulator.backend.docker import DockerBackend
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.networks import StuckNetworks
 from emulator.jobspec import validate
-from emulator.plan import LABEL_DRIVER, LABEL_JOB, make_plan
+from emulator.planning.plan import LABEL_DRIVER, LABEL_JOB, make_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

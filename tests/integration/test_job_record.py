@@ -1,5 +1,5 @@
 """A job is found by its name after its containers are gone: `hetero-emu logs NAME` and
-`hetero-emu describe NAME` read the local record of jobs run here (emulator.job_records)."""
+`hetero-emu describe NAME` read the local record of jobs run here (emulator.state.job_records)."""
 
 from __future__ import annotations
 

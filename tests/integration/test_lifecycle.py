@@ -1,7 +1,7 @@
 """The service's job lifecycle and in-container contract, on the real engine, with small inline scripts.
 
 Each test writes its own code folder (and data) into tmp_path and runs one small job (2-4 hosts)
-through `emulator.runner.run_job`. Scripts learn who they are from resourceconfig.json directly, so
+through `emulator.run.runner.run_job`. Scripts learn who they are from resourceconfig.json directly, so
 a failure here points at the emulator, not at a helper library.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from testkit import hetero_emu as cli
 
-from emulator import job_records
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, LABEL_MANAGED
-from emulator.runner import run_job
+from emulator.planning.plan import LABEL_GROUP, LABEL_HOST, LABEL_JOB, LABEL_MANAGED
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
+from emulator.state import job_records
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

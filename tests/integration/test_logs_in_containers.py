@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from emulator.console import ConsoleReporter
 from emulator.jobspec import validate
 from emulator.options import RunOptions
-from emulator.runner import run_job
+from emulator.reports.console import ConsoleReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -262,7 +262,7 @@ def test_a_flooding_hosts_last_line_reaches_the_console(tmp_path: Path) -> None:
     """The audit's finding: under a flood the console also dropped each host's last lines (a final
     "done" was missing). Two hosts write 20 MB each, far faster than this slow console shows lines,
     then one last line: the console says how many lines it did not show and still shows that line."""
-    from emulator.console import RecordingReporter
+    from emulator.reports.console import RecordingReporter
 
     class SlowConsole(RecordingReporter):
         def log_line(self, host: str, group: str, line: str) -> None:

@@ -1,4 +1,4 @@
-"""The toolkit's MPI worker that misses a short job's orted (emulator/mpi_wait.py), on the real engine
+"""The toolkit's MPI worker that misses a short job's orted (emulator/run/mpi_wait.py), on the real engine
 under the real toolkit: the console says so within seconds of mpirun's success, not 20 minutes later,
 and the job can be stopped at once.
 
@@ -23,11 +23,11 @@ import pytest
 import yaml
 from testkit import unique, wait_for
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import request_stop, run_job
+from emulator.run.runner import request_stop, run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = r"""
-import json, emulator, emulator.image_recipes as r
-from emulator.compose import load_template
+import json, emulator, emulator.training_images.image_recipes as r
+from emulator.planning.compose import load_template
 from emulator.backend.image_build import recipe_hash
-from emulator.hooks import SOURCES
+from emulator.planning.hooks import SOURCES
 training = r.load_recipe("training")
 print(json.dumps({
     "emulator": emulator.__file__,

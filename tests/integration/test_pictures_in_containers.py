@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
 from emulator.options import RunOptions
-from emulator.runner import run_job
-from emulator.timeline import SVG_NS
+from emulator.reports.console import RecordingReporter
+from emulator.reports.timeline import SVG_NS
+from emulator.run.runner import run_job
 
 REPO = Path(__file__).resolve().parents[2]
 

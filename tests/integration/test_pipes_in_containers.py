@@ -17,9 +17,9 @@ from sagemaker.pytorch import PyTorch
 from test_seed_clusters import log_tagged
 from testkit import unique
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 from emulator.sagemaker import EmulatorSession
 
 # One group (scripts/test.sh runs pytest-xdist with --dist loadgroup): the module's job runs once, on

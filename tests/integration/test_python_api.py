@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from emulator import InstanceGroup, Job, TrainingInput
-from emulator.console import RecordingReporter
+from emulator.reports.console import RecordingReporter
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

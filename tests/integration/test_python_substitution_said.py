@@ -1,5 +1,5 @@
 """Every front end says, once per job, that a framework stand-in runs another Python than the one the
-job names (emulator/frameworks.py, docs/images.md "Which Python"): AWS's PyTorch 1.11 image is
+job names (emulator/training_images/frameworks.py, docs/images.md "Which Python"): AWS's PyTorch 1.11 image is
 Python 3.8, its stand-in here runs 3.9. A one-host job on the real engine through `hetero-emu run`,
 `Job.run()`, SDK v2's `fit()` on an `EmulatorSession`, SDK v3's `train(logs=True)` on an
 `EmulatorSessionV3`, and `hetero-emu serve`'s job page for a job created through its endpoint.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from emulator import api
-from emulator.console import RecordingReporter
+from emulator.reports.console import RecordingReporter
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-from emulator import wheelhouse
-from emulator.console import RecordingReporter
 from emulator.errors import WheelhouseError
 from emulator.jobspec import validate
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run import wheelhouse
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 
@@ -215,7 +215,7 @@ def test_no_package_index_is_said_before_anything_is_created(
     assert not (tmp_path / "out" / "wheels-no-index").exists()
 
 
-# AWS's PyTorch 1.11 image is Python 3.8; its stand-in here runs 3.9 (emulator/frameworks.py).
+# AWS's PyTorch 1.11 image is Python 3.8; its stand-in here runs 3.9 (emulator/training_images/frameworks.py).
 PY38_IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
 # Pure Python, small, not in the image, and its newest release requires Python >= 3.9.
 AS_FOR_PACKAGE = "more-itertools"

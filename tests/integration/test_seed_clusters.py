@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, load_spec_file, validate
 from emulator.options import RunOptions
-from emulator.plan import assign_hosts, make_plan
-from emulator.runner import run_job
+from emulator.planning.plan import assign_hosts, make_plan
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -1,4 +1,4 @@
-"""SageMaker Debugger on the real engine (emulator/sm_debugger.py): a request's DebugHookConfig is
+"""SageMaker Debugger on the real engine (emulator/run/sm_debugger.py): a request's DebugHookConfig is
 /opt/ml/input/config/debughookconfig.json in every host, where smdebug's create_from_json_file() reads
 it, and what each host writes under its LocalPath reaches `<S3OutputPath>/<job>/debug-output/` under
 the local S3 root."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emulator import api
-from emulator.console import RecordingReporter
+from emulator.reports.console import RecordingReporter
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

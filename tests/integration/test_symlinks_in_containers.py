@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import run_job
+from emulator.run.runner import run_job
 
 # One group (scripts/test.sh runs pytest-xdist with --dist loadgroup): the module's job runs once, on
 # one worker, for all its tests, instead of once on each worker that gets one of them.

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.console import ConsoleReporter
 from emulator.jobspec import validate
 from emulator.options import RunOptions
-from emulator.runner import run_job
+from emulator.reports.console import ConsoleReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -1,4 +1,5 @@
-"""`distribution: torch_distributed` in a PyTorch framework image (emulator/frameworks.py), through the real toolkits
+"""`distribution: torch_distributed` in a PyTorch framework image (emulator/training_images/frameworks.py),
+through the real toolkits
 (issue 9, parts 3 and 6b): sagemaker-training's `train` hands the job to
 sagemaker_pytorch_container.training:main, whose TorchDistributedRunner starts `torchrun` on the
 distribution group's hosts; every rank runs a gloo all_reduce across hosts and checks the sum itself.
@@ -17,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_validation_catches import ENTRY_POINTS
+from entry_points import ENTRY_POINTS
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import entry_point_problem, load_spec_file
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -34,15 +34,15 @@ from pathlib import Path
 
 from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource
 from emulator.backend.networks import NetworkStuck
-from emulator.console import Reporter
-from emulator.container import Ulimit
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
-from emulator.frameworks import FrameworkImage
-from emulator.hardware import Machine
-from emulator.image_recipes import load_recipe
-from emulator.logs import STDERR, STDOUT
-from emulator.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+from emulator.planning.container import Ulimit
+from emulator.planning.hardware import Machine
+from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
+from emulator.reports.console import Reporter
+from emulator.run.logs import STDERR, STDOUT
+from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.image_recipes import load_recipe
 
 SIGTERM_EXIT = 143
 SIGKILL_EXIT = 137

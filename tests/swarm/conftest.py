@@ -24,7 +24,7 @@ TIMINGS: dict[str, float] = {}
 def swarm_node_image(docker_client: docker.DockerClient) -> str:
     """The node image (images/swarm-node/), built offline once per machine, skipped when up to date."""
     from emulator.backend.image_build import build_image
-    from emulator.image_recipes import load_recipe
+    from emulator.training_images.image_recipes import load_recipe
 
     return build_image(docker_client, load_recipe(NODE_VARIANT), progress=lambda m: None).image
 

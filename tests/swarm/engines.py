@@ -24,7 +24,7 @@ class Engine:
         """Everything of `job` the engine still has: what `ps` lists, and on the swarm also each
         node's containers and networks and the manager's services carrying the job's label."""
         from emulator import api
-        from emulator.plan import LABEL_JOB
+        from emulator.planning.plan import LABEL_JOB
 
         left = [f"ps: {r.kind} {r.name}" for r in api.ps(engine_name=self.name) if r.job == job]
         label = {"label": f"{LABEL_JOB}={job}"}

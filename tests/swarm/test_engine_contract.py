@@ -23,11 +23,11 @@ from engines import Engine
 
 from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
-from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem
 from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
-from emulator.plan import LABEL_HOST, LABEL_JOB
+from emulator.planning.plan import LABEL_HOST, LABEL_JOB
+from emulator.reports.console import RecordingReporter
 from emulator.result import HostResult, JobResult
 
 pytestmark = pytest.mark.docker
@@ -367,7 +367,7 @@ def test_hosts_reach_each_other_by_name_over_tcp(engine: Engine) -> None:
 
 
 def test_hosts_reach_the_emulator_s_aws_by_aws_names_and_still_each_other(engine: Engine) -> None:
-    # AWS inside the job (emulator/job_aws.py): on every engine, each host's boto3 (the default image
+    # AWS inside the job (emulator/run/job_aws.py): on every engine, each host's boto3 (the default image
     # has the toolkit's) reaches S3 and STS by AWS's own names, through the job's gateway, with no
     # endpoint URL set; S3 is the job's S3 root. The job's own names still resolve.
     root = engine.folder / "s3"

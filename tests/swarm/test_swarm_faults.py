@@ -26,10 +26,10 @@ from fault_table import record
 
 from emulator import api
 from emulator.backend.swarm import ENV_MANAGER, ENV_MTU, ENV_NODES
-from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem
 from emulator.options import RunOptions
-from emulator.plan import LABEL_HOST, LABEL_JOB
+from emulator.planning.plan import LABEL_HOST, LABEL_JOB
+from emulator.reports.console import RecordingReporter
 
 pytestmark = pytest.mark.docker
 

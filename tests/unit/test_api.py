@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from fake_backend import FakeBackend, exits
 
-from emulator import api, job_records
+from emulator import api
 from emulator.backend import registry
-from emulator.console import RecordingReporter
 from emulator.errors import UsageError
 from emulator.jobspec import validate
+from emulator.reports.console import RecordingReporter
+from emulator.state import job_records
 
 
 @pytest.fixture

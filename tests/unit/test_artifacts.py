@@ -1,4 +1,4 @@
-"""Packing what the hosts leave (emulator/artifacts.py): model.tar.gz / output.tar.gz as plain gzip tars
+"""Packing what the hosts leave (emulator/run/artifacts.py): model.tar.gz / output.tar.gz as plain gzip tars
 (tarfile, `tar` and `gzip` read them), host order and later-host-wins, no link followed, progress for
 large trees only, CompressionType NONE (plain copies), and the times job.json and the summary report.
 """
@@ -21,14 +21,14 @@ from typing import Any, cast
 import pytest
 from fake_backend import FakeBackend, exits
 
-from emulator import artifacts, runner
-from emulator.artifacts import merge_copy, merge_tree
 from emulator.cli import _times
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, load_spec_file
-from emulator.plan import Plan
+from emulator.planning.plan import Plan
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import run_job
+from emulator.run import artifacts, runner
+from emulator.run.artifacts import merge_copy, merge_tree
+from emulator.run.runner import run_job
 
 
 def hosts_plan(*host_dirs: Path, uncompressed: bool = False) -> Plan:

@@ -1,11 +1,19 @@
-"""Injected faults and attempts (emulator/attempts.py): parsing, the service's limits, and when each
+"""Injected faults and attempts (emulator/run/attempts.py): parsing, the service's limits, and when each
 fault is due on the hosts' running clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.attempts import Attempt, Injection, Schedule, parse_duration, parse_injection, problems, running_seconds
+from emulator.run.attempts import (
+    Attempt,
+    Injection,
+    Schedule,
+    parse_duration,
+    parse_injection,
+    problems,
+    running_seconds,
+)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("2m", 120), ("1m30s", 90), ("90", 90), ("1h", 3600),

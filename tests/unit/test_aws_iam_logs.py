@@ -14,10 +14,10 @@ import pytest
 from botocore.exceptions import ClientError
 from sagemaker.logs import Position, multi_stream_iter
 
-from emulator import job_records
 from emulator.aws import stub
 from emulator.aws.iam import IAM
 from emulator.aws.logs import GROUP, Logs
+from emulator.state import job_records
 
 CREATED = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 EPOCH = int(CREATED.timestamp())

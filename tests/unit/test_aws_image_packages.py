@@ -1,5 +1,6 @@
 """What AWS's training images carry, as the framework table records it and the image build installs it
-(scripts/aws_image_packages.py, emulator.frameworks.aws_packages): the pure parts, no Docker, no network."""
+(scripts/aws_image_packages.py, emulator.training_images.frameworks.aws_packages): the pure parts, no
+Docker, no network."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from emulator import frameworks
+from emulator.training_images import frameworks
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,11 +13,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from emulator import job_records
 from emulator.aws import stub
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image, local_image
 from emulator.aws.training import SageMakerTraining
 from emulator.errors import ImageMissing, UsageError
+from emulator.state import job_records
 
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310"
 
@@ -295,8 +295,8 @@ def test_warm_pool_status_and_update_training_job_answer_as_the_service(project:
     UpdateTrainingJob changes the keep-alive, 0 ends the pool, and anything else it is given is refused."""
     from dataclasses import replace
 
-    from emulator import warm_pools
     from emulator.jobspec import request as request_adapter
+    from emulator.run import warm_pools
 
     asked = request("pooled")
     asked["ResourceConfig"]["KeepAlivePeriodInSeconds"] = 600

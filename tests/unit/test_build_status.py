@@ -1,4 +1,4 @@
-"""An image build said while a job waits for it (emulator/build_status.py): the Starting StatusMessage
+"""An image build said while a job waits for it (emulator/run/build_status.py): the Starting StatusMessage
 DescribeTrainingJob answers during a build, handed on at most every MIN_INTERVAL seconds, and the
 build's end; the runner hands a build's steps to the record of a job CreateTrainingJob recorded, and
 the SDK v2's own status functions print each message."""
@@ -17,18 +17,19 @@ import pytest
 from fake_backend import FakeBackend
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator import build_status, job_records
 from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
 from emulator.backend import image_build
-from emulator.console import RecordingReporter
-from emulator.frameworks import FrameworkImage
-from emulator.image_recipes import load_recipe
 from emulator.jobs.record import echoed
 from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import SecondaryStatus, Status
-from emulator.runner import run_job
+from emulator.run import build_status
+from emulator.run.runner import run_job
+from emulator.state import job_records
+from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.image_recipes import load_recipe
 
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"
 VENV = "[framework-bullseye 3/4] venv: pip in a container of hetero-emu/base:framework-bullseye (14 pins)"
@@ -263,7 +264,7 @@ def test_a_cli_job_has_no_record_while_its_image_builds(spec_of: Callable[[str],
 def test_a_variant_of_the_default_image_is_built_on_the_fly_and_its_build_said(
     spec_of: Callable[[str], JobSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from emulator.image_recipes import IMAGES_DIR_ENV, images_dir
+    from emulator.training_images.image_recipes import IMAGES_DIR_ENV, images_dir
 
     recipes = tmp_path / "images"
     recipes.mkdir()

@@ -1,4 +1,4 @@
-"""Checkpoints synced while the job runs (emulator/checkpoints.py): one look at a time, no thread, no
+"""Checkpoints synced while the job runs (emulator/run/checkpoints.py): one look at a time, no thread, no
 engine. A file is copied once it has not changed between two looks, and again when it changes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
-from emulator.checkpoints import LiveSync, live, syncs
 from emulator.jobspec import JobSpec, validate
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
+from emulator.run.checkpoints import LiveSync, live, syncs
 
 
 def spec_with(tmp_path: Path, checkpoints: bool = True) -> JobSpec:
@@ -288,7 +288,7 @@ def test_a_link_on_the_way_at_the_uri_is_not_followed_by_a_delete(tmp_path: Path
 
 
 def test_tensorboard_files_stay_at_their_output_path_when_a_host_deletes_them(tmp_path: Path) -> None:
-    # Upload-only, as the service's TensorBoard output is (emulator/checkpoints.py, LiveSync).
+    # Upload-only, as the service's TensorBoard output is (emulator/run/checkpoints.py, LiveSync).
     board, events = tensorboard_sync(tmp_path)
     events.write_bytes(b"scalars")
     board.scan()

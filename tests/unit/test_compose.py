@@ -12,10 +12,10 @@ from typing import Any
 import yaml
 from testkit import invoke
 
-from emulator.compose import compose_project, compose_yaml, job_subnet, secret_variables
 from emulator.jobspec import JobSpec
-from emulator.plan import make_plan
-from emulator.secrets import MASK
+from emulator.planning.compose import compose_project, compose_yaml, job_subnet, secret_variables
+from emulator.planning.plan import make_plan
+from emulator.planning.secrets import MASK
 
 
 def _project(load: Callable[[dict[str, Any]], JobSpec], raw: dict[str, Any], job_dir: Path) -> dict[str, Any]:
@@ -208,7 +208,7 @@ def test_render_writes_and_prints_no_secret(
 def test_compose_containers_say_no_driver_runs_them(load: Any, valid_raw: dict[str, Any], tmp_path: Path) -> None:
     # Without it, `clean` would take a project someone runs with docker-compose for a job left behind.
     from emulator.backend.liveness import driver_alive
-    from emulator.plan import LABEL_DRIVER
+    from emulator.planning.plan import LABEL_DRIVER
 
     doc = _project(load, valid_raw, tmp_path / "job")
     labels = [service["labels"][LABEL_DRIVER] for service in doc["services"].values()]

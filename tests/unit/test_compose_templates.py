@@ -23,12 +23,12 @@ import emulator
 from emulator import api
 from emulator import cli as cli_module
 from emulator.cli import app
-from emulator.compose import HOST_BLOCK, compose_yaml, default_template_path, load_template
-from emulator.debugger import DebugTarget
 from emulator.errors import UsageError
-from emulator.hardware import Machine, resolve
 from emulator.jobspec import JobSpec
-from emulator.plan import Plan, make_plan
+from emulator.planning.compose import HOST_BLOCK, compose_yaml, default_template_path, load_template
+from emulator.planning.hardware import Machine, resolve
+from emulator.planning.plan import Plan, make_plan
+from emulator.run.debugger import DebugTarget
 
 GOLDEN = Path(__file__).parent / "golden" / "compose"
 ROOT = Path(__file__).resolve().parents[2]

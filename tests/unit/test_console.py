@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.console import ConsoleReporter, RecordingReporter, use_colour
 from emulator.jobspec import validate
-from emulator.logs import LogCollector
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
+from emulator.reports.console import ConsoleReporter, RecordingReporter, use_colour
+from emulator.run.logs import LogCollector
 
 
 def test_prefixes_are_aligned_like_docker_compose() -> None:

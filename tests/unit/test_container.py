@@ -1,4 +1,4 @@
-"""emulator/container.py: one description of a host's container, translated once per engine; /dev/shm and
+"""emulator/planning/container.py: one description of a host's container, translated once per engine; /dev/shm and
 ulimits; the per-job SSH keys of an MPI distribution (plan, staging, render)."""
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
 
-from emulator import api, sshkeys, staging
+from emulator import api
 from emulator.backend.docker import container_options
 from emulator.backend.swarm import service_options
-from emulator.compose import compose_project, service
-from emulator.container import (
+from emulator.errors import SpecError, UsageError
+from emulator.jobspec import JobSpec
+from emulator.planning import sshkeys
+from emulator.planning.compose import compose_project, service
+from emulator.planning.container import (
     FALLBACK_SHM,
     MPI_ULIMITS,
     ContainerSpec,
@@ -29,9 +32,8 @@ from emulator.container import (
     Ulimit,
     default_shm_bytes,
 )
-from emulator.errors import SpecError, UsageError
-from emulator.jobspec import JobSpec
-from emulator.plan import SSH_TARGET, Plan, make_plan
+from emulator.planning.plan import SSH_TARGET, Plan, make_plan
+from emulator.run import staging
 
 MIB = 1024**2
 GIB = 1024**3
@@ -69,7 +71,7 @@ SAMPLES: dict[str, tuple[Any, str | None]] = {
     "placement": (("node.labels.marker==yes",), "node.labels.marker==yes"),
     # docker and compose name the ids; a swarm service reserves a count of them (no marker common to all).
     "gpus": (("GPU-marker-1", "GPU-marker-2"), None),
-    # The job's AWS gateway by its fixed address (emulator/job_aws.py).
+    # The job's AWS gateway by its fixed address (emulator/run/job_aws.py).
     "dns": (("algo-7",), "10.7.7.7"),
 }
 # What an engine cannot give, and why. A swarm service refuses it (test below) rather than drop it.

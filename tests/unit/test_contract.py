@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.contract import dumps
 from emulator.jobspec import load_spec_file
-from emulator.plan import Plan, make_plan
+from emulator.planning.contract import dumps
+from emulator.planning.plan import Plan, make_plan
 
 GOLDEN = Path(__file__).parent / "golden"
 JOB = "hetero-test"

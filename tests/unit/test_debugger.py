@@ -17,17 +17,18 @@ import yaml
 from fake_backend import FakeBackend, exits
 from testkit import CliResult, invoke
 
-from emulator import compose, debugger
-from emulator.console import RecordingReporter
-from emulator.container import PortBinding
-from emulator.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.errors import EnvironmentProblem, UsageError
-from emulator.hooks import SOURCES
-from emulator.hooks import TARGET as HOOK_TARGET
 from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
-from emulator.plan import make_plan, summary
-from emulator.runner import run_job
+from emulator.planning import compose
+from emulator.planning.container import PortBinding
+from emulator.planning.hooks import SOURCES
+from emulator.planning.hooks import TARGET as HOOK_TARGET
+from emulator.planning.plan import make_plan, summary
+from emulator.reports.console import RecordingReporter
+from emulator.run import debugger
+from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
+from emulator.run.runner import run_job
 
 HOOK_SOURCE = SOURCES["sitecustomize.py"].parent
 
@@ -67,7 +68,7 @@ def test_only_the_debugged_host_gets_the_hook_its_variables_and_the_port(load: L
         "PYTHONPATH": HOOK_TARGET, debugger.PORT_VARIABLE: "5678", debugger.WAIT_VARIABLE: "1",
         debugger.ENTRY_VARIABLE: "train.py", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     hook = [m for m in debugged.mounts if m.target == HOOK_TARGET]
-    # The start-up hook, staged into the job folder (emulator/hooks.py), as every host that needs it mounts it.
+    # The start-up hook, staged into the job folder (emulator/planning/hooks.py), as every host that needs it mounts it.
     assert [(m.source, m.read_only) for m in hook] == [(str(tmp_path / "job" / ".staging" / "hooks"), True)]
     assert plan.hook_dir == str(tmp_path / "job" / ".staging" / "hooks") and plain.hook_dir is None
     assert (HOOK_SOURCE / "sitecustomize.py").is_file()

@@ -23,9 +23,9 @@ from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 from sagemaker.tensorflow import TensorFlow
 
-from emulator import contract
 from emulator.errors import SpecError
 from emulator.jobspec.yaml_spec import validate
+from emulator.planning import contract
 from emulator.sagemaker import EmulatorSession
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"

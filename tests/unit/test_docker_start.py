@@ -25,7 +25,7 @@ import requests
 from emulator.backend import docker as backend_docker
 from emulator.backend.docker import DockerBackend, SubnetMemory
 from emulator.jobspec import JobSpec
-from emulator.plan import Plan, make_plan
+from emulator.planning.plan import Plan, make_plan
 
 
 def api_error(status: int, message: str) -> docker.errors.APIError:

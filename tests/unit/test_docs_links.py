@@ -14,7 +14,8 @@ from markdown_links import anchors, broken_links, slug
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE_DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tests" / "README-promises.md"]
-PACKAGES = ["emulator", "emulator/jobspec", "emulator/backend", "emulator/aws", "emulator/aws/wire",
+PACKAGES = ["emulator", "emulator/planning", "emulator/run", "emulator/training_images", "emulator/reports",
+            "emulator/state", "emulator/jobspec", "emulator/backend", "emulator/aws", "emulator/aws/wire",
             "emulator/sagemaker", "emulator/serve", "emulator/jobs"]
 
 

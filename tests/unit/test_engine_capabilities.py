@@ -14,14 +14,14 @@ from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
 from emulator.backend.docker import container_options
 from emulator.backend.swarm import service_options
-from emulator.console import RecordingReporter
-from emulator.container import MPI_ULIMITS, Device, PortBinding
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import ImageMissing, UsageError
-from emulator.image_recipes import LAUNCHERS_LABEL
 from emulator.jobspec import JobSpec, validate
-from emulator.plan import make_plan
-from emulator.runner import run_job
+from emulator.planning.container import MPI_ULIMITS, Device, PortBinding
+from emulator.planning.plan import make_plan
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
+from emulator.training_images.image_recipes import LAUNCHERS_LABEL
 
 MPI = {"mpi": {"enabled": True}, "instance_groups": ["trainers"]}
 MEMLOCK, STACK = MPI_ULIMITS

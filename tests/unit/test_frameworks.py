@@ -1,4 +1,4 @@
-"""The framework images' table and choices (emulator/frameworks.py): which version, which Python,
+"""The framework images' table and choices (emulator/training_images/frameworks.py): which version, which Python,
 which pins, without Docker."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator import frameworks
 from emulator.aws.ecr_images import choose_image
 from emulator.errors import ImageMissing, UsageError
-from emulator.frameworks import DEBIAN_PYTHONS, choose, for_tag, nearest_python, parse_framework
+from emulator.training_images import frameworks
+from emulator.training_images.frameworks import DEBIAN_PYTHONS, choose, for_tag, nearest_python, parse_framework
 
 SDK_CONFIG = Path(__import__("sagemaker").__file__).parent / "image_uri_config"
 
@@ -117,8 +117,8 @@ def test_a_change_to_configure_sh_keeps_the_venv_stage_and_one_to_venv_sh_redoes
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from emulator import image_recipes as recipes
     from emulator.backend import framework_build
+    from emulator.training_images import image_recipes as recipes
 
     shutil.copytree(recipes.images_dir(), tmp_path / "images")
     monkeypatch.setattr(framework_build, "images_dir", lambda: tmp_path / "images")

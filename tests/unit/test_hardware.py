@@ -1,4 +1,4 @@
-"""GPUs and vCPUs as the instance types have them (emulator/hardware.py), through the plan, both
+"""GPUs and vCPUs as the instance types have them (emulator/planning/hardware.py), through the plan, both
 engines' translations, the compose file, the runner's checks and the CLI. No engine: the machine is
 a `Machine` value, so the real-GPU path (this machine has no GPU) is tested through what the engine
 would be asked."""
@@ -14,19 +14,19 @@ import yaml
 from fake_backend import FakeBackend
 from testkit import invoke
 
-from emulator import catalog, hardware, hooks
 from emulator.backend.docker import container_options
 from emulator.backend.docker_parts import machine_of
 from emulator.backend.swarm import GPU_RESOURCE, Node, node_gpus, service_options, spread
-from emulator.compose import compose_project
-from emulator.console import RecordingReporter
 from emulator.errors import EnvironmentProblem, SpecError
-from emulator.hardware import Hardware, Machine, resolve
 from emulator.jobspec import JobSpec, validate
-from emulator.mpi_wait import WorkerWait
 from emulator.options import RunOptions
-from emulator.plan import make_plan
-from emulator.runner import choose_hardware, run_job
+from emulator.planning import catalog, hardware, hooks
+from emulator.planning.compose import compose_project
+from emulator.planning.hardware import Hardware, Machine, resolve
+from emulator.planning.plan import make_plan
+from emulator.reports.console import RecordingReporter
+from emulator.run.mpi_wait import WorkerWait
+from emulator.run.runner import choose_hardware, run_job
 
 GIB = 1024**3
 NO_GPU = Machine(cpus=2, memory_bytes=24 * GIB)
@@ -150,7 +150,7 @@ def test_cpus_machine_and_no_gpus_add_nothing(tmp_path: Path) -> None:
 
 
 def test_staging_copies_the_hook_files_the_hosts_mount(tmp_path: Path) -> None:
-    from emulator import staging
+    from emulator.run import staging
 
     spec = hetero_spec(tmp_path)
     plan = make_plan(spec, "gpu-job", hardware=resolve("emulate", "instance", "gpu-job", HOSTS, NO_GPU))

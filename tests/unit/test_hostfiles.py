@@ -1,4 +1,4 @@
-"""emulator.hostfiles and its users: what a host left under its /opt/ml is read without following links
+"""emulator.run.hostfiles and its users: what a host left under its /opt/ml is read without following links
 out of it, only from regular files, and with a bound (a script controls every entry there)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any, cast
 
 import pytest
 
-from emulator import hostfiles
 from emulator.api import host_groups as _host_groups
-from emulator.artifacts import merge_tree
-from emulator.checkpoints import LiveSync
-from emulator.plan import Plan
+from emulator.planning.plan import Plan
+from emulator.run import hostfiles
+from emulator.run.artifacts import merge_tree
+from emulator.run.checkpoints import LiveSync
 
 MARKER = "HOST-MARKER-do-not-leak"
 

@@ -1,4 +1,4 @@
-"""Hugging Face images (emulator/huggingface.py): for every Hugging Face training image SDK v2 lists,
+"""Hugging Face images (emulator/training_images/huggingface.py): for every Hugging Face training image SDK v2 lists,
 the image URI the SDK itself makes either gets a stand-in (the framework image of that version and
 Python plus the Hugging Face layer) or a refusal naming what exists. No Docker."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import sagemaker
 
-from emulator import frameworks, huggingface
 from emulator.aws.ecr_images import ECR_NAME, choose_image
 from emulator.errors import ImageMissing, UsageError
+from emulator.training_images import frameworks, huggingface
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def test_the_pytorch_2_1_image_has_what_aws_installs_at_aws_versions() -> None:
 
 
 def test_a_requirements_txt_keeps_the_layers_versions() -> None:
-    """A job's requirements.txt resolved as for py310 keeps what the image has (emulator.wheelhouse's
+    """A job's requirements.txt resolved as for py310 keeps what the image has (emulator.run.wheelhouse's
     constraints): the framework's pins and the layer's, without extras, which constraints cannot carry."""
     image = huggingface.choose("pytorch", "4.36", "2.1", "py310")
     keep = image.framework_pins

@@ -23,11 +23,11 @@ import docker.errors
 import pytest
 import requests
 
-from emulator import image_recipes as recipes
 from emulator.backend import image_build
 from emulator.errors import ImageBuildError
-from emulator.image_recipes import load_recipe
-from emulator.progress import TAIL_LINES, StepPrinter
+from emulator.reports.progress import TAIL_LINES, StepPrinter
+from emulator.training_images import image_recipes as recipes
+from emulator.training_images.image_recipes import load_recipe
 
 TAG = "t/small:1"
 FAKE_MMDEBSTRAP = """\

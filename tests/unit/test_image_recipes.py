@@ -11,12 +11,12 @@ import tomllib
 from testkit import invoke
 from typer.testing import CliRunner
 
-from emulator import image_recipes as recipes
 from emulator.backend import image_build
 from emulator.cli import app
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageBuildError, UsageError
-from emulator.image_recipes import (
+from emulator.training_images import image_recipes as recipes
+from emulator.training_images.image_recipes import (
     LAUNCHERS_LABEL,
     image_launchers,
     images_dir,
@@ -87,7 +87,7 @@ def test_the_framework_recipe_ships_with_the_other_recipes_but_is_no_variant() -
 
 def test_variant_for_tag_names_the_recipe_that_builds_it() -> None:
     assert variant_for_tag(DEFAULT_IMAGE) == "training"
-    assert variant_for_tag(PYTORCH_IMAGE) is None  # a framework image, built by emulator.frameworks
+    assert variant_for_tag(PYTORCH_IMAGE) is None  # a framework image, built by emulator.training_images.frameworks
     assert variant_for_tag("my/custom-trainer:1") is None
 
 
@@ -188,7 +188,7 @@ def test_base_recipe_loop_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_a_looping_recipe_offers_no_launcher_and_the_others_still_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from emulator.launchers import images_with
+    from emulator.planning.launchers import images_with
 
     write_recipe(tmp_path, "a", "tag: t/a:1\nbase: {recipe: b}\nlaunchers: [torchrun]\n")
     write_recipe(tmp_path, "b", "tag: t/b:1\nbase: {recipe: a}\n")

@@ -18,14 +18,16 @@ from fake_backend import FakeBackend, exits, runs_until_stopped
 from test_readme_promises import run_cli
 from testkit import wait_for
 
-from emulator import api, cli, job_records, runner
+from emulator import api, cli
 from emulator.backend import ExecIO, registry
 from emulator.backend.docker_parts import pump_exec as _pump_exec
 from emulator.backend.liveness import current_driver
-from emulator.console import RecordingReporter
 from emulator.errors import NotRunning, UsageError
 from emulator.jobspec import JobSpec, validate
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
+from emulator.run import runner
+from emulator.state import job_records
 
 JOB = "inspect-job"
 

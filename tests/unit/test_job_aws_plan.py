@@ -1,4 +1,4 @@
-"""AWS inside a job, the plan's part (emulator/job_aws.py): the gateway's container, every host pointed
+"""AWS inside a job, the plan's part (emulator/run/job_aws.py): the gateway's container, every host pointed
 at it, nothing for an isolated job, the files staged for both, and the credential process as botocore
 runs it."""
 
@@ -14,10 +14,10 @@ import pytest
 from botocore.credentials import ProcessProvider
 from cryptography import x509
 
-from emulator import job_aws
 from emulator.backend.docker import container_options
 from emulator.jobspec import JobSpec
-from emulator.plan import LABEL_HOST, host_addresses, make_plan, network_members
+from emulator.planning.plan import LABEL_HOST, host_addresses, make_plan, network_members
+from emulator.run import job_aws
 
 Load = Callable[[dict[str, Any]], JobSpec]
 

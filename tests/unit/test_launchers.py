@@ -8,13 +8,13 @@ import pytest
 import yaml
 from fake_backend import FakeBackend
 
-from emulator.console import RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageMissing
-from emulator.image_recipes import LAUNCHERS_LABEL, load_recipe
 from emulator.jobspec import JobSpec, validate
-from emulator.launchers import missing_launchers, required_launchers
-from emulator.runner import run_job
+from emulator.planning.launchers import missing_launchers, required_launchers
+from emulator.reports.console import RecordingReporter
+from emulator.run.runner import run_job
+from emulator.training_images.image_recipes import LAUNCHERS_LABEL, load_recipe
 
 MPI = {"mpi": {"enabled": True, "processes_per_host": 2}}
 TORCH = {"torch_distributed": {"enabled": True}}

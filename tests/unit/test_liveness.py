@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from emulator.backend import Resource, liveness
 from emulator.backend.liveness import current_driver, driver_alive
 from emulator.cli import app
-from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED
+from emulator.planning.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 

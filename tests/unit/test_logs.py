@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator import logs as logs_module
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
-from emulator.logs import CUT_ANYWHERE, CUT_AT_CARRIAGE_RETURN, STDERR, STDOUT, LogCollector, display_text
-from emulator.plan import Plan, make_plan
+from emulator.planning.plan import Plan, make_plan
+from emulator.reports.console import RecordingReporter
+from emulator.run import logs as logs_module
+from emulator.run.logs import CUT_ANYWHERE, CUT_AT_CARRIAGE_RETURN, STDERR, STDOUT, LogCollector, display_text
 
 SECRET = "s3cr3t-value-123"
 

@@ -1,4 +1,4 @@
-"""Training metrics (emulator/metrics.py, emulator/aws/cloudwatch.py, metrics.svg): the job's metric
+"""Training metrics (emulator/run/metrics.py, emulator/aws/cloudwatch.py, metrics.svg): the job's metric
 definitions applied to its hosts' lines as the service applies them, checked here through the spec,
 a run on the in-memory engine, the SDK's own `TrainingJobAnalytics` and the command line."""
 
@@ -14,11 +14,11 @@ import yaml
 from fake_backend import FakeBackend, exits
 from testkit import invoke
 
-from emulator import metrics
-from emulator.console import RecordingReporter
 from emulator.errors import SpecError
 from emulator.jobspec import JobSpec, request, validate
-from emulator.runner import run_job
+from emulator.reports.console import RecordingReporter
+from emulator.run import metrics
+from emulator.run.runner import run_job
 
 
 @pytest.fixture

@@ -35,9 +35,9 @@ from emulator.backend.networks import (
     subnet_prefix,
 )
 from emulator.backend.reaper import reap
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
-from emulator.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, network_name
+from emulator.planning.plan import LABEL_DRIVER, LABEL_JOB, LABEL_MANAGED, network_name
+from emulator.reports.console import RecordingReporter
 
 NET_ID = "5e7" * 21 + "0"
 NET = network_name("stuck-job")

@@ -15,7 +15,7 @@ from typing import Protocol
 import pytest
 
 import emulator
-from emulator import hardware
+from emulator.planning import hardware
 
 SCRIPT = Path(emulator.__file__).parent / "data" / "instance" / "nvidia-smi"
 UUIDS = (

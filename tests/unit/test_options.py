@@ -19,14 +19,15 @@ import yaml
 from fake_backend import FakeBackend, exits
 from typer.testing import CliRunner
 
-from emulator import Job, api, cli, options, runner
+from emulator import Job, api, cli, options
 from emulator.aws import driver
 from emulator.backend import registry
-from emulator.console import RecordingReporter
-from emulator.debugger import DebugTarget
 from emulator.jobs.ticket import DriverTicket
 from emulator.options import DEFAULT_GRACE, RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
+from emulator.run import runner
+from emulator.run.debugger import DebugTarget
 
 pytest_plugins = ["pytester"]
 

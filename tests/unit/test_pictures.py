@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 
-from emulator import api, artifacts, diagram, runner, timeline
+from emulator import api
 from emulator.backend import ContainerState
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
-from emulator.plan import Plan, make_plan
-from emulator.runner import run_job
-from emulator.timeline import Group, Span
+from emulator.planning.plan import Plan, make_plan
+from emulator.reports import diagram, timeline
+from emulator.reports.console import RecordingReporter
+from emulator.reports.timeline import Group, Span
+from emulator.run import artifacts, runner
+from emulator.run.runner import run_job
 
 NS = {"svg": timeline.SVG_NS}
 GROUPS = [Group("data_group", "ml.c5.xlarge"), Group("dnn_group", "ml.p3.2xlarge")]

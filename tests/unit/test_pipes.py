@@ -1,4 +1,4 @@
-"""The Pipe mode feeder (emulator.pipes) against real FIFOs on this machine, read by threads standing in
+"""The Pipe mode feeder (emulator.run.pipes) against real FIFOs on this machine, read by threads standing in
 for the training script."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator import pipes
 from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput
 from emulator.jobspec.paths import scan
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
+from emulator.run import pipes
 
 # The RecordIO framing as documented (MXNet/dmlc recordio.h, read by sagemaker-tensorflow-extensions'
-# RecordIOReader.cpp), written here independently of emulator.pipes.
+# RecordIOReader.cpp), written here independently of emulator.run.pipes.
 MAGIC = 0xCED7230A
 
 

@@ -21,12 +21,12 @@ from emulator import cli as cli_module
 from emulator.backend import registry
 from emulator.backend.swarm import service_options
 from emulator.cli import app
-from emulator.console import RecordingReporter
 from emulator.errors import UsageError
 from emulator.job import Job
 from emulator.jobspec import InstanceGroup, JobSpec, load_spec_file
 from emulator.jobspec.placement import constraints, parse_option, with_placement
-from emulator.plan import HostPlan, Plan, make_plan
+from emulator.planning.plan import HostPlan, Plan, make_plan
+from emulator.reports.console import RecordingReporter
 
 Raw = dict[str, Any]
 

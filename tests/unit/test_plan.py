@@ -18,7 +18,7 @@ import pytest
 from emulator.cli import _memory
 from emulator.errors import UsageError
 from emulator.jobspec import JobSpec
-from emulator.plan import (
+from emulator.planning.plan import (
     EVERY_HOST,
     LABEL_GROUP,
     LABEL_HOST,

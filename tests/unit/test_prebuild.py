@@ -1,5 +1,5 @@
-"""`hetero-emu image build --for FILE` (emulator/prebuild.py): the image a YAML spec or a CreateTrainingJob
-request would run, chosen by the run's own rules, handed to the builder that builds it; files that are
+"""`hetero-emu image build --for FILE` (emulator/training_images/prebuild.py): the image a YAML spec or a
+CreateTrainingJob request would run, chosen by the run's own rules, handed to the builder that builds it; files that are
 no job refused with exit code 2. The engine and the builders are fakes at the backend's boundary."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from testkit import invoke, write_train_project
 
 from emulator.backend import docker_parts, framework_build, image_build
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.frameworks import FrameworkImage
+from emulator.training_images.frameworks import FrameworkImage
 
 AWS_PYTORCH = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
 AWS_TENSORFLOW = "763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.9.2-cpu-py39"

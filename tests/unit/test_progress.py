@@ -1,4 +1,5 @@
-"""emulator/progress.py: one line per step, a live line on a terminal, the tail of a failed step, the log file."""
+"""emulator/reports/progress.py: one line per step, a live line on a terminal, the tail of a failed step,
+the log file."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.console import ConsoleReporter
-from emulator.progress import TAIL_LINES, StepPrinter, as_step_reporter, new_log
+from emulator.reports.console import ConsoleReporter
+from emulator.reports.progress import TAIL_LINES, StepPrinter, as_step_reporter, new_log
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -331,7 +331,7 @@ def test_the_sessions_jobs_are_recorded_in_a_folder_of_the_session_not_the_users
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "users-state"))
     write_project(pytester, """
 import os
-from emulator import job_records
+from emulator.state import job_records
 
 def test_job(hetero_emu):
     run = hetero_emu.run("job.yaml")
@@ -379,7 +379,7 @@ def test_a_second_worker_waits_for_the_first_workers_build_and_then_finds_the_im
     from types import SimpleNamespace
 
     from emulator.backend import image_build
-    from emulator.image_recipes import DEFAULT_VARIANT, load_recipe
+    from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
 
     recipe = load_recipe(DEFAULT_VARIANT)
     labels: dict[str, str] = {}  # the engine's image: out of date until the first worker is done

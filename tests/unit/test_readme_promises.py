@@ -16,9 +16,9 @@ from testkit import invoke
 
 from emulator.backend.docker import DockerBackend
 from emulator.backend.liveness import driver_alive
-from emulator.compose import COMPOSE_DRIVER
 from emulator.jobspec import JobSpec
-from emulator.plan import make_plan, shard
+from emulator.planning.compose import COMPOSE_DRIVER
+from emulator.planning.plan import make_plan, shard
 
 Raw = dict[str, Any]
 

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from test_invalid_corpus import CORPUS, run_cli
 
-from emulator import api, contract
+from emulator import api
 from emulator.errors import SpecError
 from emulator.jobspec.request import RequestNames, request_from_spec
-from emulator.plan import make_plan
+from emulator.planning import contract
+from emulator.planning.plan import make_plan
 
 
 @pytest.fixture

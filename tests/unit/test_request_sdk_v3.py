@@ -17,15 +17,16 @@ from typing import Any
 import boto3
 import pytest
 
-from emulator import job_records, staging
 from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
-from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import JobSpec, s3
 from emulator.jobspec.request import validate_request
-from emulator.plan import INPUT_DATA, make_plan
+from emulator.planning.contract import CONFIG_DIR
+from emulator.planning.plan import INPUT_DATA, make_plan
+from emulator.run import staging
+from emulator.state import job_records
 
 BUCKET = "sagemaker-us-west-2-000000000000"
 JOB = "hetero-20240101000000"

@@ -24,16 +24,17 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, HostScript, exits, oom_killed, runs_until_stopped
 
-from emulator import job_records, runner
 from emulator.backend import Resource
-from emulator.console import ConsoleReporter, RecordingReporter
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
-from emulator.frameworks import FrameworkImage
 from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import ConsoleReporter, RecordingReporter
 from emulator.result import JobResult
-from emulator.runner import run_job
+from emulator.run import runner
+from emulator.run.runner import run_job
+from emulator.state import job_records
+from emulator.training_images.frameworks import FrameworkImage
 
 JOB = "fake-job"
 C = {h: f"{JOB}-{h}" for h in ("algo-1", "algo-2", "algo-3")}  # container names
@@ -1400,8 +1401,8 @@ def test_a_second_interrupt_during_the_grace_period_kills_at_once_and_records_ex
 
 def test_an_interrupt_while_staging_says_nothing_was_started(
         spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch) -> None:
-    from emulator import staging
     from emulator.errors import Interrupted
+    from emulator.run import staging
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
@@ -1428,8 +1429,8 @@ def test_every_stream_is_followed_before_the_hosts_start(spec_of: Callable[..., 
 
 def test_an_interrupt_while_packing_says_what_was_not_written_and_tears_down(
         spec_of: Callable[..., JobSpec], monkeypatch: pytest.MonkeyPatch) -> None:
-    from emulator import artifacts
     from emulator.errors import Interrupted
+    from emulator.run import artifacts
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
@@ -1453,7 +1454,7 @@ def test_a_log_file_that_could_not_be_written_is_reported(spec_of: Callable[...,
 
 
 # ---------------------------------------------------------------------------------------------------
-# progress of start and teardown (emulator.progress through ConsoleReporter)
+# progress of start and teardown (emulator.reports.progress through ConsoleReporter)
 
 
 def test_create_start_and_remove_are_steps_with_counts_and_seconds(spec_of: Callable[..., JobSpec]) -> None:
@@ -1516,7 +1517,7 @@ def test_a_run_that_builds_the_default_image_says_only_that_it_is_missing(spec_o
 
 
 # --------------------------------------------------------------------------------------------------
-# Injected faults: spot interruptions, platform errors and retries (emulator/attempts.py)
+# Injected faults: spot interruptions, platform errors and retries (emulator/run/attempts.py)
 
 SPOT = HETERO.replace("max_run: 60", "max_run: 60\nuse_spot_instances: true\nmax_wait: 120")
 

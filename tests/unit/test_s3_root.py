@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from emulator import api, contract
+from emulator import api
 from emulator.errors import SpecError
 from emulator.jobspec import JobSpec, s3
-from emulator.plan import make_plan
+from emulator.planning import contract
+from emulator.planning.plan import make_plan
 
 Raw = dict[str, Any]
 
@@ -196,8 +197,8 @@ def test_job_json_names_the_s3_uris_as_describe_training_job_does(
         project: Path, valid_raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_backend import FakeBackend, exits
 
-    from emulator import runner
-    from emulator.console import RecordingReporter
+    from emulator.reports.console import RecordingReporter
+    from emulator.run import runner
 
     monkeypatch.setattr(runner, "POLL_SECONDS", 0.01)
     valid_raw["local_s3_root"] = "s3"
@@ -295,8 +296,8 @@ def test_data_inside_the_jobs_own_prefix_is_refused(project: Path) -> None:
 
 def test_a_run_shares_its_prefix_with_the_sdks_upload_and_a_failed_staging_leaves_it(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from emulator import staging
     from emulator.errors import JobFolderTaken
+    from emulator.run import staging
 
     spec = api.load(sdk_request(project, "sdk-job"), s3_root=project / "s3")
     job_dir = project / "s3" / "my-bucket" / "sdk-job"
@@ -369,7 +370,7 @@ def test_an_s3prefix_that_is_no_folder_is_every_key_starting_with_it(project: Pa
                                                                      tmp_path: Path) -> None:
     """The audit's finding: `s3://b/data/part-` was refused, though the service downloads every key
     that starts with it (placed by its name under data/) and the emulator's own S3 lists them."""
-    from emulator import staging
+    from emulator.run import staging
 
     data = prefix_bucket(project)
     valid_raw["inputs"]["training"]["s3_data"] = "s3://my-bucket/data/part-"

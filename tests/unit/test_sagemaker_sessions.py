@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from emulator import job_records
 from emulator.aws.logs import GROUP
+from emulator.state import job_records
 
 
 def test_the_package_imports_no_session_module_until_one_is_asked_for() -> None:
@@ -85,10 +85,10 @@ def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_
     word that is no KIND@TIME when the session is made."""
     from botocore.exceptions import ClientError
 
-    from emulator.attempts import Injection
     from emulator.errors import UsageError
     from emulator.jobs.ticket import DriverTicket
     from emulator.options import RunOptions
+    from emulator.run.attempts import Injection
     from emulator.sagemaker import EmulatorSession
 
     monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 
-from emulator import runner
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, validate
-from emulator.logs import LogCollector
 from emulator.options import RunOptions
-from emulator.plan import Plan, make_plan
-from emulator.runner import run_job
-from emulator.secrets import MASK, MIN_SECRET_LENGTH, Masker, is_secret, mask_environment, masked_names
+from emulator.planning.plan import Plan, make_plan
+from emulator.planning.secrets import MASK, MIN_SECRET_LENGTH, Masker, is_secret, mask_environment, masked_names
+from emulator.reports.console import RecordingReporter
+from emulator.run import runner
+from emulator.run.logs import LogCollector
+from emulator.run.runner import run_job
 
 SECRET = "s3cr3t-value-123"
 

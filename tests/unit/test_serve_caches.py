@@ -1,5 +1,5 @@
 """`hetero-emu serve` keeps what it read from a job's record and log files while each file stays the
-same file (emulator/job_records.py `identity`): these tests change a record or a log between two calls
+same file (emulator/state/job_records.py `identity`): these tests change a record or a log between two calls
 to a real server process and see the new answer, at once and once the file has settled."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from serving import Server, running_server
 
-from emulator import job_records, warm_pools
 from emulator.aws.logs import GROUP, stream_name
 from emulator.result import Status
+from emulator.run import warm_pools
+from emulator.state import job_records
 
 SETTLE = job_records.SETTLED_NS / 1e9 * 2  # long enough for a read to be kept
 

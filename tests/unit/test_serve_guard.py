@@ -31,9 +31,9 @@ from botocore import UNSIGNED
 from botocore.exceptions import ClientError
 from serving import Server, running_server
 
-from emulator import job_records
 from emulator.result import Status
 from emulator.serve import limits, page
+from emulator.state import job_records
 
 NAME = "emu.test"  # given with --host-name; never resolved (the tests connect to 127.0.0.1)
 LIVE_JOB = "live-job"

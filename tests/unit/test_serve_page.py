@@ -1,6 +1,6 @@
 """The live page of `hetero-emu serve` (emulator/serve/page.py), through Starlette's TestClient over a
 fake JobSource (no engine, no Docker); `LiveJobs`, the real source, on real job folders and log files;
-and the cluster.dot a run leaves for the page (emulator/runner.py)."""
+and the cluster.dot a run leaves for the page (emulator/run/runner.py)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from emulator import job_records
 from emulator.backend import ContainerState, Resource
 from emulator.errors import DockerUnavailable
-from emulator.job_records import JobRecord
-from emulator.metrics import Sample
-from emulator.palette import group_colours
-from emulator.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, LABEL_JOB, container_name
+from emulator.planning.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, LABEL_JOB, container_name
+from emulator.reports.palette import group_colours
 from emulator.result import Status
+from emulator.run.metrics import Sample
 from emulator.serve import page
 from emulator.serve.page import HostState, JobStream, LiveJobs, NoSuchJob, StopRefused, routes, split_lines
+from emulator.state import job_records
+from emulator.state.job_records import JobRecord
 
 JOB = "demo-job"
 T0 = datetime(2026, 12, 1, 13, 0, 0, tzinfo=timezone.utc)
@@ -663,7 +663,7 @@ def test_livejobs_hosts_of_a_running_job_come_from_the_engine(live: tuple[LiveJo
 
 
 def stage_hosts(folder: Path, groups: Mapping[str, str]) -> None:
-    """Each host's resourceconfig.json as the plan stages it (emulator/contract.py)."""
+    """Each host's resourceconfig.json as the plan stages it (emulator/planning/contract.py)."""
     order = list(dict.fromkeys(groups.values()))
     types = {"data_group": "ml.c5.xlarge", "dnn_group": "ml.p3.2xlarge"}
     layout = [{"instance_group_name": g, "instance_type": types[g], "hosts": [h for h in groups if groups[h] == g]}
@@ -773,11 +773,11 @@ def test_the_page_over_livejobs_streams_a_finished_jobs_log(live: tuple[LiveJobs
 def test_a_run_writes_cluster_dot_in_its_job_folder(project: Path) -> None:
     from fake_backend import FakeBackend, exits
 
-    from emulator import diagram
-    from emulator.console import RecordingReporter
     from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
-    from emulator.runner import run_job
+    from emulator.reports import diagram
+    from emulator.reports.console import RecordingReporter
+    from emulator.run.runner import run_job
 
     (project / "job.yaml").write_text("job_name: dot-job\nentry_point: train.py\nsource_dir: code\n"
                                       "instance_type: ml.c5.xlarge\ninstance_count: 2\noutput_path: out\n"
@@ -794,11 +794,11 @@ def test_a_cluster_dot_that_cannot_be_written_does_not_fail_the_run(project: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_backend import FakeBackend, exits
 
-    from emulator import diagram
-    from emulator.console import RecordingReporter
     from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
-    from emulator.runner import run_job
+    from emulator.reports import diagram
+    from emulator.reports.console import RecordingReporter
+    from emulator.run.runner import run_job
 
     def broken(plan: object) -> object:
         raise RuntimeError("no picture today")
@@ -816,14 +816,14 @@ def test_a_cluster_dot_that_cannot_be_written_does_not_fail_the_run(project: Pat
 
 
 # --------------------------------------------------------------------------------------------------
-# The diagram the page shows: how the hosts talk (emulator/diagram.py)
+# The diagram the page shows: how the hosts talk (emulator/reports/diagram.py)
 
 EDGE = re.compile(r'^\s*"?([\w-]+)"? -> "?([\w-]+)"? \[label="([^"]*)"', re.M)
 
 
 def talk_plan(load: Any, distribution: Mapping[str, Any], counts: tuple[int, int] = (2, 3),
               host_order: str = "spec", seed: int | None = None) -> Any:
-    from emulator.plan import make_plan
+    from emulator.planning.plan import make_plan
 
     raw = {"job_name": "talk-job", "entry_point": "train.py", "source_dir": "./code",
            "instance_groups": [
@@ -834,7 +834,7 @@ def talk_plan(load: Any, distribution: Mapping[str, Any], counts: tuple[int, int
 
 
 def talk_edges(plan: Any) -> list[tuple[str, str, str]]:
-    from emulator import diagram
+    from emulator.reports import diagram
 
     return [e for e in EDGE.findall(diagram.graph(plan).source) if e[2] in ("mpirun over ssh", "torchrun rendezvous")]
 
@@ -847,7 +847,7 @@ def test_mpi_edges_go_from_the_first_host_of_the_distribution_group_to_each_othe
 
 
 def test_mpi_edges_follow_a_shuffled_host_order(load: Any) -> None:
-    from emulator.plan import mpi_hosts
+    from emulator.planning.plan import mpi_hosts
 
     for seed in range(40):
         plan = talk_plan(load, {"mpi": {"enabled": True}, "instance_groups": ["dnn_group"]}, host_order="shuffled",
@@ -867,7 +867,7 @@ def test_smdistributed_data_parallel_talks_over_mpi_too(load: Any) -> None:
 
 
 def test_torchrun_makes_every_group_a_world_with_its_first_host_as_the_rendezvous(load: Any) -> None:
-    from emulator import diagram
+    from emulator.reports import diagram
 
     plan = talk_plan(load, {"torch_distributed": {"enabled": True}, "instance_groups": ["dnn_group"]})
     source = diagram.graph(plan).source
@@ -883,7 +883,7 @@ def test_torchrun_makes_every_group_a_world_with_its_first_host_as_the_rendezvou
 
 
 def test_a_one_host_torchrun_world_rendezvous_on_itself(load: Any) -> None:
-    from emulator import diagram
+    from emulator.reports import diagram
 
     plan = talk_plan(load, {"torch_distributed": {"enabled": True}, "instance_groups": ["dnn_group"]}, counts=(1, 2))
     source = diagram.graph(plan).source
@@ -902,8 +902,8 @@ def test_torchrun_beside_smdistributed_is_one_world_over_the_named_group(load: A
 
 
 def test_without_a_distribution_the_hosts_have_no_talk_edges(load: Any) -> None:
-    from emulator import diagram
-    from emulator.plan import make_plan
+    from emulator.planning.plan import make_plan
+    from emulator.reports import diagram
 
     raw = {"job_name": "quiet-job", "entry_point": "train.py", "source_dir": "./code",
            "instance_type": "ml.c5.xlarge", "instance_count": 3}
@@ -913,7 +913,7 @@ def test_without_a_distribution_the_hosts_have_no_talk_edges(load: Any) -> None:
 
 
 def test_the_talk_edges_are_drawn(load: Any) -> None:
-    from emulator import diagram
+    from emulator.reports import diagram
 
     if shutil.which("dot") is None:
         pytest.skip("Graphviz's dot is not installed")

@@ -21,8 +21,9 @@ import pytest
 import requests
 from serving import Server, running_server
 
-from emulator import diagram, job_records
+from emulator.reports import diagram
 from emulator.serve import page
+from emulator.state import job_records
 
 JOB = "safe-diagram-job"
 BUCKET = "page-bucket"
@@ -50,10 +51,10 @@ def ran(server: Server, s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Pa
     server's state folder; its job folder as the run left it."""
     from fake_backend import FakeBackend, exits
 
-    from emulator.console import RecordingReporter
     from emulator.jobspec import load_spec_file
     from emulator.options import RunOptions
-    from emulator.runner import run_job
+    from emulator.reports.console import RecordingReporter
+    from emulator.run.runner import run_job
 
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": server.region})
     channel = "in/<b onmouseover=alert(1)>"

@@ -1,4 +1,4 @@
-"""`hetero-emu serve` answers a few read-only operations on its event loop (emulator/blocking.py): which
+"""`hetero-emu serve` answers a few read-only operations on its event loop (emulator/state/blocking.py): which
 ones, that they do run there, that an operation which would wait goes to a worker thread and still
 gets its answer, and that each place where one of them could wait says so."""
 
@@ -18,13 +18,15 @@ import boto3
 import pytest
 from starlette.types import Message
 
-from emulator import api, blocking, job_records, warm_pools
+from emulator import api
 from emulator.aws.endpoint import Endpoint
 from emulator.aws.logs import GROUP, Logs, stream_name
 from emulator.aws.stub import Operation, Service
 from emulator.aws.training import SageMakerTraining
 from emulator.result import Status
+from emulator.run import warm_pools
 from emulator.serve import guard, server
+from emulator.state import blocking, job_records
 
 REGION = "us-west-2"
 NOW = datetime.now(timezone.utc)

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from emulator import hostfiles, staging
-from emulator.contract import CONFIG_DIR
 from emulator.errors import SpecError
 from emulator.jobspec import JobSpec, load_spec_file, s3
 from emulator.jobspec.request import HostPaths, validate_request
-from emulator.plan import EVERY_HOST, INPUT_DATA, make_plan
+from emulator.planning.contract import CONFIG_DIR
+from emulator.planning.plan import EVERY_HOST, INPUT_DATA, make_plan
+from emulator.run import hostfiles, staging
 
 JOB = "nb-job"
 BUCKET = "bkt"
@@ -132,7 +132,7 @@ def test_a_local_output_path_inside_a_channel_folder_is_accepted(project: Path, 
 
 def test_checkpoints_inside_a_channel_leave_the_channel_as_it_was(root: Path, tmp_path: Path) -> None:
     """A checkpoint URI inside the channel: the hosts start with the checkpoint restored, and one
-    synced back (renamed into place, as `emulator.checkpoints` copies) leaves the channel's file."""
+    synced back (renamed into place, as `emulator.run.checkpoints` copies) leaves the channel's file."""
     (root / BUCKET / "prefix" / "data" / "ckpt").mkdir()
     (root / BUCKET / "prefix" / "data" / "ckpt" / "step.pt").write_text("old")
     raw = request(f"s3://{BUCKET}/out", f"s3://{BUCKET}/prefix/data",

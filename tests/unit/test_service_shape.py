@@ -15,15 +15,16 @@ import boto3
 import pytest
 from fake_backend import FakeBackend, exits, runs_until_stopped
 
-from emulator import job_records, runner
 from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
-from emulator.console import RecordingReporter
 from emulator.jobs import service_shape
 from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
+from emulator.reports.console import RecordingReporter
 from emulator.result import Status
-from emulator.runner import run_job
+from emulator.run import runner
+from emulator.run.runner import run_job
+from emulator.state import job_records
 
 SPEC = """\
 job_name: shaped

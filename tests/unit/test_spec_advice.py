@@ -11,8 +11,8 @@ from fake_backend import FakeBackend, exits
 
 from emulator import api
 from emulator.backend import registry
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, spec_warnings, validate
+from emulator.reports.console import RecordingReporter
 
 
 def make_spec(tmp_path: Path, files: int = 2, counts: tuple[int, int] = (3, 1), **fields: Any) -> JobSpec:

@@ -25,10 +25,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator import compose, contract
 from emulator.errors import EmulatorError, SpecError
 from emulator.jobspec import JobSpec, load_spec_file, parse_yaml, validate
-from emulator.plan import job_name_from, make_plan, summary
+from emulator.planning import compose, contract
+from emulator.planning.plan import job_name_from, make_plan, summary
 
 # The round trips below check that a document is safe YAML; libyaml's safe loader and dumper check
 # the same thing many times faster than PyYAML's pure-Python ones, which took most of each example.

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from emulator import staging
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.jobspec import validate
-from emulator.plan import Plan, make_plan
+from emulator.planning.plan import Plan, make_plan
+from emulator.run import staging
 
 
 def _data(root: Path) -> Path:

@@ -11,11 +11,12 @@ import botocore.session
 import pytest
 from fake_backend import FakeBackend, exits
 
-from emulator import api, job_records
+from emulator import api
 from emulator.backend import registry
-from emulator.console import RecordingReporter
 from emulator.jobspec import JobSpec, validate
+from emulator.reports.console import RecordingReporter
 from emulator.result import SecondaryStatus, Status
+from emulator.state import job_records
 
 
 def service_enum(shape: str) -> list[str]:

@@ -22,10 +22,10 @@ from emulator.backend.swarm import (
     service_options,
     spread,
 )
-from emulator.container import ContainerSpec, Mount, Ulimit
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import validate
-from emulator.plan import make_plan
+from emulator.planning.container import ContainerSpec, Mount, Ulimit
+from emulator.planning.plan import make_plan
 
 HOST = ContainerSpec(
     image="img:1", command=("train",), entrypoint=None, name="job-algo-2", hostname="algo-2", aliases=("algo-2",),

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.console import RecordingReporter
 from emulator.jobspec import validate
-from emulator.logs import STDERR, STDOUT, LogCollector
-from emulator.plan import Plan, make_plan
-from emulator.toolkit_fold import MAX_LINES, EnvironmentFold
+from emulator.planning.plan import Plan, make_plan
+from emulator.reports.console import RecordingReporter
+from emulator.run.logs import STDERR, STDOUT, LogCollector
+from emulator.run.toolkit_fold import MAX_LINES, EnvironmentFold
 
 HEADER = "2026-12-01 13:00:00,123 sagemaker-training-toolkit INFO     Invoking user script"
 COMMAND = "/opt/venv/bin/python3 train.py --epochs 2"

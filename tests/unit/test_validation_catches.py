@@ -20,12 +20,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from entry_points import ENTRY_POINTS
 from testkit import CliResult, invoke
 
 from emulator import Job
 from emulator.errors import Problem, SpecError
 from emulator.jobspec import JOB_NAME_PATTERN, MAX_JOB_NAME, JobSpec, entry_point_problem
-from emulator.plan import job_name_from
+from emulator.planning.plan import job_name_from
 
 HEAD = """\
 entry_point: train.py
@@ -109,34 +110,6 @@ def test_base_job_name_needs_the_job_name_characters(base: str, problems: Callab
 
 # --------------------------------------------------------------------------------------------------
 # Entry points
-
-
-# (name, fragment of our reason or None when the toolkit runs it); the same names are asked of the
-# real toolkit in tests/integration/test_toolkit_agreement.py.
-ENTRY_POINTS = [
-    ("train.py", None),
-    ("run.sh", None),
-    ("bin/train.sh", None),
-    ("a/b/c.py", None),
-    (".hidden.py", None),
-    ("_x.py", None),
-    ("x+y-z.py", None),
-    ("...py", None),
-    ("a/..b/c.py", None),
-    ("./run.sh", "'.' or '..' path segments"),
-    ("a/./b.py", "'.' or '..' path segments"),
-    ("a/../b.py", "'.' or '..' path segments"),
-    ("trän.py", "'ä'"),
-    ("train script.py", "' '"),
-    ("train;rm.py", "';'"),
-    ("$(x).py", "'$'"),
-    ("tab\tx.py", "'\\t'"),
-    ("-m.py", "a leading '-'"),
-    ("+x.py", "a leading '+'"),
-    ("/abs.py", "a leading '/'"),
-    ("a//b.py", "an empty path segment"),
-    ("dir/", "an empty path segment"),
-]
 
 
 @pytest.mark.parametrize(("name", "reason"), ENTRY_POINTS, ids=[repr(n) for n, _ in ENTRY_POINTS])

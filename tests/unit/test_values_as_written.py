@@ -18,7 +18,7 @@ import pytest
 from emulator import Job
 from emulator.errors import Problem
 from emulator.jobspec import JobSpec, parse_yaml
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
 
 HEAD = """\
 job_name: values-as-written

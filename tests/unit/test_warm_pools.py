@@ -1,4 +1,4 @@
-"""Warm pools (emulator/warm_pools.py): a job with a keep-alive keeps its hosts' persistent cache for
+"""Warm pools (emulator/run/warm_pools.py): a job with a keep-alive keeps its hosts' persistent cache for
 a later matching job, with the WarmPoolStatus life the service documents
 (https://docs.aws.amazon.com/sagemaker/latest/dg/train-warm-pools.html)."""
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from emulator import job_records, warm_pools
 from emulator.jobspec import JobSpec
 from emulator.result import Status
+from emulator.run import warm_pools
+from emulator.state import job_records
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 HOSTS = ["algo-1", "algo-2", "algo-3"]

@@ -1,4 +1,4 @@
-"""requirements.txt offline (emulator.wheelhouse): the cache key, when the plan mounts a wheelhouse and
+"""requirements.txt offline (emulator.run.wheelhouse): the cache key, when the plan mounts a wheelhouse and
 sets pip's variables, the build step with a fake engine (its `build_wheelhouse` writes a wheel per
 line, as pip in the image would), and what pip's failures are said as (README: requirements.txt)."""
 
@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from fake_backend import FakeBackend
 
-from emulator import api, compose, wheelhouse
-from emulator.console import RecordingReporter
+from emulator import api
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import SpecError, WheelhouseError
 from emulator.jobspec import JobSpec
 from emulator.jobspec.requirements import MAX_BYTES
-from emulator.plan import Mount, make_plan, summary
-from emulator.runner import run_job
+from emulator.planning import compose
+from emulator.planning.plan import Mount, make_plan, summary
+from emulator.reports.console import RecordingReporter
+from emulator.run import wheelhouse
+from emulator.run.runner import run_job
 
 PIP_VARS = {"PIP_FIND_LINKS": wheelhouse.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"

@@ -1,5 +1,5 @@
 """A requirements.txt on a framework stand-in of another Python, resolved as pip would for the Python
-the job names (emulator/wheelhouse.py, emulator/backend/index_container.py; docs/images.md).
+the job names (emulator/run/wheelhouse.py, emulator/backend/index_container.py; docs/images.md).
 
 Which jobs ask for it (a stand-in whose Python was substituted, never the default image, a real AWS
 image or a mapped one); the cache key and the hosts' PIP_CONSTRAINT; and the resolving script's
@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from emulator import wheelhouse
 from emulator.aws.ecr_images import python_note, with_image
 from emulator.backend.index_container import _RESOLVE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import JobSpec
-from emulator.plan import make_plan
+from emulator.planning.plan import make_plan
+from emulator.run import wheelhouse
 
 PY38 = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
 STAND_IN = "hetero-emu/pytorch-training:1.11.0-py39"
