@@ -52,15 +52,15 @@ from emulator.planning.plan import (
     Plan,
     container_name,
     job_name_from,
-    make_plan,
 )
+from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
 from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
 from emulator.run import debugger, hostfiles, job_aws, staging, warm_pools, wheelhouse
 from emulator.run import metrics as metrics_module
 from emulator.run.debugger import DebugTarget
-from emulator.run.runner import choose_hardware, choose_seed, run_job, ulimit_warnings, ulimits_matter
+from emulator.run.runner import run_job, ulimit_warnings, ulimits_matter
 from emulator.run.tail import LogTail
 from emulator.state import blocking, job_records
 from emulator.training_images import frameworks, huggingface, prebuild
@@ -206,11 +206,10 @@ def render(spec: JobSpec, out: Path, *, host_order: str = "spec", seed: int | No
     for line in spec.image_notes:
         warn(line)
     job_name = job_name_from(spec, datetime.now(timezone.utc))
-    chosen = choose_hardware(spec, RunOptions(host_order=host_order, seed=seed, memory=memory, gpus=gpus, cpus=cpus),
-                             job_name, seed, _machine(engine_name or DEFAULT_ENGINE))
-    for line in chosen.warnings:  # what a script may trip on (no CUDA, shared GPUs); plan.json has the rest
+    options = RunOptions(host_order=host_order, seed=seed, memory=memory, debug=debug, gpus=gpus, cpus=cpus)
+    plan = prepare(spec, options, _machine(engine_name or DEFAULT_ENGINE), job_name, job_dir=out)
+    for line in plan.hardware.warnings:  # what a script may trip on (no CUDA, shared GPUs); plan.json has the rest
         warn(line)
-    plan = make_plan(spec, job_name, host_order, seed, job_dir=out, memory=memory, debug=debug, hardware=chosen)
     progress = progress or ConsoleReporter().info
     if spec.requirements is not None and plan.wheelhouse is not None:
         _render_wheelhouse(plan, engine_name or DEFAULT_ENGINE, progress, warn)

@@ -26,11 +26,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,11 +51,11 @@ from emulator.errors import (
 from emulator.jobs import record as record_module
 from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
-from emulator.planning import hardware, secrets
+from emulator.planning import secrets
 from emulator.planning.container import Ulimit
-from emulator.planning.hardware import Hardware, Machine, parse_gpu_mode
 from emulator.planning.launchers import launcher_hint, missing_launchers, required_launchers
-from emulator.planning.plan import HostPlan, Plan, assign_hosts, job_name_from, make_plan, memory_limit, mpi_hosts
+from emulator.planning.plan import HostPlan, Plan, job_name_from, mpi_hosts
+from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
 from emulator.result import HostResult, JobResult, SecondaryStatus, Status
 from emulator.run import (
@@ -126,17 +125,6 @@ class Collected:
     packing: float
 
 
-def choose_seed(host_order: str, seed: int | None) -> int | None:
-    """A shuffled order always has a seed, printed and stored, so a surprising order can be replayed."""
-    if seed is not None and host_order != "shuffled":
-        # Silently ignoring it would let a user believe they replayed a shuffled order.
-        raise UsageError(f"a seed ({seed}) only applies to --host-order shuffled",
-                         hint=f"add --host-order shuffled to replay seed {seed}")
-    if host_order == "shuffled" and seed is None:
-        return random.SystemRandom().randrange(1, 2**31)
-    return seed
-
-
 def ulimits_matter(plan: Plan) -> bool:
     """Whether the ulimits an engine refuses deserve a warning: only a distributed job pins memory
     (MPI, NCCL), so telling every other job would be noise. The one place this is decided, for `run`
@@ -158,27 +146,6 @@ def stop_requested(plan: Plan) -> bool:
     """`hetero-emu stop` drops this file in the job folder before it signals the hosts, so the
     driver reports Stopped (StopTrainingJob) instead of blaming the first host that got SIGTERM."""
     return (Path(plan.job_dir) / STOP_MARKER).exists()
-
-
-def choose_hardware(spec: JobSpec, options: RunOptions, job_name: str, seed: int | None,
-                    machine: Machine) -> Hardware:
-    """How the hosts get their types' GPUs and vCPUs on `machine` (emulator/planning/hardware.py), with what
-    what the machine cannot give them as its notes and warnings; a GPU mode the engine cannot serve, or too few GPUs,
-    is an EnvironmentProblem before anything starts."""
-    mode = options.gpus or parse_gpu_mode(spec.gpus or "auto")
-    groups = assign_hosts(spec, options.host_order, seed)
-    hosts = sorted(((h, g.instance_type) for g in groups for h in g.hosts), key=lambda pair: int(pair[0][5:]))
-    try:
-        chosen = hardware.resolve(mode, options.cpus, job_name, hosts, machine)
-    except hardware.GpuShortage as err:
-        needs = ", ".join(f"{h} {hardware.gpu_count(kind)}" for h, kind in hosts if hardware.gpu_count(kind))
-        raise EnvironmentProblem(f"the job needs {err.needed} GPUs ({needs}); this machine has {err.present}",
-                                 hint="--gpus share hands them out round robin (hosts then share GPUs); "
-                                 "--gpus emulate shows each host its type's GPUs without CUDA") from None
-    except ValueError as err:
-        raise EnvironmentProblem(f"--gpus {mode}: {err}", hint=machine.gpu_hint) from None
-    limits = {kind: memory_limit(options.memory, kind) for _, kind in hosts}
-    return hardware.cannot_give(chosen, hosts, machine, limits)
 
 
 def request_stop(job_dir: Path) -> None:
@@ -215,6 +182,7 @@ def run_job(
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.image_present)
     seed = choose_seed(options.host_order, options.seed)
+    options = replace(options, seed=seed)
     if options.inject and (found := attempts.problems(options.inject, spec.max_run, spec.use_spot_instances)):
         raise UsageError(f"--inject/--interrupt-at {found[0]}",
                          hint="an interruption needs a managed spot job (use_spot_instances: true, max_wait), "
@@ -229,8 +197,7 @@ def run_job(
     machine = backend.machine()
     for attempt in range(NAME_ATTEMPTS):
         job_name = job_name_from(spec, now())
-        plan = make_plan(spec, job_name, options.host_order, seed, memory=options.memory, debug=debug,
-                         hardware=choose_hardware(spec, options, job_name, seed, machine))
+        plan = prepare(spec, options, machine, job_name)
         if backend.capabilities.aws_gateway:
             # The hosts reach the emulator's AWS (an isolated job's: none).
             plan = job_aws.with_aws(plan, socket_in_job_folder=backend.capabilities.aws_socket_in_job_folder)

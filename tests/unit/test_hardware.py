@@ -24,9 +24,10 @@ from emulator.planning import catalog, hardware, hooks
 from emulator.planning.compose import compose_project
 from emulator.planning.hardware import Hardware, Machine, resolve
 from emulator.planning.plan import make_plan
+from emulator.planning.prepare import choose_hardware
 from emulator.reports.console import RecordingReporter
 from emulator.run.mpi_wait import WorkerWait
-from emulator.run.runner import choose_hardware, run_job
+from emulator.run.runner import run_job
 
 GIB = 1024**3
 NO_GPU = Machine(cpus=2, memory_bytes=24 * GIB)
