@@ -32,11 +32,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.backend import Backend, ContainerState, Resource
-from emulator.backend.liveness import current_driver
 from emulator.backend.networks import RESTART_FIX
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import (
@@ -48,7 +47,6 @@ from emulator.errors import (
     JobFolderTaken,
     UsageError,
 )
-from emulator.jobs import record as record_module
 from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
 from emulator.planning import secrets
@@ -71,9 +69,9 @@ from emulator.run import (
     warm_pools,
     wheelhouse,
 )
+from emulator.run.journal import FINAL_MESSAGES, StatusJournal
 from emulator.run.logs import LogCollector
 from emulator.run.mpi_wait import WorkerWait
-from emulator.state import job_records
 from emulator.training_images.frameworks import FrameworkImage, for_tag
 from emulator.training_images.image_recipes import all_launchers, load_recipe, variant_for_tag
 
@@ -83,11 +81,6 @@ if TYPE_CHECKING:
 FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
 POLL_SECONDS = 0.2
 NAME_ATTEMPTS = 20
-# The StatusMessage of the service's last SecondaryStatusTransitions entry for each end.
-FINAL_MESSAGES = {SecondaryStatus.COMPLETED: "Training job completed", SecondaryStatus.FAILED: "Training job failed",
-                  SecondaryStatus.STOPPED: "Training job stopped",
-                  SecondaryStatus.MAX_RUNTIME_EXCEEDED: "Training job stopped",
-                  SecondaryStatus.MAX_WAIT_TIME_EXCEEDED: "Training job stopped"}
 # FailureReason of a job whose platform error was not retried (or was, to the last attempt).
 INTERNAL_ERROR = "InternalServerError: We encountered an internal error. Please try again."
 # The StatusMessage of the Interrupted and Restarting transitions.
@@ -256,15 +249,9 @@ class Run:
         # The run leaves its containers and network in place: --keep, or --keep-on-failure on a failure.
         self.kept = options.keep
         self.began: datetime | None = None  # staging began: the start of the total time
-        self.creation: datetime | None = None  # CreationTime: the SDK session's create call, else `began`
-        self.transitions: list[dict[str, Any]] = []  # SecondaryStatusTransitions
-        self.training_start: datetime | None = None  # TrainingStartTime: the hosts run
-        # The cluster's diagram (DOT), kept in the job's record for `serve`'s page: the record lies in
-        # the state folder, out of reach of S3, which can overwrite anything in an s3:// job folder.
-        self.cluster_dot: str | None = None
-        self.recorded = False  # the job's record has its request and ARN (`record`)
-        # Being stopped: asked to (Ctrl-C, SIGTERM from StopTrainingJob, `hetero-emu stop`) or at max_run or max_wait.
-        self.stopping = False
+        # The job's statuses, written to its record at each step (emulator/run/journal.py).
+        self.journal = StatusJournal(plan.spec, plan.job_name, Path(plan.job_dir), now,
+                                     asked=options.created is not None)
         # The toolkit's MPI workers that miss a short job's orted (emulator/run/mpi_wait.py), told at once.
         ranks = mpi_hosts(plan)
         self.worker_wait = WorkerWait(plan.job_name, ranks[0], ranks[1:]) if len(ranks) > 1 else None
@@ -322,9 +309,10 @@ class Run:
                               f"job folder {plan.job_dir} was removed") from None
         self.write_cluster_dot()
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
-        self.creation = self.options.created or self.began
-        self.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=self.creation)
-        self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data", at=self.began)
+        journal = self.journal
+        journal.creation = self.options.created or self.began
+        journal.transition(SecondaryStatus.STARTING, "Preparing the instances for training", at=journal.creation)
+        self.journal.transition(SecondaryStatus.DOWNLOADING, "Downloading input data", at=self.began)
         self.take_warm_pool()
         try:
             # A watcher removes what this run creates if the driver is killed before its `finally`.
@@ -335,12 +323,12 @@ class Run:
             stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
             final = Status.STOPPED if stopped else Status.FAILED
             step = SecondaryStatus.STOPPED if stopped else SecondaryStatus.FAILED
-            if not self.transitions or self.transitions[-1]["Status"] != step:
-                self.transition(step, FINAL_MESSAGES[step], record=False)
-            self.record(final)
+            if not self.journal.transitions or self.journal.transitions[-1]["Status"] != step:
+                self.journal.transition(step, FINAL_MESSAGES[step], record=False)
+            self.journal.record(final)
             self.release_warm_pool(kept=stopped and self.started)
             raise
-        self.record(result.status)
+        self.journal.record(result.status)
         # The service keeps the pool after a job that completed, was stopped, or failed of its own
         # (an algorithm error), not after an internal error (train-warm-pools.html, Warm pool creation).
         self.release_warm_pool(kept=result.status != Status.FAILED or result.failure_reason != INTERNAL_ERROR)
@@ -373,48 +361,6 @@ class Run:
             warm_pools.retain(self.plan.job_name, kept=kept)
         except OSError as err:
             self.reporter.warn(f"warm pool: {err}")
-
-    def transition(self, secondary: SecondaryStatus, message: str, at: datetime | None = None,
-                   record: bool = True) -> None:
-        """A SecondaryStatusTransitions entry (the service's statuses and messages), stored in the job
-        record at once so `describe_training_job` shows it while the job runs."""
-        stamp = (at or self.now()).isoformat()
-        if self.transitions:
-            self.transitions[-1]["EndTime"] = stamp
-        entry = {"Status": secondary, "StartTime": stamp, "StatusMessage": message}
-        if secondary in FINAL_MESSAGES:
-            entry["EndTime"] = stamp
-        self.transitions.append(entry)
-        if record:
-            self.record(Status.STOPPING if self.stopping else Status.IN_PROGRESS)
-
-    def begin_stopping(self) -> None:
-        """The job is being stopped, whoever stops it (StopTrainingJob, `hetero-emu stop`, Ctrl-C, its
-        MaxRuntimeInSeconds or MaxWaitTimeInSeconds): Stopping (TrainingJobStatus and SecondaryStatus)
-        through the grace period and the upload, then Stopped with the cause's SecondaryStatus.
-        DescribeTrainingJob's TrainingJobStatus has "Stopping - The training job is stopping" and
-        SecondaryStatus "Stopping - Stopping the training job" under it; the limits' MaxRuntimeExceeded
-        and MaxWaitTimeExceeded are among Stopped's (botocore's sagemaker service-2.json,
-        DescribeTrainingJobResponse.SecondaryStatus)."""
-        if not self.stopping:
-            self.stopping = True
-            self.transition(SecondaryStatus.STOPPING, "Stopping the training job")
-
-    def record(self, status: Status) -> None:
-        # Every job's record holds the CreateTrainingJob request it describes (emulator/jobs/record.py):
-        # a session's driver recorded it at CreateTrainingJob; a spec's job becomes that request here,
-        # once, so DescribeTrainingJob is the same for a job from any front end.
-        first = {} if self.recorded else record_module.first_fields(self.plan.spec, self.plan.job_name,
-                                                                     asked=self.options.created is not None)
-        self.recorded = True
-        job_records.record(self.plan.job_name, Path(self.plan.job_dir), status, **first,
-                    SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,
-                    SecondaryStatusTransitions=self.transitions,
-                    CreationTime=(self.creation or self.began or self.now()).isoformat(),
-                    **({"TrainingStartTime": self.training_start.isoformat()} if self.training_start else {}),
-                    **({job_records.CLUSTER_DOT: self.cluster_dot} if self.cluster_dot else {}),
-                    # Who runs it: `logs --follow` ends when this process is gone, even if it never said.
-                    Driver=current_driver())
 
     def run_and_tear_down(self) -> JobResult:
         """Run the hosts and describe the job; what the run created is removed (or kept) however it ends."""
@@ -469,8 +415,8 @@ class Run:
                       f"{plan.spec.checkpoint_uri or plan.spec.checkpoint_s3_uri}" if plan.spec.checkpoint_s3_uri
                       else f"attempt {number + 1}: new hosts (no checkpoint_s3_uri: the script starts from zero)")
         staging.fresh_hosts(plan, reporter.info)
-        self.transition(SecondaryStatus.STARTING, "Preparing the instances for training")
-        self.transition(SecondaryStatus.DOWNLOADING, "Downloading input data")
+        self.journal.transition(SecondaryStatus.STARTING, "Preparing the instances for training")
+        self.journal.transition(SecondaryStatus.DOWNLOADING, "Downloading input data")
 
     def run_hosts(self, logs: LogCollector) -> HostsOutcome:
         """Create the network and the hosts, start them together and supervise them until the job's
@@ -596,8 +542,8 @@ class Run:
         ran.start = self.now()  # the hosts of this attempt run
         if self.first_t0 is None:
             self.first_t0 = ran.t0
-            self.training_start = ran.start  # TrainingStartTime, in the record from now on
-        self.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
+            self.journal.training_start = ran.start  # TrainingStartTime, in the record from now on
+        self.journal.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
         if plan.debug is not None and plan.debug.wait:
             reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
@@ -611,7 +557,7 @@ class Run:
             if ran.lost is None:
                 self.fix_ownership()
             reporter.step("collecting artifacts")
-            self.transition(SecondaryStatus.UPLOADING, "Uploading generated training model")
+            self.journal.transition(SecondaryStatus.UPLOADING, "Uploading generated training model")
             packing = time.monotonic()
             model, output = artifacts.collect(plan, reporter)
             packed, packing = self.now(), time.monotonic() - packing
@@ -647,14 +593,15 @@ class Run:
         self.write_metrics_chart(ran.start)
         # The last transition is stored with the final status only after job.json is written (in
         # execute): a reader that sees the final status always finds the whole description.
-        self.transition(ran.secondary, FINAL_MESSAGES.get(ran.secondary, ran.secondary), at=collected.packed,
+        self.journal.transition(ran.secondary, FINAL_MESSAGES.get(ran.secondary, ran.secondary), at=collected.packed,
                         record=False)
         # Kept on failure only when the hosts ran and failed: not when the engine was lost (its
         # watcher removes what it can), nor for a Stopped job (the user ended it on purpose).
         self.kept = self.kept or (self.options.keep_on_failure and ran.status == Status.FAILED and ran.lost is None)
         result = JobResult(plan.job_name, ran.status, reason, hosts, Path(plan.job_dir), collected.model,
-                           collected.output, self.training_start or ran.start, end, ran.secondary, plan.seed,
-                           self.began, collected.packed, collected.packing, self.creation, tuple(self.transitions),
+                           collected.output, self.journal.training_start or ran.start, end, ran.secondary, plan.seed,
+                           self.began, collected.packed, collected.packing, self.journal.creation,
+                           tuple(self.journal.transitions),
                            kept=self.kept, image_notes=plan.spec.image_notes,
                            failed_host=self.host_label(self.first_failed)
                            if ran.status == Status.FAILED and self.first_failed else None,
@@ -732,7 +679,7 @@ class Run:
             if not running:
                 self.reporter.warn("interrupted: every host had already exited")
                 return None
-            self.begin_stopping()
+            self.journal.begin_stopping()
             self.reporter.warn(f"interrupted: stopping {who} (SIGTERM, SIGKILL after {self.options.grace:g} s; "
                                "Ctrl-C again kills them now)")
             try:
@@ -930,7 +877,7 @@ class Run:
                 pending.remove(state.name)
             if stop_requested(self.plan):
                 self.reporter.warn("stopping the job (`hetero-emu stop`)")
-                self.begin_stopping()
+                self.journal.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.STOPPED, None
             failed = [state for state in exited if state.exit_code != 0]
@@ -949,13 +896,13 @@ class Run:
             if pending and time.monotonic() > wait_deadline:
                 self.reporter.warn(f"the job has taken its max_wait ({spec.max_wait} s, restarts included): "
                                    "stopping it, as the service stops a spot job at MaxWaitTimeInSeconds")
-                self.begin_stopping()
+                self.journal.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.MAX_WAIT_TIME_EXCEEDED, None
             if pending and time.monotonic() > deadline:
                 self.reporter.warn(f"the hosts have run max_run ({self.plan.max_run} s): stopping them, as the service "
                                    "stops a job at MaxRuntimeInSeconds; the artifacts are still uploaded")
-                self.begin_stopping()
+                self.journal.begin_stopping()
                 self.stop_running()
                 return Status.STOPPED, SecondaryStatus.MAX_RUNTIME_EXCEEDED, None
             if pending and self.worker_wait is not None:
@@ -977,7 +924,7 @@ class Run:
             self.reporter.warn(f"spot interruption (injected: {fault}): the spot capacity is reclaimed; stopping "
                                f"{hosts} (SIGTERM, SIGKILL after {self.options.grace:g} s); the job starts again on "
                                "new hosts")
-            self.transition(SecondaryStatus.INTERRUPTED, SPOT_INTERRUPTED)
+            self.journal.transition(SecondaryStatus.INTERRUPTED, SPOT_INTERRUPTED)
             self.stop_running(announce=False)
             return Status.IN_PROGRESS, SecondaryStatus.INTERRUPTED, None
         errors = 1 + sum(1 for a in self.done_attempts if a.ending == "platform-error")
@@ -991,7 +938,7 @@ class Run:
         for state in self.backend.states(running):
             self.record_exit(state)
         if errors <= retries:
-            self.transition(SecondaryStatus.RESTARTING, RETRY_RESTARTING)
+            self.journal.transition(SecondaryStatus.RESTARTING, RETRY_RESTARTING)
         return Status.IN_PROGRESS, SecondaryStatus.RESTARTING, None
 
     def record_exit(self, state: ContainerState) -> None:
@@ -1027,8 +974,8 @@ class Run:
         try:
             from emulator.reports import diagram
 
-            self.cluster_dot = diagram.graph(self.plan).source
-            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(self.cluster_dot)
+            self.journal.cluster_dot = diagram.graph(self.plan).source
+            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(self.journal.cluster_dot)
         except Exception as err:  # nothing about the picture may fail the job
             self.reporter.warn(f"cluster.dot not written: {err}")
 
