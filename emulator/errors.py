@@ -83,3 +83,17 @@ class Interrupted(EmulatorError):
 
 class NotRunning(EnvironmentProblem):
     """The job has no container to run a command in: it ended and its containers were removed."""
+
+
+@dataclass
+class ApiError(Exception):
+    """An error answer of an AWS operation, in the service's code and words (ValidationException,
+    ResourceInUse, ...): raised by the AWS services and the jobs layer beneath them; botocore turns it
+    into the client's exception. Not an EmulatorError: no exit code, it is an answer."""
+
+    code: str
+    message: str
+    status: int = 400
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"

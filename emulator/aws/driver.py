@@ -8,7 +8,7 @@ its own session (a Ctrl-C in the user's terminal does not reach it), running the
 as `hetero-emu run` does; StopTrainingJob sends it SIGTERM, which stops the job as Ctrl-C stops
 `hetero-emu run` (the hosts get SIGTERM and the grace period; the job ends Stopped).
 
-The ticket (`emulator.jobs.ticket.DriverTicket`, written by `emulator.aws.training`) holds the
+The ticket (`emulator.jobs.ticket.DriverTicket`, written by `emulator.jobs.service`) holds the
 request, how to read it and the run's options.
 """
 

@@ -20,27 +20,18 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
+
+# An operation's error answer, which botocore turns into the client's exception (defined with the
+# other errors: the jobs layer beneath the AWS services raises it too).
+from emulator.errors import ApiError as ApiError  # noqa: E402
 
 PARAMS_KEY = "hetero_emu_params"
 
 # An operation's answer: the parsed response (the shape boto3 returns), or an ApiError.
 Operation = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-@dataclass
-class ApiError(Exception):
-    """An error answer, raised by an operation: botocore turns it into the client's exception."""
-
-    code: str
-    message: str
-    status: int = 400
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
 
 class Service:

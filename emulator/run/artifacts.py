@@ -493,7 +493,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
     # Beneath it, the request the job describes (emulator/jobs/record.py): what only the request says
     # (spot, MaxWaitTimeInSeconds, the keep-alive, RetryStrategy, RoleArn, the debugger's configs)
     # is described for a job from any front end. A session's request is laid over this again when it
-    # is described (emulator/aws/training.py), as it was sent.
+    # is described (emulator/jobs/service.py), as it was sent.
     return record.merged(record.described_request(spec, plan.job_name), doc)
 
 

@@ -23,8 +23,9 @@ from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
-from emulator.aws.training import SageMakerTraining, driver_log
+from emulator.aws.training import SageMakerTraining
 from emulator.errors import UsageError
+from emulator.jobs.service import driver_log
 from emulator.jobspec import s3
 from emulator.jobspec.request import ANY_PATH, HostPaths
 from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode

@@ -4,7 +4,7 @@ Pass it as `sagemaker_session=` and the user's estimator code runs unchanged: `P
 `TensorFlow(...)` or `Estimator(...)` with `instance_groups`, `TrainingInput(..., instance_groups=...)`,
 `estimator.fit(...)`. It needs no AWS account, credentials or network. Its boto3 session has
 placeholder credentials and every call its clients make is answered locally (`emulator.aws.stub`):
-SageMaker's training-job operations run the job on the local engine (`emulator.aws.training`); S3
+SageMaker's training-job operations run the job on the local engine (`emulator.jobs.service`); S3
 reads and writes the local S3 root (`emulator.aws.s3`); STS names a placeholder account. So the SDK
 keeps doing everything it does on the service (its argument checks, the code upload, the request it
 builds, the exception a failed job raises) and only the answers are local.
@@ -31,8 +31,8 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status, _logs_init
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator.aws.training import FINAL, driver_log
 from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.jobs.service import FINAL, driver_log
 from emulator.reports.console import ConsoleReporter
 from emulator.run.tail import LogTail
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off

@@ -49,10 +49,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from emulator.aws.stub import ApiError
 from emulator.backend import Backend
 from emulator.backend.registry import DEFAULT_ENGINE, engine
-from emulator.errors import EmulatorError
+from emulator.errors import ApiError, EmulatorError
 from emulator.jobspec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NAME_PATTERN
 from emulator.planning import contract
 from emulator.planning.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, container_name
@@ -65,7 +64,7 @@ from emulator.state import job_records
 from emulator.state.job_records import JobRecord
 
 if TYPE_CHECKING:
-    from emulator.aws.training import SageMakerTraining
+    from emulator.jobs.service import TrainingJobs
 
 HERE = Path(__file__).resolve().parent
 # Under a prefix no S3 bucket can have (bucket names are lower-case letters, digits, dots and hyphens,
@@ -196,10 +195,10 @@ class JobSource(Protocol):
 
 class LiveJobs:
     """The jobs of this machine: their records (`emulator.state.job_records`), described by the training
-    service (`emulator.aws.training.SageMakerTraining`), their containers in the engine while they
+    service (`emulator.jobs.service.TrainingJobs`), their containers in the engine while they
     run, and their job folders (job.json, logs/algo-N.log, metrics/, cluster.dot)."""
 
-    def __init__(self, training: SageMakerTraining, engine_name: str = DEFAULT_ENGINE) -> None:
+    def __init__(self, training: TrainingJobs, engine_name: str = DEFAULT_ENGINE) -> None:
         self.training = training
         self.engine_name = engine_name
         self._backend: Backend | None = None
@@ -657,7 +656,7 @@ def decode_resume(text: str | None) -> dict[str, dict[str, Any]]:
 
 def image_notes(doc: Mapping[str, Any]) -> list[str]:
     """What the description says stands in for the job's image, and on which Python (from the job's
-    creation on: emulator/aws/training.py), the lines `hetero-emu run` says once."""
+    creation on: emulator/jobs/service.py), the lines `hetero-emu run` says once."""
     emulated = doc.get("Emulator")
     stand_in = emulated.get("StandIn") if isinstance(emulated, Mapping) else None
     notes = stand_in.get("Notes") if isinstance(stand_in, Mapping) else None

@@ -141,7 +141,7 @@ def test_a_failed_build_ends_its_message_too() -> None:
 
 
 def created(name: str, job_dir: Path) -> None:
-    """The record CreateTrainingJob makes before the driver runs (emulator/aws/training.py)."""
+    """The record CreateTrainingJob makes before the driver runs (emulator/jobs/service.py)."""
     asked = {"TrainingJobName": name, "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
              "RoleArn": "arn:aws:iam::111122223333:role/x"}
     job_records.record(name, job_dir, Status.IN_PROGRESS, Request=echoed(asked),

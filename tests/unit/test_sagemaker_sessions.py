@@ -136,7 +136,7 @@ def test_the_drivers_warnings_are_read_once_each_and_only_whole_lines(tmp_path: 
 def test_sdk_v3s_log_reads_print_the_jobs_driver_warnings_once(capsys: pytest.CaptureFixture[str]) -> None:
     """SDK v3's train(logs=True) reads the job's streams through the client EmulatorSessionV3 gives it
     (the SDK itself is in .venv-sdk3): that client prints the job's driver warnings as it reads."""
-    from emulator.aws.training import driver_log
+    from emulator.jobs.service import driver_log
     from emulator.sagemaker.local import LogsWithWarnings
 
     calls: list[tuple[str, dict[str, Any]]] = []
