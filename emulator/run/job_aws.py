@@ -41,7 +41,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.errors import EnvironmentProblem
 from emulator.planning.container import ContainerSpec, Mount
 from emulator.planning.plan import LABEL_PREFIX, HostPlan, JobAws, Plan, container_name
 
@@ -224,9 +223,8 @@ def endpoint(plan: Plan, make: EndpointFactory | None) -> Iterator[None]:
     if plan.aws is None:
         yield
         return
-    if make is None:
-        raise EnvironmentProblem("this job's hosts reach AWS (aws: in the spec), and the run was given no endpoint "
-                                 "for them", hint="run the job through emulator.api.run (or hetero-emu run)")
+    # A plan gets AWS only when its run was handed an endpoint (emulator/run/runner.py `run_job`).
+    assert make is not None, "a plan with AWS from a run without an endpoint"
     from emulator.aws.job_endpoint import serving
     from emulator.jobspec.s3 import default_root
 

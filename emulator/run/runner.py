@@ -185,8 +185,9 @@ def run_job(
     for attempt in range(NAME_ATTEMPTS):
         job_name = job_name_from(spec, now())
         plan = prepare(spec, options, machine, job_name)
-        if backend.capabilities.aws_gateway:
-            # The hosts reach the emulator's AWS (an isolated job's: none).
+        if backend.capabilities.aws_gateway and aws_endpoint is not None:
+            # The hosts reach the emulator's AWS (an isolated job's: none), through the endpoint the
+            # caller hands the run (`api.run` gives one; a bare run_job, a test's, runs without AWS).
             plan = job_aws.with_aws(plan, socket_in_job_folder=backend.capabilities.aws_socket_in_job_folder)
         reporter.set_hosts([(h.name, h.group) for h in plan.hosts])
         try:

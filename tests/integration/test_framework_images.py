@@ -21,6 +21,7 @@ import pytest
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
 
+from emulator import api
 from emulator.jobspec import validate
 from emulator.reports.console import RecordingReporter
 from emulator.run.runner import run_job
@@ -142,8 +143,12 @@ def test_an_image_tagged_with_the_ecr_name_wins_over_the_stand_in(
     finally:
         docker_client.images.remove(name)
     described = session.describe_training_job("ecr-tagged")
+    # What the emulator adds (the hosts, the local image) is in job.json and `hetero-emu describe`, never
+    # in the API's answer.
+    emulated = api.describe("ecr-tagged")
+    assert "Emulator" not in described and "Hosts" not in described
     assert described["TrainingJobStatus"] == "Completed"
     assert described["AlgorithmSpecification"]["TrainingImage"] == name
-    assert described["Emulator"]["Image"] == name and "StandIn" not in described["Emulator"]
+    assert emulated["Emulator"]["Image"] == name and "StandIn" not in emulated["Emulator"]
     log = (Path(session.training.found("ecr-tagged").job_dir) / "logs" / "algo-1.log").read_text()
     assert "PYTHON_IS 3.11" in log  # the default image's Python, not the 3.9 of the stand-in

@@ -31,6 +31,7 @@ from test_seed_clusters import (
     log_tagged,
 )
 
+from emulator import api
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.sagemaker import EmulatorSession
 
@@ -109,6 +110,10 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     assert (project / "s3" / bucket / "guide-pytorch" / "source" / "sourcedir.tar.gz").is_file()
 
     described = session.describe_training_job("guide-pytorch")
+    # What the emulator adds (the hosts, the local image) is in job.json and `hetero-emu describe`, never
+    # in the API's answer.
+    emulated = api.describe("guide-pytorch")
+    assert "Emulator" not in described and "Hosts" not in described
     assert described["TrainingJobStatus"] == "Completed"
     assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == [
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
@@ -116,11 +121,11 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     assert described["AlgorithmSpecification"]["TrainingImage"].endswith("/pytorch-training:2.1.0-gpu-py310")
     # Not in the engine, the PyTorch estimator's image is stood in for by the framework image of that
     # version on the nearest Python (emulator/aws/ecr_images.py), and the job says so.
-    assert described["Emulator"]["Image"] == PYTORCH_IMAGE
-    assert described["Emulator"]["StandIn"]["For"] == described["AlgorithmSpecification"]["TrainingImage"]
+    assert emulated["Emulator"]["Image"] == PYTORCH_IMAGE
+    assert emulated["Emulator"]["StandIn"]["For"] == described["AlgorithmSpecification"]["TrainingImage"]
     note = "pytorch 2.1.0 py310: running on Python 3.11 (Debian has no 3.10)"
-    assert note in described["Emulator"]["StandIn"]["Notes"]
-    assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in described["Hosts"]] == [
+    assert note in emulated["Emulator"]["StandIn"]["Notes"]
+    assert [(h["Host"], h["InstanceGroupName"], h["ExitCode"]) for h in emulated["Hosts"]] == [
         ("algo-1", G1, 0), ("algo-2", G2, 0), ("algo-3", G2, 0)]
 
     # logs=True (fit's default): each host's lines with its name and group, and the status lines.
@@ -175,12 +180,16 @@ def test_a_failing_script_raises_the_sdks_unexpected_status_exception(
     # that failed first is the emulator's own note: Emulator.FailedHost).
     assert "AlgorithmError: ExecuteUserScriptError" in message
     described = session.describe_training_job("guide-fails")
+    # What the emulator adds (the hosts, the local image) is in job.json and `hetero-emu describe`, never
+    # in the API's answer.
+    emulated = api.describe("guide-fails")
+    assert "Emulator" not in described and "Hosts" not in described
     assert described["TrainingJobStatus"] == "Failed"
     assert described["FailureReason"] in message
     # algo-2's exit failed the job; algo-1 either finished first (0) or was stopped because of it.
-    codes = {h["Host"]: h["ExitCode"] for h in described["Hosts"]}
-    assert codes["algo-2"] == 1 and described["Hosts"][1]["FailureReason"] == described["FailureReason"], codes
-    first = described["Hosts"][0]["FailureReason"]
+    codes = {h["Host"]: h["ExitCode"] for h in emulated["Hosts"]}
+    assert codes["algo-2"] == 1 and emulated["Hosts"][1]["FailureReason"] == described["FailureReason"], codes
+    first = emulated["Hosts"][0]["FailureReason"]
     assert first is None or first.startswith("stopped by the emulator"), first
 
 
