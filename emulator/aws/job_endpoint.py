@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from cryptography import x509
@@ -40,9 +40,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from emulator.aws.endpoint import Endpoint
 from emulator.aws.wire import HttpRequest, HttpResponse
 from emulator.aws.wire.chunked import aws_chunked, unchunk
+
+if TYPE_CHECKING:
+    # Only named here: staging a job imports this module for `Authority`, and the endpoint's
+    # modules (botocore's session and models, ~40 ms) load when a host first calls AWS, if ever.
+    from emulator.aws.endpoint import Endpoint
 
 # The largest request body read: S3's largest single PUT is 5 GiB; SDKs go multipart far below.
 BODY_LIMIT = 1024**3
@@ -252,8 +256,9 @@ def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterato
         (folder / SOCKET_NAME).unlink(missing_ok=True)
     server = _UnixServer(str(folder / SOCKET_NAME), make)
     # A short poll: `shutdown` waits for the loop to look again, which at the default 0.5 s kept
-    # every job's end waiting that long.
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="job-aws", daemon=True)
+    # every job's end waiting that long, and at 50 ms still 25 ms on average (a look costs a few µs).
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_SECONDS,), name="job-aws",
+                              daemon=True)
     thread.start()
     try:
         yield folder
@@ -264,4 +269,5 @@ def serving(make: Callable[[], Endpoint], folder: Path | None = None) -> Iterato
 
 
 SOCKET_NAME = "aws.sock"
+SHUTDOWN_POLL_SECONDS = 0.01
 SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path, less its NUL)

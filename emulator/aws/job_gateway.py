@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import http.server
 import json
 import secrets
 import socket
@@ -206,21 +205,28 @@ def credentials(seconds: int = CREDENTIALS_SECONDS, now: datetime.datetime | Non
             "Expiration": (now + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-class CredentialsHandler(http.server.BaseHTTPRequestHandler):
-    """GET of any path: new credentials (the path is the job's AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)."""
+def credentials_handler() -> type[socketserver.BaseRequestHandler]:
+    """The handler of `--credentials-only`: a GET of any path answers new credentials (the path is the
+    job's AWS_CONTAINER_CREDENTIALS_RELATIVE_URI). Made here, not at import: http.server (email,
+    http.client) is ~20 ms of the gateway's start, which every host of a job waits for, and only this
+    handler needs it."""
+    import http.server
 
-    server: CredentialsServer
+    class CredentialsHandler(http.server.BaseHTTPRequestHandler):
+        server: CredentialsServer
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        pass
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = json.dumps(credentials(self.server.seconds)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps(credentials(self.server.seconds)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return CredentialsHandler
 
 
 class CredentialsServer(socketserver.ThreadingTCPServer):
@@ -229,7 +235,7 @@ class CredentialsServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, listen: tuple[str, int], seconds: int = CREDENTIALS_SECONDS) -> None:
         self.seconds = seconds
-        super().__init__(listen, CredentialsHandler)
+        super().__init__(listen, credentials_handler())
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:

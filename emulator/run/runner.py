@@ -166,6 +166,11 @@ def run_job(
             image_builder = backend.build_default_image
     if framework_builder is None and backend.capabilities.builds_images:
         framework_builder = backend.build_framework_image
+    if backend.capabilities.aws_gateway and aws_endpoint is not None and not spec.enable_network_isolation:
+        # Staging the job's AWS files makes its certificates with cryptography, ~35 ms to import:
+        # imported while the engine answers what it has (below) instead of while staging.
+        threading.Thread(target=importlib.import_module, args=("emulator.aws.job_endpoint",),
+                         name="preload-job-aws", daemon=True).start()
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.image_present)
     seed = choose_seed(options.host_order, options.seed)
@@ -227,6 +232,7 @@ class Run:
         self.framework_builder = framework_builder
         self.names = [h.container.name for h in plan.hosts]
         self.gateway: str | None = None  # the job's AWS gateway's container while it runs
+        self.gateway_stopping: threading.Thread | None = None  # its kill, while it goes on (`stop_gateway`)
         self.masker = secrets.Masker(*(h.container.environment for h in plan.hosts))
         self.host_of = {h.container.name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
@@ -405,6 +411,7 @@ class Run:
         self.fix_ownership()
         self.sync_checkpoints()
         self.past_spans += self.timeline_spans(ran.t0, attempt=number)
+        self.gateway_stopped()
         with reporter.task(f"removing the {len(self.created)} containers of attempt {number}"):
             self.backend.remove(plan)
         self.new_attempt()
@@ -447,7 +454,7 @@ class Run:
             # The gateway serves no host now; its output stream ends with it, before the hosts' are read.
             # (An engine that stopped answering is not asked: the watcher removes it with the rest.)
             if ran.lost is None:
-                self.stop_gateway()
+                self.stop_gateway(wait=False)
             # Every host has exited (or never started): read each stream to its end, so the log
             # files hold every byte. Streams from an engine that stopped answering will not end.
             try:
@@ -464,11 +471,14 @@ class Run:
                            total=len(plan.hosts)) as creating:
             self.backend.create_network(plan)
             self.created_network = True
-            # The job's AWS gateway is made and started while the hosts are made (they need its
-            # address, not yet its answers), rather than before them.
+            # The job's AWS gateway is made first, on its own, then started while the hosts are made
+            # (they need its address, not yet its answers): made beside the hosts, it waited for the
+            # engine behind their creates, and they then waited for it (benchmarks/startup.py).
             gateway = job_aws.GatewayOutput(Path(plan.aws.files_dir) / job_aws.GATEWAY_LOG) if plan.aws else None
-            starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway", daemon=True)
-            if gateway is not None:
+            starting: threading.Thread | None = None
+            if gateway is not None and self.create_gateway(gateway):
+                starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway",
+                                            daemon=True)
                 starting.start()
             made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
 
@@ -479,7 +489,7 @@ class Run:
 
             # Each host's stream is attached before any host starts: every byte is read.
             self.backend.create_containers(plan, plan.hosts, logs, created)
-            if gateway is not None:
+            if starting is not None:
                 starting.join()
             if gateway is not None and not self.gateway_ready(gateway):
                 # No host has started: they are made again without the gateway as their DNS server,
@@ -494,14 +504,24 @@ class Run:
                 self.backend.create_containers(plan, plan.hosts, logs, lambda name: self.created.append(name))
         self.warn_refused_ulimits()
 
-    def start_gateway(self, output: job_aws.GatewayOutput) -> None:
-        """Create and start the job's AWS gateway (emulator/run/job_aws.py), its output to `output`, without
-        waiting for it to be ready; what goes wrong is said in `output`."""
+    def create_gateway(self, output: job_aws.GatewayOutput) -> bool:
+        """Create the job's AWS gateway (emulator/run/job_aws.py), its output to `output`; whether it was
+        made (what went wrong is said in `output`)."""
         aws = self.plan.aws
         assert aws is not None
         try:
             self.backend.create_containers(self.plan, [aws.gateway], output, lambda name: None)
-            self.gateway = aws.gateway.container.name
+        except EmulatorError as err:
+            output.failed(err.message)
+            return False
+        self.gateway = aws.gateway.container.name
+        return True
+
+    def start_gateway(self, output: job_aws.GatewayOutput) -> None:
+        """Start the job's AWS gateway, without waiting for it to be ready; what goes wrong is said in
+        `output`."""
+        assert self.gateway is not None
+        try:
             self.backend.start([self.gateway])
         except EmulatorError as err:
             output.failed(err.message)
@@ -516,14 +536,33 @@ class Run:
                 return output.ready.is_set()
         return True
 
-    def stop_gateway(self) -> None:
+    def stop_gateway(self, wait: bool = True) -> None:
         """Stop the job's AWS gateway, if it runs: it serves no host once they have exited, and its
         output stream must end before the hosts' are read to their end. Its container goes with the
-        job's (a kept job's too: `keep_resources`)."""
-        if self.gateway is not None:
+        job's (a kept job's too: `keep_resources`). Without `wait` the kill goes on in a thread while
+        the run reads the streams and packs the artifacts: its stream ends as soon as it is killed,
+        and the engine's wait for the container to stop (0.1 s) is its own; `gateway_stopped` waits
+        for it before the containers are removed or kept."""
+        if self.gateway is None:
+            return
+        name, self.gateway = self.gateway, None
+
+        def kill() -> None:
             with contextlib.suppress(EmulatorError):
-                self.backend.kill([self.gateway])
-            self.gateway = None
+                self.backend.kill([name])
+
+        if wait:
+            kill()
+            return
+        self.gateway_stopping = threading.Thread(target=kill, name="stop-gateway", daemon=True)
+        self.gateway_stopping.start()
+
+    def gateway_stopped(self) -> None:
+        """The gateway's kill (`stop_gateway(wait=False)`) has ended: the network's endpoints are then
+        removed one at a time (backend/networks.py, moby#42119), never beside its own going."""
+        if self.gateway_stopping is not None:
+            self.gateway_stopping.join()
+            self.gateway_stopping = None
 
     def start_hosts(self, ran: HostsOutcome) -> None:
         """Start every host at once; `ran` gets the moment they run (TrainingStartTime)."""
@@ -613,6 +652,7 @@ class Run:
         """Remove what the run created (the containers, the network, the hosts' shares), or keep it
         (--keep, --keep-on-failure on a failure). What cannot be removed costs a warning."""
         plan, reporter = self.plan, self.reporter
+        self.gateway_stopped()
         if self.kept:
             # The shares stay too: a kept container restarted by hand still finds its mounts.
             self.keep_resources()

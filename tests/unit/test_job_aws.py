@@ -235,3 +235,30 @@ def test_the_endpoint_serves_on_a_socket_whose_path_is_longer_than_linux_allows(
             os.close(short)
             client.sendall(b"GET / HTTP/1.1\r\nHost: sts.us-west-2.amazonaws.com\r\nConnection: close\r\n\r\n")
             assert client.recv(12).startswith(b"HTTP/1.")
+
+
+def test_the_certificate_names_every_region_botocore_knows_and_no_pseudo_region() -> None:
+    """`aws_regions` reads botocore's small partitions.json instead of parsing its endpoints.json at
+    each job's start: no region of the aws partition that endpoints.json lists is lost."""
+    import botocore.loaders
+
+    from emulator.run import job_aws
+
+    regions = job_aws.aws_regions()
+    partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
+    listed = set(next(p for p in partitions if p["partition"] == "aws")["regions"])
+    assert listed <= set(regions)
+    assert "us-west-2" in regions and "aws-global" not in regions
+    assert regions == sorted(regions)
+
+
+def test_the_gateway_starts_without_http_server(tmp_path: Path) -> None:
+    """Every host waits for the gateway to be ready: its start leaves out http.server (~20 ms in a
+    container), which only `--credentials-only` needs."""
+    import subprocess
+    import sys
+
+    program = (f"import runpy, sys; runpy.run_path({job_gateway.__file__!r}); "
+               "print(sorted(m for m in sys.modules if m.startswith(('http', 'email'))))")
+    done = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
