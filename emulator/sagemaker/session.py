@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import sagemaker
+import sagemaker.utils
 from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status, _logs_init
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
@@ -36,11 +37,14 @@ from emulator.jobs.service import FINAL, driver_log
 from emulator.reports.console import ConsoleReporter
 from emulator.run.tail import LogTail
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
+from emulator.state import job_records
 from emulator.training_images import prebuild
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
+# How often a waiting session looks at the job's record for a change (`EmulatorSession._pause`).
+RECORD_CHECK_SECONDS = 0.02
 # Colour codes, in case the driver's reporter wrote any.
 
 
@@ -67,6 +71,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         self.s3_root = aws.s3_root
         self.training = aws.training
         self.poll_seconds = poll_seconds
+        _sdk_lookups_once()
         super().__init__(boto_session=aws.boto_session, sagemaker_config=telemetry_off(load_sagemaker_config()),
                          **session_args)
 
@@ -138,7 +143,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             if end is not None and time.monotonic() > end:
                 _say(f"Timeout Exceeded. {timeout} seconds elapsed.")
                 break
-            time.sleep(self.poll_seconds)
+            self._pause(job)
             description = describe(TrainingJobName=job)
             if secondary_training_status_changed(description, shown):
                 _say(secondary_training_status_message(description, shown))
@@ -150,6 +155,23 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             _check_job_status(job, description, "TrainingJobStatus")
         return description
 
+    def _pause(self, job: str) -> None:
+        """One poll interval, cut short when the job's record changes (a new status, the job's end): a
+        look at the record is a stat and, when it changed, a small read, so it is looked at every
+        RECORD_CHECK_SECONDS while a describe, through botocore, waits for the interval. The end was
+        told up to an interval late (0.1 s on average of fit()'s wall time; benchmarks/vs_local_mode.py)."""
+        before = job_records.find(job)
+        if before is None:  # not recorded (a state folder that cannot be written): the interval
+            time.sleep(self.poll_seconds)
+            return
+        deadline = time.monotonic() + self.poll_seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(RECORD_CHECK_SECONDS, left))
+            now = job_records.find(job)
+            # Every write of a record stamps its LastModifiedTime (microseconds).
+            if now is None or now.modified != before.modified:
+                return
+
     @staticmethod
     def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]]) -> None:
         hosts = sorted({(host, group) for host, group, _ in lines})
@@ -157,6 +179,66 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             printer.set_hosts(hosts)
         for host, group, line in lines:
             printer.log_line(host, group, line)
+
+
+# The configs the SDK has found valid, by their `_config_key`; bounded, since a caller may change its
+# config between calls.
+_VALID_CONFIGS: set[tuple[Any, ...]] = set()
+_VALID_CONFIGS_LIMIT = 64
+
+
+def _config_key(value: Any) -> Any:
+    """`value` (a SageMaker config) as a hashable key that tells apart whatever its JSON schema tells
+    apart (a list from a tuple, 1 from True, and every type), or None when it holds anything else."""
+    if isinstance(value, dict):
+        items = [(_config_key(k), _config_key(v)) for k, v in value.items()]
+        return None if any(k is None or v is None for k, v in items) else ("dict", tuple(items))
+    if isinstance(value, (list, tuple)):
+        members = [_config_key(v) for v in value]
+        return None if any(m is None for m in members) else (type(value).__name__, tuple(members))
+    if value is None or type(value) in (str, int, float, bool):
+        return (type(value).__name__, value)
+    return None
+
+
+def _sdk_lookups_once() -> None:
+    """Two lookups the SDK v2 repeats at every use, each time from scratch, done once per process
+    instead; the answers are the same (both are pure functions of what does not change):
+
+    - it checks the whole SageMaker config against its JSON schema at every lookup of a config value
+      (`sagemaker.utils.get_sagemaker_config_value`: about 12 per fit(), each ~45 ms, most of it
+      jsonschema checking the schema itself) unless the config is empty, and an EmulatorSession's
+      never is (it turns the SDK's telemetry off there). A config found valid is not checked again
+      while it is the same; an invalid one still raises at each lookup;
+    - it parses botocore's endpoints.json (1.2 MB, 30-100 ms) each time it names an STS or ECR
+      endpoint (`sagemaker.utils._botocore_resolver`: three times for a session's default bucket,
+      again for each framework image). botocore's own sessions share one resolver for all clients.
+
+    Installed in the SDK's module, where every caller finds them; once."""
+    check = getattr(sagemaker.utils, "validate_sagemaker_config", None)
+    if check is not None and not getattr(check, "hetero_emu_once", False):
+
+        def check_once(sagemaker_config: Any = None) -> None:
+            key = _config_key(sagemaker_config)
+            if key is not None and key in _VALID_CONFIGS:
+                return
+            check(sagemaker_config)
+            if key is not None and len(_VALID_CONFIGS) < _VALID_CONFIGS_LIMIT:
+                _VALID_CONFIGS.add(key)
+
+        check_once.hetero_emu_once = True  # type: ignore[attr-defined]
+        sagemaker.utils.validate_sagemaker_config = check_once
+    resolver = getattr(sagemaker.utils, "_botocore_resolver", None)
+    if resolver is not None and not getattr(resolver, "hetero_emu_once", False):
+        made: list[Any] = []
+
+        def resolver_once() -> Any:
+            if not made:
+                made.append(resolver())
+            return made[0]
+
+        resolver_once.hetero_emu_once = True  # type: ignore[attr-defined]
+        sagemaker.utils._botocore_resolver = resolver_once
 
 
 class _GroupOf:

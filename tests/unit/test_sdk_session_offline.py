@@ -164,3 +164,67 @@ def test_a_spot_job_of_no_whole_second_says_no_savings_rather_than_divide_by_zer
     short = {**ENDED["spot, interrupted"], "TrainingTimeInSeconds": 0, "BillableTimeInSeconds": 0}
     _answering(EmulatorSession(s3_root=tmp_path), tmp_path, short).logs_for_job("job", wait=True)
     assert capsys.readouterr().out == "Training seconds: 0\nBillable seconds: 0\n"
+
+
+def test_the_sdks_config_check_runs_once_per_config_and_still_refuses_a_bad_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK checks the whole config against its schema at every lookup of a value (about 12 per
+    fit(), ~45 ms each); an EmulatorSession's config is never empty. A config found valid is checked
+    once; an invalid one raises at every lookup, as the SDK's own check does."""
+    import jsonschema
+    import sagemaker.config.config
+    import sagemaker.utils
+
+    EmulatorSession(s3_root=tmp_path)
+    checked: list[object] = []
+    real = jsonschema.validate
+
+    def counting(instance: object, schema: object, *args: Any, **kwargs: Any) -> None:
+        checked.append(instance)
+        real(instance, schema, *args, **kwargs)
+
+    monkeypatch.setattr(sagemaker.config.config.jsonschema, "validate", counting)
+    tags = [{"Key": "once-check", "Value": "test"}]
+    config = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}},
+                                                    "TrainingJob": {"Tags": tags}}}
+    for _ in range(3):
+        assert sagemaker.utils.get_sagemaker_config_value(None, "SageMaker.PythonSDK.Modules.TelemetryOptOut",
+                                                          sagemaker_config=config) is True
+    assert len(checked) == 1
+    bad = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": "yes"}}}}
+    for _ in range(2):
+        with pytest.raises(jsonschema.ValidationError):
+            sagemaker.utils.get_sagemaker_config_value(None, "SageMaker", sagemaker_config=bad)
+    assert len(checked) == 3
+    # What the schema tells apart is another config: a tuple is no JSON array to jsonschema.
+    as_tuple = {**config, "SageMaker": {**config["SageMaker"], "TrainingJob": {"Tags": tuple(tags)}}}
+    with pytest.raises(jsonschema.ValidationError):
+        sagemaker.utils.get_sagemaker_config_value(None, "SageMaker", sagemaker_config=as_tuple)
+
+
+def test_botocores_endpoints_are_read_once_for_the_sdks_sts_and_ecr_names(tmp_path: Path) -> None:
+    import sagemaker.utils
+
+    EmulatorSession(s3_root=tmp_path)
+    assert sagemaker.utils._botocore_resolver() is sagemaker.utils._botocore_resolver()
+    assert sagemaker.utils.sts_regional_endpoint("eu-west-1") == "https://sts.eu-west-1.amazonaws.com"
+    assert sagemaker.utils.sts_regional_endpoint("eu-west-1") == "https://sts.eu-west-1.amazonaws.com"
+
+
+def test_a_waiting_session_tells_a_change_of_the_jobs_record_before_its_poll_interval(tmp_path: Path) -> None:
+    """The end of a job is seen when its record changes, not up to a poll interval later."""
+    import threading
+    import time
+
+    from emulator.result import Status
+    from emulator.state import job_records
+
+    session = EmulatorSession(s3_root=tmp_path, poll_seconds=30)
+    job_records.record("pause-job", tmp_path / "job", Status.IN_PROGRESS)
+    paused = threading.Thread(target=session._pause, args=("pause-job",))
+    started = time.monotonic()
+    paused.start()
+    time.sleep(0.1)
+    job_records.record("pause-job", tmp_path / "job", Status.COMPLETED)
+    paused.join(5)
+    assert not paused.is_alive() and time.monotonic() - started < 5
