@@ -7,6 +7,8 @@ CI can never go green by silently skipping every container test.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -35,6 +37,64 @@ SERIAL_GROUP, SWARM_GROUP = "serial", "swarm"
 #: Files of those folders that need no engine: the wheel test only builds and unpacks a wheel.
 NO_ENGINE = {"integration/test_package_data.py"}
 TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    read_sdk_data_once()
+
+
+#: The service models botocore edits in place while a client uses them (handlers.py: S3's requestUri
+#: loses its `/{Bucket}`, S3 Control's hostPrefix its account): read anew for each loader, as botocore does.
+EDITED_MODELS = {"s3", "s3control"}
+
+
+def read_sdk_data_once() -> None:
+    """What botocore and the SageMaker SDK read again for each session and each call, read once per test
+    process; nothing a test looks at changes.
+
+    botocore gives each session a loader of its own, which parses endpoints.json and each service's
+    model (megabytes of JSON) again: the tests make hundreds of sessions (a boto3 client or an
+    EmulatorSession each), and parsing took about a quarter of the unit tests' worker time. Each file
+    is parsed once per process instead, as one session's loader already shares it between its clients
+    (and botocore merges a model's sdk-extras into it the same way each time).
+
+    The SDK checks its config against its JSON schema, the schema itself first, at every config lookup
+    (`sagemaker.utils.get_sagemaker_config_value`), several per estimator: 0.3 s a lookup for
+    EmulatorSession's config (the SDK's telemetry turned off). A config valid once against the same
+    schema object is valid again, so the check runs once per config."""
+    import botocore.loaders
+    import jsonschema
+
+    class ParsedOnce(botocore.loaders.JSONFileLoader):
+        parsed: dict[str, Any] = {}
+
+        def load_file(self, file_path: str) -> Any:
+            if Path(file_path).parent.parent.name in EDITED_MODELS:
+                return super().load_file(file_path)
+            if file_path not in self.parsed:
+                self.parsed[file_path] = super().load_file(file_path)
+            return self.parsed[file_path]
+
+    botocore.loaders.Loader.FILE_LOADER_CLASS = ParsedOnce
+
+    validate = jsonschema.validate
+    schemas: dict[int, object] = {}  # id -> schema, kept so that an id is never another schema's
+    valid: set[tuple[int, str]] = set()
+
+    @functools.wraps(validate)
+    def validate_once(instance: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            key = (id(schema), json.dumps(instance, sort_keys=True))
+        except (TypeError, ValueError):  # not JSON: checked each time
+            key = None
+        if key is None or args or kwargs:
+            validate(instance, schema, *args, **kwargs)
+        elif key not in valid:
+            validate(instance, schema)
+            schemas[id(schema)] = schema
+            valid.add(key)
+
+    jsonschema.validate = validate_once
 
 
 # tryfirst: pytest-xdist reads the xdist_group marks in a hook of its own, which must see them.
