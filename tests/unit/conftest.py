@@ -1,4 +1,5 @@
-"""Shared fixtures for the unit tests: a project folder on disk and helpers to load specs from it.
+"""Shared fixtures for the unit tests: no engine, a project folder on disk and helpers to load specs
+from it.
 
 Every spec is written as YAML into a temporary project folder and loaded with
 `emulator.jobspec.load_spec_file`, so the tests go through the same path as `hetero-emu validate`.
@@ -7,11 +8,13 @@ Every spec is written as YAML into a temporary project folder and loaded with
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.api.client
 import pytest
+import requests
 import yaml
 
 from emulator.errors import Problem, SpecError
@@ -34,6 +37,31 @@ VALID_HETERO: dict[str, Any] = {
 }
 
 TRAIN_FILES = ("part-0.csv", "part-1.csv", "part-2.csv")
+
+#: Every unit test's DOCKER_HOST: a socket that does not exist.
+NO_ENGINE = "unix:///nonexistent/hetero-emu-unit-tests.sock"
+
+
+def _no_engine_answers(self: docker.api.client.APIClient, request: requests.PreparedRequest,
+                       **kwargs: Any) -> requests.Response:
+    raise requests.exceptions.ConnectionError(f"a unit test talks to no Docker engine ({request.method} "
+                                              f"{request.url}): engines are faked (fake_backend.py)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_engine() -> Iterator[None]:
+    """Unit tests never touch an engine, whatever the shell exports: DOCKER_HOST names a socket that does
+    not exist, for this process and every process a test starts (module-scoped, so a module's `serve`
+    process too), and every request of docker-py in this process fails as it would at that socket,
+    naming itself, before it leaves the process: a test that needs an engine fails with the
+    DockerUnavailable that says so. The tests of what happens without an engine see just that."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", NO_ENGINE)
+        for name in ("DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "HETERO_EMU_SWARM_MANAGER",
+                     "HETERO_EMU_SWARM_NODES"):
+            patch.delenv(name, raising=False)
+        patch.setattr(docker.api.client.APIClient, "send", _no_engine_answers)
+        yield
 
 
 @pytest.fixture
