@@ -39,6 +39,7 @@ import threading
 import time
 
 UPSTREAM_DNS = ("127.0.0.11", 53)  # Docker's embedded resolver, in every container on a user network
+UPSTREAM_SECONDS = 3.0  # how long the upstream resolver may take before a host gets SERVFAIL
 AWS_DOMAINS = ("amazonaws.com",)
 DNS_TTL = 60
 RELAY_CHUNK = 256 * 1024
@@ -118,7 +119,7 @@ class DnsHandler(socketserver.BaseRequestHandler):
 
     def upstream(self, packet: bytes) -> bytes:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ask:
-            ask.settimeout(3.0)
+            ask.settimeout(UPSTREAM_SECONDS)
             try:
                 ask.sendto(packet, self.server.upstream)
                 reply, _ = ask.recvfrom(65535)

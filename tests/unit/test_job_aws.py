@@ -23,6 +23,8 @@ from emulator.aws.job_endpoint import Authority, serving
 from emulator.aws.services import job_endpoint
 
 REGION = "us-west-2"
+# The servers' threads look for shutdown() this often (socketserver's default is 0.5 s, each teardown's wait).
+POLL = 0.02
 
 
 def query(name: str, qtype: int = job_gateway.TYPE_A, ident: int = 0x1234) -> bytes:
@@ -73,7 +75,7 @@ def fake_upstream() -> Iterator[tuple[str, int]]:
     stop = threading.Event()
 
     def serve() -> None:
-        sock.settimeout(0.2)
+        sock.settimeout(POLL)
         while not stop.is_set():
             try:
                 packet, peer = sock.recvfrom(4096)
@@ -99,9 +101,11 @@ def ask(server: tuple[str, int], packet: bytes) -> bytes:
         return sock.recvfrom(65535)[0]
 
 
-def test_the_dns_server_answers_aws_names_and_asks_upstream_for_the_rest(fake_upstream: tuple[str, int]) -> None:
+def test_the_dns_server_answers_aws_names_and_asks_upstream_for_the_rest(fake_upstream: tuple[str, int],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job_gateway, "UPSTREAM_SECONDS", 0.3)  # the silent upstream below: SERVFAIL sooner
     dns = job_gateway.DnsServer(("127.0.0.1", 0), "172.16.9.254", fake_upstream)
-    threading.Thread(target=dns.serve_forever, daemon=True).start()
+    threading.Thread(target=dns.serve_forever, args=(POLL,), daemon=True).start()
     try:
         assert records(ask(dns.server_address, query("logs.us-west-2.amazonaws.com")))[2] == ["172.16.9.254"]
         assert records(ask(dns.server_address, query("pypi.org", ident=7))) == (7, 0, ["10.9.8.7"])
@@ -111,7 +115,7 @@ def test_the_dns_server_answers_aws_names_and_asks_upstream_for_the_rest(fake_up
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))
     dns = job_gateway.DnsServer(("127.0.0.1", 0), "172.16.9.254", silent.getsockname())
-    threading.Thread(target=dns.serve_forever, daemon=True).start()
+    threading.Thread(target=dns.serve_forever, args=(POLL,), daemon=True).start()
     try:
         assert records(ask(dns.server_address, query("pypi.org")))[1] == job_gateway.SERVFAIL
     finally:
@@ -136,7 +140,7 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
         tls = job_gateway.tls_context(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
         relays = [job_gateway.RelayServer(("127.0.0.1", 0), sock), job_gateway.RelayServer(("127.0.0.1", 0), sock, tls)]
         for relay in relays:
-            threading.Thread(target=relay.serve_forever, daemon=True).start()
+            threading.Thread(target=relay.serve_forever, args=(POLL,), daemon=True).start()
         try:
             yield {"http": relays[0].server_address[1], "https": relays[1].server_address[1],
                    "ca": str(tmp_path / "ca.pem"), "root": root}
@@ -192,7 +196,7 @@ def test_the_roles_credentials_are_temporary_and_refreshed(monkeypatch: pytest.M
     """botocore's container credentials provider, as a host's SDK uses it, gets new keys before the
     old ones expire (with 60 s left, every look is inside its refresh window)."""
     server = job_gateway.CredentialsServer(("127.0.0.1", 0), seconds=60)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(POLL,), daemon=True).start()
     try:
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             monkeypatch.delenv(name, raising=False)
