@@ -7,8 +7,6 @@ CI can never go green by silently skipping every container test.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -49,21 +47,14 @@ EDITED_MODELS = {"s3", "s3control"}
 
 
 def read_sdk_data_once() -> None:
-    """What botocore and the SageMaker SDK read again for each session and each call, read once per test
-    process; nothing a test looks at changes.
+    """botocore's data files parsed once per test process; nothing a test looks at changes.
 
     botocore gives each session a loader of its own, which parses endpoints.json and each service's
     model (megabytes of JSON) again: the tests make hundreds of sessions (a boto3 client or an
     EmulatorSession each), and parsing took about a quarter of the unit tests' worker time. Each file
     is parsed once per process instead, as one session's loader already shares it between its clients
-    (and botocore merges a model's sdk-extras into it the same way each time).
-
-    The SDK checks its config against its JSON schema, the schema itself first, at every config lookup
-    (`sagemaker.utils.get_sagemaker_config_value`), several per estimator: 0.3 s a lookup for
-    EmulatorSession's config (the SDK's telemetry turned off). A config valid once against the same
-    schema object is valid again, so the check runs once per config."""
+    (and botocore merges a model's sdk-extras into it the same way each time)."""
     import botocore.loaders
-    import jsonschema
 
     class ParsedOnce(botocore.loaders.JSONFileLoader):
         parsed: dict[str, Any] = {}
@@ -76,25 +67,6 @@ def read_sdk_data_once() -> None:
             return self.parsed[file_path]
 
     botocore.loaders.Loader.FILE_LOADER_CLASS = ParsedOnce
-
-    validate = jsonschema.validate
-    schemas: dict[int, object] = {}  # id -> schema, kept so that an id is never another schema's
-    valid: set[tuple[int, str]] = set()
-
-    @functools.wraps(validate)
-    def validate_once(instance: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            key = (id(schema), json.dumps(instance, sort_keys=True))
-        except (TypeError, ValueError):  # not JSON: checked each time
-            key = None
-        if key is None or args or kwargs:
-            validate(instance, schema, *args, **kwargs)
-        elif key not in valid:
-            validate(instance, schema)
-            schemas[id(schema)] = schema
-            valid.add(key)
-
-    jsonschema.validate = validate_once
 
 
 # tryfirst: pytest-xdist reads the xdist_group marks in a hook of its own, which must see them.
