@@ -63,10 +63,10 @@ def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
     # The real default image is there (and must stay): the run is pointed at a default tag the engine
     # does not have, in process, so `--no-build` meets a missing default image on the real engine.
     from emulator import cli as cli_module
-    from emulator.run import runner
+    from emulator.run import preflight
 
     missing = f"hetero-emu/no-such-default:{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(runner, "DEFAULT_IMAGE", missing)
+    monkeypatch.setattr(preflight, "DEFAULT_IMAGE", missing)  # what the run's preflight calls the default
     monkeypatch.setattr(cli_module.signal, "signal", lambda *args: None)  # leave pytest's handlers alone
     spec = write_spec(tmp_path, "print('never runs')\n", image_uri=missing, base_job_name="no-build")
     out = tmp_path / "out"
