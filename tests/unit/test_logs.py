@@ -137,8 +137,14 @@ def test_a_slow_console_is_summarised_and_the_file_still_gets_every_byte(
     monkeypatch.setattr(logs_module, "CONSOLE_BACKLOG", 64 * 1024)
     plan = plan_with(tmp_path, hosts=2)
 
+    # The console shows nothing until the whole flood is fed: it has fallen behind at the end whatever
+    # the machine's load (a console that caught up between two chunks showed the last ones as they came,
+    # and ended with no "last lines", which a loaded machine's scheduling could make happen).
+    fed = threading.Event()
+
     class SlowConsole(RecordingReporter):
         def log_line(self, host: str, group: str, line: str) -> None:
+            fed.wait(30)
             time.sleep(0.0005)
             super().log_line(host, group, line)
 
@@ -153,6 +159,7 @@ def test_a_slow_console_is_summarised_and_the_file_still_gets_every_byte(
 
     for i in range(0, len(block), 8192):
         logs("j-algo-1", block[i:i + 8192])
+    fed.set()
     threading.Thread(target=quiet_host).start()
     done.wait(5)
     logs.close()
