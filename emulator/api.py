@@ -26,10 +26,11 @@ from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
-from emulator.backend.registry import DEFAULT_ENGINE, engine
+from emulator.backend.registry import engine
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.jobs.control import stop as stop
-from emulator.jobs.record import job_json_text
+from emulator.jobs.service import job_json_text
 from emulator.jobspec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -453,7 +454,7 @@ def job_end(folder: Path, backend: Callable[[], Backend]) -> str | None:
     if record is not None and record.job_dir.resolve() == folder.resolve():
         if record.status != Status.IN_PROGRESS:
             return record.status
-        alive = driver_alive(record.doc.get("Driver")) if record.doc.get("Driver") else None
+        alive = driver_alive(record.driver) if record.driver else None
         if alive is not None:
             return None if alive else "gone"
     # No word from the driver itself (a record from another machine, or none): the job runs while

@@ -25,7 +25,7 @@ import typer
 from emulator import api
 from emulator.backend import ExecIO, Resource
 from emulator.backend.networks import RESTART_FIX, STUCK_STATUS
-from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.jobspec import JobSpec, request, spec_warnings
 from emulator.jobspec.placement import parse_option

@@ -16,6 +16,10 @@ import os
 from pathlib import Path
 
 DEFAULT_IMAGE = "hetero-emu/training:py311"
+#: The engine every front end runs jobs on unless told otherwise (`--engine`): its name in
+#: `emulator.backend.registry`, which front ends never import (they name an engine; `emulator.api`
+#: and the jobs layer look it up).
+DEFAULT_ENGINE = "docker"
 #: The PyTorch framework image a job is pointed at when it needs `torchrun` and names no PyTorch
 #: version (emulator.training_images.frameworks: PyTorch 2.1.0, the SDK's py310 run on Python 3.11; built when missing,
 #: or with `hetero-emu image build --framework pytorch:2.1.0 --python py310`).

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator import api
-from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.jobspec import InstanceGroup, JobSpec, TrainingInput, validate
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions

@@ -30,8 +30,7 @@ from typing import Any
 import pytest
 
 from emulator import api
-from emulator.backend.registry import DEFAULT_ENGINE
-from emulator.defaults import DEFAULT_IMAGE
+from emulator.defaults import DEFAULT_ENGINE, DEFAULT_IMAGE
 from emulator.errors import EmulatorError, EnvironmentProblem
 from emulator.job import Job
 from emulator.jobspec import JobSpec

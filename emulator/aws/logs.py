@@ -175,7 +175,7 @@ def _host_files(record: job_records.JobRecord) -> list[tuple[str, Path]]:
 
 
 def _created(record: job_records.JobRecord) -> datetime:
-    text = str(record.doc.get("CreationTime") or record.modified)
+    text = record.creation_time
     try:
         stamp = datetime.fromisoformat(text)
     except ValueError:

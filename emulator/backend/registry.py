@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from emulator.backend import Backend
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
-
-DEFAULT_ENGINE = "docker"
 
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 

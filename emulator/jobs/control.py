@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emulator.backend.registry import DEFAULT_ENGINE, engine
+from emulator.backend.registry import engine
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
 from emulator.options import DEFAULT_GRACE
 from emulator.planning.plan import LABEL_JOB_DIR

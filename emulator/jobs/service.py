@@ -17,6 +17,7 @@ under `Emulator.Image`.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import json
@@ -24,32 +25,38 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
-from emulator.backend.registry import DEFAULT_ENGINE, engine
+from emulator.backend import Backend, ContainerState, Resource
+from emulator.backend.registry import engine
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import ApiError, EmulatorError, SpecError, UsageError
 from emulator.jobs import control, service_shape
-from emulator.jobs import record as record_module
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import request, s3
 from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
-from emulator.planning import contract
+from emulator.planning import contract, described_request
 from emulator.planning.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
-from emulator.run import attempts, staging, warm_pools
+from emulator.run import attempts, hostfiles, staging, warm_pools
 from emulator.run.attempts import Injection
 from emulator.state import blocking, job_records
+from emulator.state.job_records import JobRecord
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
 # The folder holding the `emulator` package: the driver imports this very copy, installed or not.
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+# How often `TrainingJobs.wait` looks at a job's record: a stat, so a waiting caller (the SDK session's
+# fit()) is told of a new status within 20 ms of its record changing (docs/benchmarks.md, EmulatorSession).
+LOOK_SECONDS = 0.02
 NOT_FOUND = "Requested resource not found."  # the service's message for an unknown job name
 
 
@@ -80,6 +87,7 @@ class TrainingJobs:
         self.engine_name = engine_name
         self.base_dir = base_dir or Path.cwd()
         self.drivers: dict[str, subprocess.Popen[bytes]] = {}
+        self._backend: Backend | None = None
         # Each job's description (as JSON text) and ListTrainingJobs row, without WarmPoolStatus (which
         # changes with time), kept while what they were made of is the same (`_kept_key`): each call
         # otherwise described the job in full, ListTrainingJobs every job (docs/benchmarks.md, the AWS
@@ -140,7 +148,7 @@ class TrainingJobs:
                      replace(self.options, created=created), overrides, self.host_paths.to_json()).write(ticket)
         transitions = [{"Status": SecondaryStatus.STARTING, "StartTime": created.isoformat(),
                         "StatusMessage": "Launching requested ML instances"}]
-        job_records.record(name, job_dir, Status.IN_PROGRESS, Request=record_module.echoed(params),
+        job_records.record(name, job_dir, Status.IN_PROGRESS, Request=described_request.echoed(params),
                            Tags=raw.get("Tags") or [],
                            TrainingJobArn=contract.training_job_arn(name, spec.region),
                     CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
@@ -182,8 +190,8 @@ class TrainingJobs:
         if record.status.is_final:
             raise ApiError("ValidationException", f"The request was rejected because the training job is in status "
                            f"{record.status}.")
-        pid = record.doc.get("DriverPid")
-        if isinstance(pid, int) and self.driver_alive(record.job_name, pid):
+        pid = record.driver_pid
+        if pid is not None and self.driver_alive(record.job_name, pid):
             # Stopping from this moment, as the service answers; the driver keeps it until Stopped. Said
             # before the signal: a driver stopped while the job's image builds ends at once, and its
             # Stopped must come after this, not under it.
@@ -227,8 +235,7 @@ class TrainingJobs:
         if not found:
             raise ApiError("ValidationException", f"ListTags: {arn[:300]} is not the ARN of a training job run here "
                            "(only training jobs' tags are emulated)")
-        tags = found[0].doc.get("Tags")
-        return {"Tags": tags if isinstance(tags, list) else []}
+        return {"Tags": found[0].tags}
 
     def list(self, params: dict[str, Any]) -> dict[str, Any]:
         found = [self.checked(r) for r in job_records.all_jobs()]
@@ -258,6 +265,50 @@ class TrainingJobs:
             out["NextToken"] = str(start + size)
         return out
 
+    # -- what the front ends read of the jobs: none of them reaches the records or the engine itself
+
+    def record(self, name: str) -> JobRecord | None:
+        """The job's record as it stands, or None for a name no job of this machine has had."""
+        return job_records.find(name)
+
+    def records(self) -> builtins.list[JobRecord]:
+        """Every job of this machine, the most recently changed first."""
+        return job_records.all_jobs()
+
+    def wait(self, name: str, *, timeout: float | None = None, for_change: bool = False) -> JobRecord:
+        """Block until the job has ended (Completed, Failed, Stopped), or with `for_change` until its
+        record changes at all (a new status, step or end), for at most `timeout` seconds; the record as
+        it stands then. The record is looked at every LOOK_SECONDS: a stat, and a small read when it
+        changed, where a DescribeTrainingJob costs a description. An unknown job is the service's
+        ValidationException; a job whose driver died is ended by the look (`checked`)."""
+        before = self.found(name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        now = before
+        while not (now.modified != before.modified if for_change else now.status.is_final):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            time.sleep(LOOK_SECONDS if left is None else min(LOOK_SECONDS, left))
+            found = job_records.find(name)
+            if found is None:  # the record went (`hetero-emu clean`): nothing more will change
+                break
+            now = self.checked(found)
+        return now
+
+    def resources(self, name: str) -> builtins.list[Resource]:
+        """The job's containers, network and volumes in the engine while they exist, by their labels."""
+        return self.engine().find(name)
+
+    def container_states(self, names: Sequence[str]) -> builtins.list[ContainerState]:
+        """What the engine says of these containers now (running, exited and how)."""
+        return self.engine().states(names)
+
+    def engine(self) -> Backend:
+        """The engine the jobs run on (`engine_name`), made at its first use: a describe never needs it."""
+        if self._backend is None:
+            self._backend = engine(self.engine_name)
+        return self._backend
+
     # ----------------------------------------------------------------------------------------------
 
     def found(self, name: str) -> job_records.JobRecord:
@@ -269,8 +320,8 @@ class TrainingJobs:
     def checked(self, record: job_records.JobRecord) -> job_records.JobRecord:
         """The record, Failed if its driver ended without saying how the job ended (it could not start
         it: no engine, no image, a folder it could not write), with its driver's last words."""
-        pid = record.doc.get("DriverPid")
-        if record.status not in (Status.IN_PROGRESS, Status.STOPPING) or not isinstance(pid, int) \
+        pid = record.driver_pid
+        if record.status not in (Status.IN_PROGRESS, Status.STOPPING) or pid is None \
                 or self.driver_alive(record.job_name, pid):
             return record
         # The driver records how a job it could not run ended; this is for one that died (SIGKILL), or
@@ -315,17 +366,17 @@ class TrainingJobs:
 
     def _description(self, record: job_records.JobRecord) -> dict[str, Any]:
         """The description without WarmPoolStatus."""
-        asked: dict[str, Any] = dict(record.doc.get("Request") or {})
+        asked = record.request
         doc = dict(asked)
         doc["TrainingJobName"] = record.job_name
         # A job stopped or failed before staging has no folder (no logs/ in it): the record describes it.
         # Only a folder with logs/ is read, never the engine: a describe never waits for Docker.
         if record.status.is_final and (record.job_dir / "logs").is_dir():
-            text = record_module.job_json_text(record.job_dir)
+            text = job_json_text(record.job_dir)
             with contextlib.suppress(ValueError):
                 ended = json.loads(text) if text else None
                 if isinstance(ended, dict):
-                    doc = record_module.merged(ended, asked)
+                    doc = described_request.merged(ended, asked)
         doc["TrainingJobArn"] = self.arn(record, doc)
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
@@ -333,7 +384,7 @@ class TrainingJobs:
                 stored = {"TrainingJobStatus": record.status}.get(key, record.doc.get(key))
                 if stored is not None:
                     doc[key] = stored
-        requested = (record.doc.get("Request") or {}).get("AlgorithmSpecification", {}).get("TrainingImage")
+        requested = record.requested_image
         if requested:
             # DescribeTrainingJob names the image the request named; the local one is the emulator's note.
             # Both structures are copied before they change: they may be the record's own, which
@@ -341,10 +392,10 @@ class TrainingJobs:
             doc["AlgorithmSpecification"] = {**(doc.get("AlgorithmSpecification") or {}), "TrainingImage": requested}
             # What ran (job.json's, once there is one), else what CreateTrainingJob chose.
             emulated = dict(doc.get("Emulator") or {})
-            emulated.setdefault("Image", record.doc.get("LocalImage") or requested)
-            if record.doc.get("ImageNotes") and "StandIn" not in emulated:
+            emulated.setdefault("Image", record.local_image or requested)
+            if record.image_notes and "StandIn" not in emulated:
                 emulated["StandIn"] = {"For": requested, "Image": emulated["Image"],
-                                       "Notes": list(record.doc["ImageNotes"])}
+                                       "Notes": record.image_notes}
             doc["Emulator"] = emulated
         return doc
 
@@ -352,7 +403,7 @@ class TrainingJobs:
         """The job's ARN, in the job's own region (its record's, written when it was created or first
         run, else its job.json's), whichever region the session describing it is in; this service's
         region for a job that says neither (a record written before records held it)."""
-        for given in (record.doc.get("TrainingJobArn"), (described or {}).get("TrainingJobArn")):
+        for given in (record.arn, (described or {}).get("TrainingJobArn")):
             if isinstance(given, str):
                 return given
         return contract.training_job_arn(record.job_name, self.region)
@@ -436,3 +487,17 @@ def last_line(path: Path) -> str:
     except OSError:
         return "its driver's log is missing"
     return lines[-1][:900] if lines else "its driver ended without a word"
+
+
+# The most of a job.json read: far above any job's (a few KB; FinalMetricDataList and Hosts grow it).
+JOB_JSON_LIMIT = 16 << 20
+
+
+def job_json_text(folder: Path) -> str:
+    """An ended job's job.json as written ("" while the job runs: it has none yet), read without
+    following a link the folder may hold and at most JOB_JSON_LIMIT bytes."""
+    if not blocking.allowed():
+        with contextlib.suppress(OSError):
+            if os.stat(folder / "job.json").st_size > blocking.QUICK_BYTES:
+                blocking.may_block()  # a job.json this large is no read for `hetero-emu serve`'s event loop
+    return hostfiles.read_text_bounded(folder / "job.json", JOB_JSON_LIMIT)

@@ -20,8 +20,7 @@ from typing import IO, Any, Protocol
 
 from isal import igzip_threaded
 
-from emulator.jobs import record
-from emulator.planning import contract
+from emulator.planning import contract, described_request
 from emulator.planning.plan import Plan
 from emulator.planning.secrets import Masker, mask_environment
 from emulator.result import JobResult
@@ -490,11 +489,11 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
     if spec.tensorboard_output_path is not None:
         doc["TensorBoardOutputConfig"] = {"S3OutputPath": spec.tensorboard_uri or str(spec.tensorboard_output_path),
                                           "LocalPath": spec.tensorboard_local_path}
-    # Beneath it, the request the job describes (emulator/jobs/record.py): what only the request says
+    # Beneath it, the request the job describes (emulator/planning/described_request.py): what only the request says
     # (spot, MaxWaitTimeInSeconds, the keep-alive, RetryStrategy, RoleArn, the debugger's configs)
     # is described for a job from any front end. A session's request is laid over this again when it
     # is described (emulator/jobs/service.py), as it was sent.
-    return record.merged(record.described_request(spec, plan.job_name), doc)
+    return described_request.merged(described_request.described_request(spec, plan.job_name), doc)
 
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.backend.liveness import current_driver
-from emulator.jobs import record as record_module
 from emulator.jobspec import JobSpec
+from emulator.planning import described_request
 from emulator.result import SecondaryStatus, Status
 from emulator.state import job_records
 
@@ -24,7 +24,8 @@ FINAL_MESSAGES = {SecondaryStatus.COMPLETED: "Training job completed", Secondary
 
 class StatusJournal:
     """One job's statuses. `asked`: the job came from a CreateTrainingJob request, whose record already
-    holds the request; a spec's job has its request (emulator/jobs/record.py) written with its first step."""
+    holds the request; a spec's job has its request (emulator/planning/described_request.py) written
+    with its first step."""
 
     def __init__(self, spec: JobSpec, job_name: str, job_dir: Path, now: Callable[[], datetime], *,
                  asked: bool) -> None:
@@ -70,10 +71,10 @@ class StatusJournal:
             self.transition(SecondaryStatus.STOPPING, "Stopping the training job")
 
     def record(self, status: Status) -> None:
-        # Every job's record holds the CreateTrainingJob request it describes (emulator/jobs/record.py):
+        # Every job's record holds the CreateTrainingJob request it describes (emulator/planning/described_request.py):
         # a session's driver recorded it at CreateTrainingJob; a spec's job becomes that request here,
         # once, so DescribeTrainingJob is the same for a job from any front end.
-        first = {} if self.recorded else record_module.first_fields(self.spec, self.job_name, asked=self.asked)
+        first = {} if self.recorded else described_request.first_fields(self.spec, self.job_name, asked=self.asked)
         self.recorded = True
         job_records.record(self.job_name, self.job_dir, status, **first,
                            SecondaryStatus=self.transitions[-1]["Status"] if self.transitions else status,

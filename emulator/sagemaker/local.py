@@ -25,13 +25,12 @@ from emulator.aws.s3 import S3
 from emulator.aws.sts import STS
 from emulator.aws.training import SageMakerTraining
 from emulator.errors import UsageError
-from emulator.jobs.service import driver_log
+from emulator.jobs.service import TrainingJobs, driver_log
 from emulator.jobspec import s3
 from emulator.jobspec.request import ANY_PATH, HostPaths
 from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.run import build_status
 from emulator.run.attempts import parse_injection
-from emulator.state import job_records
 
 DEFAULT_REGION = "us-west-2"
 
@@ -128,8 +127,9 @@ class LogsWithWarnings:
     one moment a v3 user's console is being written for the job. The job is the stream name's first
     part (`JOB/algo-1-...`); every other call goes to the client unchanged."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, training: TrainingJobs) -> None:
         self._client = client
+        self._training = training
         self._warnings: dict[str, DriverWarnings] = {}
         self._building: dict[str, str] = {}
 
@@ -154,7 +154,7 @@ class LogsWithWarnings:
             print(line, flush=True)
         # v3's wait prints nothing of the job's status but its TrainingJobStatus: the image build a
         # starting job waits for is said here, each new message of it once (emulator/run/build_status.py).
-        record = job_records.find(job)
+        record = self._training.record(job)
         building = build_status.build_message(record.doc) if record is not None else None
         if building is not None and building != self._building.get(job):
             self._building[job] = building

@@ -32,19 +32,16 @@ from sagemaker.config import load_sagemaker_config
 from sagemaker.session import _check_job_status, _logs_init
 from sagemaker.utils import secondary_training_status_changed, secondary_training_status_message
 
-from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.jobs.service import FINAL, driver_log
 from emulator.reports.console import ConsoleReporter
 from emulator.run.tail import LogTail
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
-from emulator.state import job_records
 from emulator.training_images import prebuild
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
-# How often a waiting session looks at the job's record for a change (`EmulatorSession._pause`).
-RECORD_CHECK_SECONDS = 0.02
 # Colour codes, in case the driver's reporter wrote any.
 
 
@@ -156,21 +153,11 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         return description
 
     def _pause(self, job: str) -> None:
-        """One poll interval, cut short when the job's record changes (a new status, the job's end): a
-        look at the record is a stat and, when it changed, a small read, so it is looked at every
-        RECORD_CHECK_SECONDS while a describe, through botocore, waits for the interval. The end was
-        told up to an interval late (0.1 s on average of fit()'s wall time; benchmarks/vs_local_mode.py)."""
-        before = job_records.find(job)
-        if before is None:  # not recorded (a state folder that cannot be written): the interval
-            time.sleep(self.poll_seconds)
-            return
-        deadline = time.monotonic() + self.poll_seconds
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(RECORD_CHECK_SECONDS, left))
-            now = job_records.find(job)
-            # Every write of a record stamps its LastModifiedTime (microseconds).
-            if now is None or now.modified != before.modified:
-                return
+        """One poll interval, cut short when the job's record changes (a new status, the job's end): the
+        jobs layer's `wait` looks at the record every few ms while a describe, through botocore, waits for
+        the interval. The end was told up to an interval late (0.1 s on average of fit()'s wall time;
+        benchmarks/vs_local_mode.py)."""
+        self.training.wait(job, timeout=self.poll_seconds, for_change=True)
 
     @staticmethod
     def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]]) -> None:

@@ -25,7 +25,7 @@ from sagemaker.core.config.config import load_sagemaker_config
 from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.utils.logs import CloudWatchLogsClient
 
-from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
 from emulator.sagemaker.local import LogsWithWarnings, local_aws, telemetry_off
 from emulator.training_images import prebuild
@@ -51,7 +51,7 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
                          **session_args)
         # Wrapped: the job's driver warnings (a fault injected, a flood, clashing model files) are
         # printed as train(logs=True) reads the job's streams, as EmulatorSession's fit() prints them.
-        use_logs_client(LogsWithWarnings(aws.boto_session.client("logs")))
+        use_logs_client(LogsWithWarnings(aws.boto_session.client("logs"), aws.training))
 
 
     def prebuild(self, model_trainer: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:

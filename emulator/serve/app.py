@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.backend.registry import DEFAULT_ENGINE
+from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
 from emulator.state import job_records
 
@@ -80,7 +80,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
     token = None if checked is None else random_secrets.token_urlsafe(16)
     bounds = limits.Limits(max_connections=limits.connection_limit(max_connections, limits.raise_open_files()))
     names = guard.HostNames(host, host_names)
-    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training, engine_name), token=token), names=names,
+    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training), token=token), names=names,
                      tally=limits.Tally(bounds))
     sock = server.bind(host, port)
     try:

@@ -49,8 +49,6 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from emulator.backend import Backend
-from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import ApiError, EmulatorError
 from emulator.jobspec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NAME_PATTERN
 from emulator.planning import contract
@@ -60,7 +58,6 @@ from emulator.run import build_status, hostfiles
 from emulator.run import metrics as metrics_module
 from emulator.run.logs import display_text
 from emulator.serve.phases import PHASES, Tracker
-from emulator.state import job_records
 from emulator.state.job_records import JobRecord
 
 if TYPE_CHECKING:
@@ -194,14 +191,12 @@ class JobSource(Protocol):
 
 
 class LiveJobs:
-    """The jobs of this machine: their records (`emulator.state.job_records`), described by the training
-    service (`emulator.jobs.service.TrainingJobs`), their containers in the engine while they
+    """The jobs of this machine, all read through the jobs layer (`emulator.jobs.service.TrainingJobs`):
+    their records, their descriptions, their containers in the engine while they
     run, and their job folders (job.json, logs/algo-N.log, metrics/, cluster.dot)."""
 
-    def __init__(self, training: TrainingJobs, engine_name: str = DEFAULT_ENGINE) -> None:
+    def __init__(self, training: TrainingJobs) -> None:
         self.training = training
-        self.engine_name = engine_name
-        self._backend: Backend | None = None
         self._svg: dict[str, str | None] = {}  # the SHA-256 of a DOT text -> its SVG
         # job folder -> (its host folders, each host's group, type and group index), read once staged
         self._layouts: dict[Path, tuple[list[Path], dict[str, tuple[str, str, int]]]] = {}
@@ -210,10 +205,10 @@ class LiveJobs:
     # -- jobs and their folders
 
     def jobs(self) -> list[JobRecord]:
-        return job_records.all_jobs()
+        return self.training.records()
 
     def _record(self, name: str) -> JobRecord:
-        record = job_records.find(name) if _job_name(name) else None
+        record = self.training.record(name) if _job_name(name) else None
         if record is None:
             raise NoSuchJob(name)
         return record
@@ -244,14 +239,14 @@ class LiveJobs:
             return self._ended_hosts(folder, layout, bool(containers))
         if not containers:
             # Staged (or still staging): no container yet; or they are gone and job.json is coming.
-            state = "unknown" if record.doc.get("TrainingStartTime") else "pending"
+            state = "unknown" if record.training_start_time else "pending"
             return [HostState(h, g, t, state, group_index=i) for h, (g, t, i) in _in_host_order(layout)]
         return self._running_hosts(layout, containers)
 
     def _containers(self, name: str) -> dict[str, tuple[str, Mapping[str, str]]]:
         """host -> (its container's name, its labels), as `emulator.api` finds a job's containers."""
         try:
-            found = self._engine().find(name)
+            found = self.training.resources(name)
         except EmulatorError:
             return {}
         out = {}
@@ -262,16 +257,11 @@ class LiveJobs:
                 out[host] = (resource.name, resource.labels)
         return out
 
-    def _engine(self) -> Backend:
-        if self._backend is None:
-            self._backend = engine(self.engine_name)
-        return self._backend
-
     def _running_hosts(self, layout: Mapping[str, tuple[str, str, int]],
                        containers: Mapping[str, tuple[str, Mapping[str, str]]]) -> list[HostState]:
         names = [containers[h][0] for h in containers]
         try:
-            states = {s.name: s for s in self._engine().states(names)}
+            states = {s.name: s for s in self.training.container_states(names)}
         except EmulatorError:
             states = {}
         out = []
@@ -391,11 +381,10 @@ class LiveJobs:
 
     def diagram_dot(self, name: str) -> str | None:
         """The DOT text the run made from the job's plan and keeps in the job's record
-        (`job_records.CLUSTER_DOT`), never the job folder's cluster.dot: for an s3:// output that
+        (`JobRecord.cluster_dot`), never the job folder's cluster.dot: for an s3:// output that
         folder lies under the S3 root, where any S3 client can put a cluster.dot or cluster.svg of
         its own (with a `javascript:` link, say)."""
-        text = self._record(name).doc.get(job_records.CLUSTER_DOT)
-        return text if isinstance(text, str) and text else None
+        return self._record(name).cluster_dot
 
     def diagram_svg(self, name: str) -> str | None:
         """The recorded DOT drawn by Graphviz's `dot -Tsvg` (once per text), if only shapes and text."""

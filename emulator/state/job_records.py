@@ -40,6 +40,77 @@ class JobRecord:
     # one. None when unknown (a record made in memory, or a file changed too recently to tell).
     version: tuple[int, int, int] | None = field(default=None, compare=False)
 
+    # What the record holds, by name and type: a job's record is stored as the JSON of DescribeTrainingJob's
+    # fields (`record`), and these read it for every caller, with what a hand-edited file may have
+    # got wrong (a wrong type) read as absent.
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The CreateTrainingJob request the job describes (DescribeTrainingJob echoes it): a session's
+        as sent, a spec's job's as the SDK would have sent it (emulator/planning/described_request.py); {} before the
+        job's run first recorded it. The caller's own copy, one level deep."""
+        value = self.doc.get("Request")
+        return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def arn(self) -> str | None:
+        """TrainingJobArn, in the job's own region, once recorded (at create, or the run's first record)."""
+        return self._text("TrainingJobArn")
+
+    @property
+    def requested_image(self) -> str | None:
+        """The training image the request named (an ECR name stays one)."""
+        value = self.request.get("AlgorithmSpecification")
+        image = value.get("TrainingImage") if isinstance(value, dict) else None
+        return image if isinstance(image, str) and image else None
+
+    @property
+    def local_image(self) -> str | None:
+        """The local image CreateTrainingJob chose for the requested one."""
+        return self._text("LocalImage")
+
+    @property
+    def image_notes(self) -> list[str]:
+        """Why the local image stands in for the requested one (what it lacks of AWS's)."""
+        value = self.doc.get("ImageNotes")
+        return [str(note) for note in value] if isinstance(value, list) else []
+
+    @property
+    def tags(self) -> list[dict[str, Any]]:
+        """The Tags CreateTrainingJob gave (ListTags); a spec's job has none."""
+        value = self.doc.get("Tags")
+        return [dict(tag) for tag in value if isinstance(tag, dict)] if isinstance(value, list) else []
+
+    @property
+    def driver_pid(self) -> int | None:
+        """The pid of the driver process CreateTrainingJob started for the job (None for a run's own job)."""
+        value = self.doc.get("DriverPid")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def driver(self) -> str | None:
+        """Which process runs the job (`emulator.backend.liveness.current_driver`), to tell a dead one."""
+        return self._text("Driver")
+
+    @property
+    def creation_time(self) -> str:
+        """CreationTime (ISO 8601), else the last change."""
+        return self._text("CreationTime") or self.modified
+
+    @property
+    def training_start_time(self) -> str | None:
+        """TrainingStartTime (ISO 8601): set once the hosts started."""
+        return self._text("TrainingStartTime")
+
+    @property
+    def cluster_dot(self) -> str | None:
+        """The cluster's diagram as DOT text (CLUSTER_DOT), once the hosts are staged."""
+        return self._text(CLUSTER_DOT)
+
+    def _text(self, key: str) -> str | None:
+        value = self.doc.get(key)
+        return value if isinstance(value, str) and value else None
+
     @property
     def transitions(self) -> list[dict[str, Any]]:
         """SecondaryStatusTransitions so far (DescribeTrainingJob's shape, times as ISO 8601 text)."""

@@ -150,7 +150,7 @@ def test_describe_keeps_every_field_of_the_request_after_the_job_ends(project: P
     """The audit's finding: once the job ended, job.json's own versions replaced the request's fields."""
     import json
 
-    from emulator.jobs.record import echoed
+    from emulator.planning.described_request import echoed
 
     asked = request("ended", StoppingCondition={"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200},
                     EnableManagedSpotTraining=True)

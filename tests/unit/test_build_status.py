@@ -20,9 +20,9 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 from emulator.aws import stub
 from emulator.aws.training import SageMakerTraining
 from emulator.backend import image_build
-from emulator.jobs.record import echoed
 from emulator.jobspec import JobSpec, load_spec_file
 from emulator.options import RunOptions
+from emulator.planning.described_request import echoed
 from emulator.reports.console import RecordingReporter
 from emulator.result import SecondaryStatus, Status
 from emulator.run import build_status
@@ -326,7 +326,7 @@ def test_sdk_v3_s_console_prints_each_build_message_once(
             return {"logStreams": []}
 
     created("v3-building", tmp_path / "out" / "v3-building")
-    logs = LogsWithWarnings(Logs())
+    logs = LogsWithWarnings(Logs(), SageMakerTraining(tmp_path, region="eu-west-1", base_dir=tmp_path))
     publish = build_status.to_record("v3-building")
     for message, building in ((f"Building image {IMAGE} (0 s)", True), (f"Building image {IMAGE} (0 s)", True),
                               (f"Building image {IMAGE}: step 3/4, venv (1 min)", True),

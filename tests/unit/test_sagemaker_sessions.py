@@ -133,9 +133,11 @@ def test_the_drivers_warnings_are_read_once_each_and_only_whole_lines(tmp_path: 
     assert warnings.poll() == []
 
 
-def test_sdk_v3s_log_reads_print_the_jobs_driver_warnings_once(capsys: pytest.CaptureFixture[str]) -> None:
+def test_sdk_v3s_log_reads_print_the_jobs_driver_warnings_once(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
     """SDK v3's train(logs=True) reads the job's streams through the client EmulatorSessionV3 gives it
     (the SDK itself is in .venv-sdk3): that client prints the job's driver warnings as it reads."""
+    from emulator.aws.training import SageMakerTraining
     from emulator.jobs.service import driver_log
     from emulator.sagemaker.local import LogsWithWarnings
 
@@ -156,7 +158,7 @@ def test_sdk_v3s_log_reads_print_the_jobs_driver_warnings_once(capsys: pytest.Ca
     log = driver_log("v3-job")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("[1] staging\nwarning: model.json was written by algo-1, algo-2 with different contents\n")
-    logs = LogsWithWarnings(Recording())
+    logs = LogsWithWarnings(Recording(), SageMakerTraining(tmp_path, region="us-east-1"))
     logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix="v3-job/")
     logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName="v3-job/algo-1-1")
     printed = capsys.readouterr().out.splitlines()

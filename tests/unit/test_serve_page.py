@@ -575,8 +575,8 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[LiveJobs, Pat
     (folder / "logs").mkdir(parents=True)
     job_records.record(JOB, folder, Status.IN_PROGRESS, SecondaryStatus="Training",
                        TrainingStartTime=T0.isoformat())
-    source = LiveJobs(SageMakerTraining(tmp_path / "s3", region="us-east-1"), "docker")
-    source._backend = StubEngine({})
+    source = LiveJobs(SageMakerTraining(tmp_path / "s3", region="us-east-1"))
+    source.training._backend = StubEngine({})
     return source, folder
 
 
@@ -650,7 +650,7 @@ def test_livejobs_hosts_of_a_running_job_come_from_the_engine(live: tuple[LiveJo
               names["algo-2"]: ContainerState(names["algo-2"], running=False, exit_code=1, started_at=started,
                                               finished_at=started + 5),
               names["algo-3"]: ContainerState(names["algo-3"], running=True)}
-    source._backend = StubEngine(states, labels)
+    source.training._backend = StubEngine(states, labels)
     stage_hosts(folder, {"algo-1": "data_group", "algo-2": "dnn_group", "algo-3": "dnn_group"})
     found = {h.host: h for h in source.hosts(JOB)}
 
@@ -684,7 +684,7 @@ def test_livejobs_hosts_before_the_containers_are_pending(live: tuple[LiveJobs, 
     job_records.write_atomically(job_records.state_dir() / "jobs" / f"{JOB}.json",
                                  json.dumps({k: v for k, v in record.doc.items() if k != "TrainingStartTime"}))
     stage_hosts(folder, {"algo-1": "data_group", "algo-2": "dnn_group"})
-    source._backend = StubEngine({}, down=True)
+    source.training._backend = StubEngine({}, down=True)
 
     assert [(h.host, h.group, h.instance_type, h.state) for h in source.hosts(JOB)] == [
         ("algo-1", "data_group", "ml.c5.xlarge", "pending"), ("algo-2", "dnn_group", "ml.p3.2xlarge", "pending")]

@@ -1,5 +1,6 @@
 """What a training job's record is made of, whichever front end made the job: the CreateTrainingJob
-request it describes, and its ARN.
+request it describes, and its ARN. Pure: the run writes them into the job's record
+(`emulator.state.job_records`), the jobs layer (`emulator.jobs.service`) reads them back.
 
 DescribeTrainingJob echoes the job's request for the job's whole life (the service's answer is the
 request plus status, times and results). A job asked for through a session (SDK v2/v3, `serve`) has
@@ -11,19 +12,14 @@ same spot, MaxWait, keep-alive and retry settings, with one ARN in the job's own
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from emulator.jobspec import JobSpec
 from emulator.jobspec.request import request_from_spec
 from emulator.planning import contract
 from emulator.planning.secrets import mask_environment
-from emulator.run import hostfiles
-from emulator.state import blocking
 
 # Request keys DescribeTrainingJob does not echo.
 NOT_DESCRIBED = ("Tags",)
@@ -77,17 +73,3 @@ def merged(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
         here = doc.get(key)
         doc[key] = {**here, **value} if isinstance(value, Mapping) and isinstance(here, Mapping) else value
     return doc
-
-
-# The most of a job.json read: far above any job's (a few KB; FinalMetricDataList and Hosts grow it).
-JOB_JSON_LIMIT = 16 << 20
-
-
-def job_json_text(folder: Path) -> str:
-    """An ended job's job.json as written ("" while the job runs: it has none yet), read without
-    following a link the folder may hold and at most JOB_JSON_LIMIT bytes."""
-    if not blocking.allowed():
-        with contextlib.suppress(OSError):
-            if os.stat(folder / "job.json").st_size > blocking.QUICK_BYTES:
-                blocking.may_block()  # a job.json this large is no read for `hetero-emu serve`'s event loop
-    return hostfiles.read_text_bounded(folder / "job.json", JOB_JSON_LIMIT)
