@@ -30,7 +30,7 @@ from emulator.backend.registry import engine
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
 from emulator.jobs.control import stop as stop
-from emulator.jobs.service import job_json_text
+from emulator.jobs.service import TrainingJobs, job_json_text
 from emulator.jobspec import (
     GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
@@ -41,6 +41,7 @@ from emulator.jobspec import (
     spec_warnings,
     validate,
 )
+from emulator.jobspec.model import DEFAULT_REGION
 from emulator.jobspec.placement import with_placement
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
@@ -335,18 +336,26 @@ class Description:
 
 
 def description(job: str, *, engine_name: str = DEFAULT_ENGINE, warm_pool: bool = True) -> Description:
+    """The job's description by the jobs layer (`TrainingJobs.description`, what DescribeTrainingJob
+    answers through boto3 plus what the emulator adds), the same whichever front end made the job and
+    whichever asks; with its job.json as written once it has ended. A folder no record of this
+    machine points at (a job run elsewhere, a record that could not be written) is described by its
+    job.json alone, or while it runs by its name and folder."""
     folder = job_folder(job, engine_name=engine_name)
-    text = job_json_text(folder)
+    text = job_json_text(folder) or None
+    jobs = TrainingJobs(folder, region=DEFAULT_REGION, engine_name=engine_name)
+    record = jobs.record(folder.name)
+    if record is not None and record.job_dir.resolve() == folder.resolve():
+        doc = jobs.description(jobs.checked(record))
+        if not warm_pool:
+            doc.pop("WarmPoolStatus", None)
+        return Description(folder, doc, text)
     # The warm pool's status changes after job.json is written (reused, expired): as it is now.
     pool = warm_pools.status(folder.name) if warm_pool else None
     if text:
         described = json.loads(text)
         return Description(folder, {**described, "WarmPoolStatus": pool} if pool else described, text)
-    record = job_records.find(folder.name)
-    kept = ("SecondaryStatus", "SecondaryStatusTransitions", "CreationTime", "FailureReason")
-    doc: dict[str, Any] = {key: record.doc[key] for key in kept if record is not None and key in record.doc}
-    return Description(folder, {"TrainingJobName": folder.name,
-                                "TrainingJobStatus": record.status if record else Status.IN_PROGRESS, **doc,
+    return Description(folder, {"TrainingJobName": folder.name, "TrainingJobStatus": Status.IN_PROGRESS,
                                 **({"WarmPoolStatus": pool} if pool else {}),
                                 "Emulator": {"JobDir": str(folder)}}, None)
 

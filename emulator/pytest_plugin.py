@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import re
 import secrets
@@ -137,9 +136,9 @@ class TrainingRun:
         return self._files("output", self.result.output_artifact)
 
     def describe(self) -> dict[str, Any]:
-        """DescribeTrainingJob's answer for the job (its job.json)."""
-        doc: dict[str, Any] = json.loads((self.job_dir / "job.json").read_text())
-        return doc
+        """The job's description, as `hetero-emu describe` gives it (DescribeTrainingJob's answer and
+        what the emulator adds: `emulator.api.describe`, through the jobs layer)."""
+        return api.describe(str(self.job_dir))
 
     def _files(self, kind: str, artifact: Path | None) -> Path:
         if artifact is None or not artifact.exists():

@@ -136,3 +136,34 @@ def test_the_typed_record_reads_each_field_and_takes_a_wrong_type_for_absent(tmp
     assert wrong is not None
     assert (wrong.request, wrong.requested_image, wrong.arn, wrong.image_notes, wrong.driver_pid, wrong.tags,
             wrong.cluster_dot) == ({}, None, None, [], None, [], None)
+
+
+def test_hetero_emu_describe_of_a_running_job_is_the_jobs_layers_description(
+    jobs: TrainingJobs, tmp_path: Path,
+) -> None:
+    """`hetero-emu describe` (emulator.api) of a job that runs describes it as DescribeTrainingJob does
+    through boto3, the request echoed with the status, not a note of its status alone: one description
+    whichever front end asks."""
+    from emulator import api
+    from emulator.jobs import service_shape
+
+    folder = tmp_path / "out" / "running-job"
+    (folder / "logs").mkdir(parents=True)
+    request = {"TrainingJobName": "running-job", "RoleArn": "arn:aws:iam::000000000000:role/r",
+               "AlgorithmSpecification": {"TrainingImage": "hetero-emu/training:py311", "TrainingInputMode": "File"},
+               "HyperParameters": {"epochs": "3"},
+               "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+               "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+               "StoppingCondition": {"MaxRuntimeInSeconds": 600}, "EnableManagedSpotTraining": False}
+    job_records.record("running-job", folder, Status.IN_PROGRESS, Request=request, SecondaryStatus="Training",
+                       TrainingJobArn="arn:aws:sagemaker:eu-west-1:000000000000:training-job/running-job")
+    cli_doc = api.describe("running-job")
+    boto3_doc = service_shape.service_answer(jobs.description(jobs.found("running-job")))
+    assert cli_doc["HyperParameters"] == {"epochs": "3"} and cli_doc["ResourceConfig"]["InstanceCount"] == 2
+    assert cli_doc["SecondaryStatus"] == "Training" and cli_doc["TrainingJobStatus"] == "InProgress"
+    # What both say, they say alike (the shape adds only what the service always returns: the false flags,
+    # KmsKeyId "", ModelArtifacts); and the CLI's has every member of the request.
+    shared = [key for key in boto3_doc if key in cli_doc and key != "OutputDataConfig"]
+    assert set(request) - {"TrainingJobName", "OutputDataConfig"} <= set(shared)
+    for key in shared:
+        assert json.loads(json.dumps(cli_doc[key], default=str)) == json.loads(json.dumps(boto3_doc[key], default=str))
