@@ -48,17 +48,17 @@ from emulator.options import RunOptions
 from emulator.planning import secrets
 from emulator.planning.container import Ulimit
 from emulator.planning.launchers import required_launchers
-from emulator.planning.plan import HostPlan, Plan, job_name_from, mpi_hosts
+from emulator.planning.plan import Plan, job_name_from, mpi_hosts
 from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
-from emulator.result import HostResult, JobResult, SecondaryStatus, Status
+from emulator.result import JobResult, SecondaryStatus, Status
 from emulator.run import (
     artifacts,
     attempts,
     checkpoints,
     debugger,
-    hostfiles,
     job_aws,
+    outputs,
     pipes,
     staging,
     warm_pools,
@@ -72,7 +72,6 @@ from emulator.training_images.frameworks import FrameworkImage
 if TYPE_CHECKING:
     from emulator.reports.timeline import Span
 
-FAILURE_REASON_LIMIT = 1024  # the service truncates FailureReason to 1024 characters
 POLL_SECONDS = 0.2
 NAME_ATTEMPTS = 20
 # FailureReason of a job whose platform error was not retried (or was, to the last attempt).
@@ -310,7 +309,8 @@ class Run:
             # staging.stage removed its half-made job folder on the way out.
             raise Interrupted("interrupted while staging the hosts: nothing was started, and the half-made "
                               f"job folder {plan.job_dir} was removed") from None
-        self.write_cluster_dot()
+        # The diagram's text goes into the job's record too, for `hetero-emu serve`'s job page.
+        self.journal.cluster_dot = outputs.write_cluster_dot(plan, reporter.warn)
         # By name from now on (`hetero-emu logs/describe NAME`), also once the containers are gone.
         journal = self.journal
         journal.creation = self.options.created or self.began
@@ -410,7 +410,7 @@ class Run:
         plan, reporter = self.plan, self.reporter
         self.fix_ownership()
         self.sync_checkpoints()
-        self.past_spans += self.timeline_spans(ran.t0, attempt=number)
+        self.past_spans += outputs.timeline_spans(plan.hosts, self.exits(), ran.t0, self.masker, attempt=number)
         self.gateway_stopped()
         with reporter.task(f"removing the {len(self.created)} containers of attempt {number}"):
             self.backend.remove(plan)
@@ -619,14 +619,16 @@ class Run:
     def describe(self, ran: HostsOutcome, logs: LogCollector, end: datetime, collected: Collected) -> JobResult:
         """The job's result, its timeline.svg and job.json."""
         plan = self.plan
-        hosts = self.host_results(ran.t0, logs)
+        hosts = outputs.host_results(plan.hosts, self.exits(), ran.t0, self.masker, logs.tail, time.monotonic())
         reason = ran.reason
+        failed = self.host_of[self.first_failed].name if ran.status == Status.FAILED and self.first_failed else None
         if ran.status == Status.FAILED and reason is None:
-            failed = self.host_of[self.first_failed].name if self.first_failed else None
             reason = next((h.failure_reason for h in hosts if h.host == failed), None) or "AlgorithmError"
 
-        self.write_timeline(ran.status, ran.t0)
-        self.write_metrics_chart(ran.start)
+        spans = [*self.past_spans, *outputs.timeline_spans(plan.hosts, self.exits(), ran.t0, self.masker,
+                                                           several=bool(self.done_attempts))]
+        outputs.write_timeline(plan, ran.status, spans, failed, self.reporter.warn)
+        outputs.write_metrics_chart(plan, ran.start, self.reporter.warn)
         # The last transition is stored with the final status only after job.json is written (in
         # execute): a reader that sees the final status always finds the whole description.
         self.journal.transition(ran.secondary, FINAL_MESSAGES.get(ran.secondary, ran.secondary), at=collected.packed,
@@ -867,77 +869,10 @@ class Run:
         if state.error:
             self.errors[state.name] = state.error
 
-    def write_timeline(self, status: Status, t0: float) -> None:
-        """timeline.svg beside job.json (written before it, so a reader that finds job.json finds
-        the chart too). A chart that cannot be written costs a warning, never the job's outcome."""
-        # Imported here: the chart's XML modules are needed once, at the end of a run, not at startup.
-        from emulator.reports import timeline
-
-        plan = self.plan
-        failed = self.host_of[self.first_failed].name if status == Status.FAILED and self.first_failed else None
-        groups = [timeline.Group(g.name, g.instance_type) for g in plan.groups]
-        try:
-            timeline.write(Path(plan.job_dir) / timeline.FILE_NAME, plan.job_name, status,
-                           [*self.past_spans, *self.timeline_spans(t0)], groups, failed)
-        except OSError as err:
-            self.reporter.warn(f"{timeline.FILE_NAME} not written: {err}")
-
-    def write_cluster_dot(self) -> None:
-        """cluster.dot in the job folder (the diagram `render` draws), and the same text in the job's
-        record, which `hetero-emu serve`'s job page draws. A picture only: whatever goes wrong costs a
-        warning, never the job."""
-        try:
-            from emulator.reports import diagram
-
-            self.journal.cluster_dot = diagram.graph(self.plan).source
-            (Path(self.plan.job_dir) / diagram.DOT_FILE).write_text(self.journal.cluster_dot)
-        except Exception as err:  # nothing about the picture may fail the job
-            self.reporter.warn(f"cluster.dot not written: {err}")
-
-    def write_metrics_chart(self, start: datetime) -> None:
-        """metrics.svg beside timeline.svg when the job has metric definitions; like the timeline, a
-        chart that cannot be written costs a warning."""
-        plan = self.plan
-        if not plan.spec.metric_definitions:
-            return
-        from emulator.reports import metrics_chart
-        from emulator.run import metrics
-
-        try:
-            metrics_chart.write(Path(plan.job_dir) / metrics_chart.FILE_NAME, plan.job_name,
-                                [d.name for d in plan.spec.metric_definitions], metrics.read(Path(plan.job_dir)),
-                                {h.name: h.group for h in plan.hosts}, [g.name for g in plan.groups],
-                                start.timestamp())
-        except OSError as err:
-            self.reporter.warn(f"{metrics_chart.FILE_NAME} not written: {err}")
-
-    def timeline_spans(self, t0: float, attempt: int | None = None) -> list[Span]:
-        """Each host's start and end: the engine's own times when it told them for every host that
-        exited (Docker's State.StartedAt/FinishedAt: exact, and the start of each host as it happened),
-        else the driver's clock (the hosts' common start, each exit when a poll saw it). A job of
-        several attempts is drawn on the driver's clock throughout, each earlier attempt's hosts
-        named with its number."""
-        from emulator.reports.timeline import Span
-
-        several = attempt is not None or bool(self.done_attempts)
-        exact = not several and bool(self.engine_times) and all(
-            started is not None and ended is not None and ended >= started
-            for started, ended in self.engine_times.values())
-        # A host never seen exiting (the engine stopped answering) ran from the common start.
-        first = min((started for started, _ in self.engine_times.values() if started is not None), default=None)
-        spans = []
-        for host in self.plan.hosts:
-            name = host.container.name
-            if exact:
-                started, ended = self.engine_times.get(name, (first if self.started else None, None))
-            else:
-                started = t0 if self.started else None
-                ended = self.exit_times.get(name) if self.started else None
-            note = "out of memory" if name in self.oom else self.masker.mask(self.errors.get(name, ""))
-            label = host.name if attempt is None else f"{host.name} (attempt {attempt})"
-            spans.append(Span(label, host.group, started, ended, self.exit_codes.get(name),
-                              name in self.stopped_by_us, note))
-        return spans
+    def exits(self) -> outputs.HostExits:
+        """What the run saw of this attempt's hosts, for what it writes of them (emulator/run/outputs.py)."""
+        return outputs.HostExits(self.exit_codes, self.exit_times, self.engine_times, self.oom, self.stopped_by_us,
+                                 self.errors, self.started)
 
     def stop_running(self, announce: bool = True) -> None:
         running = self.running()
@@ -962,45 +897,3 @@ class Run:
         if not own:
             return None
         return min(own, key=lambda n: (self.engine_times.get(n, (None, None))[1] or float("inf"), self.names.index(n)))
-
-    def failure_reason(self, host: HostPlan, state: ContainerState, tail: list[str] | None = None) -> str:
-        who = f"{host.name} ({host.group})"
-        # None if the script made output/ or failure a link (it would be read on the host: hostfiles).
-        failure_file = hostfiles.host_path(Path(host.host_dir), "output/failure")
-        if state.oom_killed:
-            text = f"{who} was killed: out of memory (OOMKilled, exit code {state.exit_code})"
-        elif state.exit_code is None:
-            text = f"{who} disappeared: {state.error or 'its container was removed'}"
-        # One bounded read: 4x the limit leaves room for masking to shorten it; a huge file costs no more.
-        # The service's words: the algorithm's /opt/ml/output/failure, then its exit code
-        # ("AlgorithmError: ExecuteUserScriptError: ..., exit code: 1"); which host and group is the
-        # emulator's own (job.json Emulator.FailedHost, the summary), never put into that text, which
-        # code matching its start reads.
-        elif failure_file and (detail := hostfiles.read_text_bounded(failure_file, 4 * FAILURE_REASON_LIMIT).strip()):
-            text = f"AlgorithmError: {detail}, exit code: {state.exit_code}"
-        elif state.exit_code == 137:
-            text = f"{who} was killed (SIGKILL, exit code 137)"
-        elif state.exit_code == 143:
-            text = f"{who} was stopped (SIGTERM, exit code 143)"
-        else:
-            text = f"AlgorithmError: , exit code: {state.exit_code}"
-            if tail:
-                text += ". Last lines:\n" + "\n".join(tail)
-        # Masked before the cut, so no part of a secret survives at the end of a truncated reason.
-        return self.masker.mask(text)[:FAILURE_REASON_LIMIT]
-
-    def host_results(self, t0: float, logs: LogCollector) -> tuple[HostResult, ...]:
-        results = []
-        for host in self.plan.hosts:
-            name = host.container.name
-            code = self.exit_codes.get(name)
-            reason = None
-            exited = name in self.exit_codes
-            if exited and code != 0 and name not in self.stopped_by_us:
-                state = ContainerState(name, False, code, oom_killed=name in self.oom, error=self.errors.get(name, ""))
-                reason = self.failure_reason(host, state, logs.tail(host.name))
-            elif name in self.stopped_by_us:
-                reason = f"stopped by the emulator (exit code {code})"
-            seconds = self.exit_times.get(name, time.monotonic()) - t0
-            results.append(HostResult(host.name, host.group, host.instance_type, code, max(0.0, seconds), reason))
-        return tuple(results)
