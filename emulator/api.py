@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.aws import services
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck

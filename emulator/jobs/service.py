@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import ApiError, EmulatorError, SpecError, UsageError
 from emulator.jobs import control, service_shape

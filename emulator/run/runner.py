@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.backend import Backend, ContainerState, Resource
 from emulator.errors import (
     DockerUnavailable,

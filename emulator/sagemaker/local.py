@@ -18,7 +18,7 @@ import boto3
 
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP
 from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3

@@ -3,7 +3,7 @@
 A job whose image is missing builds it before it starts (minutes for a framework image;
 emulator/run/build_status.py says so while it waits). `hetero-emu image build --for FILE` (a YAML spec or
 a CreateTrainingJob request), `EmulatorSession.prebuild(estimator)` and `EmulatorSessionV3.prebuild(
-model_trainer)` build that image first, by the rules a run chooses it by (`emulator.aws.ecr_images`:
+model_trainer)` build that image first, by the rules a run chooses it by (`emulator.training_images.ecr_images`:
 a real image in the engine wins, then the session's table, then the framework image an ECR name of
 AWS's PyTorch or TensorFlow training image stands for) and, as `image build` does, only when it is
 not up to date.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.errors import ImageMissing
 from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.training_images.frameworks import for_tag

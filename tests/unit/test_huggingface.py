@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sagemaker
 
-from emulator.aws.ecr_images import ECR_NAME, choose_image
+from emulator.training_images.ecr_images import ECR_NAME, choose_image
 from emulator.errors import ImageMissing, UsageError
 from emulator.training_images import frameworks, huggingface
 

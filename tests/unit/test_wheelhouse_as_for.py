@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from emulator.aws.ecr_images import python_note, with_image
+from emulator.training_images.ecr_images import python_note, with_image
 from emulator.backend.index_container import _RESOLVE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import JobSpec
