@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from emulator.aws import services
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
@@ -64,6 +63,7 @@ from emulator.run.runner import run_job, ulimit_warnings, ulimits_matter
 from emulator.run.tail import LogTail
 from emulator.state import blocking, job_records
 from emulator.training_images import frameworks, huggingface, prebuild
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.

@@ -30,7 +30,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.backend.registry import DEFAULT_ENGINE, engine
 from emulator.errors import ApiError, EmulatorError, SpecError, UsageError
 from emulator.jobs import control, service_shape
@@ -45,6 +44,7 @@ from emulator.result import SecondaryStatus, Status
 from emulator.run import attempts, staging, warm_pools
 from emulator.run.attempts import Injection
 from emulator.state import blocking, job_records
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.backend import Backend, ContainerState, Resource
 from emulator.errors import (
     DockerUnavailable,
@@ -67,6 +66,7 @@ from emulator.run.journal import FINAL_MESSAGES, StatusJournal
 from emulator.run.logs import LogCollector
 from emulator.run.mpi_wait import WorkerWait
 from emulator.run.preflight import Preflight
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.training_images.frameworks import FrameworkImage
 
 if TYPE_CHECKING:

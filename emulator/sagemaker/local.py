@@ -18,7 +18,6 @@ import boto3
 
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP
 from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
@@ -32,6 +31,7 @@ from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.run import build_status
 from emulator.run.attempts import parse_injection
 from emulator.state import job_records
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP
 
 DEFAULT_REGION = "us-west-2"
 

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from emulator.training_images.ecr_images import python_note, with_image
 from emulator.backend.index_container import _RESOLVE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import JobSpec
 from emulator.planning.plan import make_plan
 from emulator.run import wheelhouse
+from emulator.training_images.ecr_images import python_note, with_image
 
 PY38 = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
 STAND_IN = "hetero-emu/pytorch-training:1.11.0-py39"
