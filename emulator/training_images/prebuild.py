@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.errors import ImageMissing
 from emulator.reports.progress import StepReporter, as_step_reporter
-from emulator.training_images.frameworks import for_tag
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.training_images.image_recipes import load_recipe, variant_for_tag
+from emulator.training_images.stand_ins import for_tag
 
 if TYPE_CHECKING:  # the backend imports docker: only when a build is asked for
     from emulator.backend.image_build import BuildReport
