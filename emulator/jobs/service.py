@@ -162,7 +162,7 @@ class TrainingJobs:
         """Whether the engine has an image of this name; False when no engine answers (the driver then
         says so)."""
         try:
-            return engine(self.engine_name).image_present(name)
+            return engine(self.engine_name).images.present(name)
         except EmulatorError:
             return False
 
