@@ -15,6 +15,7 @@ import pytest
 from fake_backend import FakeBackend
 
 from emulator import api
+from emulator.backend import pip_output
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import SpecError, WheelhouseError
 from emulator.jobspec import JobSpec
@@ -330,8 +331,8 @@ ERROR: No matching distribution found for six"""
      "the package index could not be reached from the image's container: http://127.0.0.1:9/simple"),
 ])
 def test_pips_failures_are_said_naming_the_requirement_the_python_and_why(output: str, said: str) -> None:
-    assert wheelhouse.pip_failure(output.splitlines(), "3.9").startswith(said)
-    err = wheelhouse.failure("code/requirements.txt", output.splitlines(), "3.9", 1)
+    assert pip_output.pip_failure(output.splitlines(), "3.9").startswith(said)
+    err = pip_output.failure("code/requirements.txt", output.splitlines(), "3.9", 1)
     assert err.exit_code == 3 and err.message.startswith(f"requirements.txt: {said}")
     assert output.splitlines()[-1] in err.message  # pip's last lines follow
     assert err.hint is not None and "no container of the job was started" in err.hint
@@ -346,7 +347,7 @@ def test_the_runner_fails_before_any_container_when_pip_fails(
 ) -> None:
     spec = load(valid_raw)
     fake = FakeBackend()
-    fake.images.wheelhouse_failure = wheelhouse.failure("x", NOT_FOUND.splitlines(), "3.11", 1)
+    fake.images.wheelhouse_failure = pip_output.failure("x", NOT_FOUND.splitlines(), "3.11", 1)
     with pytest.raises(WheelhouseError):
         run_job(spec, backend=fake, reporter=RecordingReporter())
     assert fake.created == [] and fake.networks_created == []
