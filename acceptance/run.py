@@ -55,7 +55,7 @@ OFFLINE = re.compile(
     r"Name or service not known|File not found or corrupted|Failed to establish a new connection|"
     r"Network is unreachable|Could not resolve host|LocalEntryNotFoundError|CUDA|NCCL|nvidia")
 # The emulator's refusal of a framework version no image can stand in for here (no wheels for any
-# Python this machine has): emulator/training_images/frameworks.py, emulator/aws/ecr_images.py.
+# Python this machine has): emulator/training_images/frameworks.py, emulator/training_images/ecr_images.py.
 # A version the SDK itself does not list, or a refusal naming a version the SDK did list, is not this.
 NOT_HERE = re.compile(r"has no wheels for any Python this machine can run|none of which this machine runs|"
                       r"stand-ins are built for AWS's [\w-]+ images from")
@@ -121,7 +121,7 @@ def child(name: str, workdir: Path, build: bool) -> int:
 
 
 def _noted(params: dict[str, Any], jobs_file: Path, build: bool) -> None:
-    from emulator.aws.ecr_images import choose_image
+    from emulator.training_images.ecr_images import choose_image
 
     requested = params["AlgorithmSpecification"]["TrainingImage"]
     with jobs_file.open("a") as out:

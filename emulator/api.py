@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from emulator.aws import services
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.backend import Backend, ExecIO, Resource
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
@@ -59,13 +58,14 @@ from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
 from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
-from emulator.run import debugger, hostfiles, job_aws, staging, warm_pools, wheelhouse
+from emulator.run import debugger, hostfiles, job_aws, prebuild, staging, warm_pools, wheelhouse
 from emulator.run import metrics as metrics_module
 from emulator.run.debugger import DebugTarget
 from emulator.run.runner import run_job, ulimit_warnings, ulimits_matter
 from emulator.run.tail import LogTail
 from emulator.state import blocking, job_records
-from emulator.training_images import frameworks, huggingface, prebuild
+from emulator.training_images import frameworks, huggingface
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -163,7 +163,7 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     warnings first."""
     spec = with_placement(spec, placement or {})
     backend = engine(engine_name)
-    builder = backend.build_default_image if backend.capabilities.builds_images else None
+    builder = backend.images.build_default_image if backend.capabilities.builds_images else None
     reporter = reporter or ConsoleReporter()
     for problem in spec_warnings(spec):
         reporter.warn(str(problem))
@@ -241,7 +241,7 @@ def _machine(engine_name: str) -> Machine:
 
 def _engine_has(engine_name: str, image: str) -> bool:
     try:
-        return engine(engine_name).image_present(image)
+        return engine(engine_name).images.present(image)
     except EmulatorError:
         return False
 
@@ -255,12 +255,13 @@ def _render_wheelhouse(plan: Plan, engine_name: str, progress: Callable[[str], N
     why = None
     try:
         backend.ping()
-        if not backend.image_present(plan.image):
+        if not backend.images.present(plan.image):
             why = f"image {plan.image} is not in the engine"
         else:
-            wheelhouse.ensure(plan.spec.requirements, Path(plan.wheelhouse), backend.image_id(plan.image), progress,
-                              lambda code, out, lines, shown: backend.build_wheelhouse(plan.image, code, out, lines,
-                                                                                       shown), warn=warn)
+            images = backend.images
+            wheelhouse.ensure(plan.spec.requirements, Path(plan.wheelhouse), images.image_id(plan.image), progress,
+                              lambda code, out, lines, shown: images.build_wheelhouse(plan.image, code, out, lines,
+                                                                                      shown), warn=warn)
     except DockerUnavailable as err:
         why = err.message
     if why is not None:
@@ -582,28 +583,23 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
     `python` ("py38"; default: the newest the SDK lists for that version), saying so when it differs
     (`emulator.training_images.frameworks`). `for_file` (a YAML spec or a CreateTrainingJob request,
     checked as `run` checks it, its S3 URIs under `s3_root`) builds the image that job would run
-    (`emulator.training_images.prebuild`)."""
-    from emulator.backend.docker_parts import connect
-
+    (`emulator.run.prebuild`)."""
     if for_file is not None:
         if framework is not None or python is not None or variant != DEFAULT_VARIANT:
             raise UsageError("--for names the image by its job: it goes without --variant, --framework and --python",
                              hint="hetero-emu image build --for job.yaml")
         return prebuild.build_for(load(for_file, s3_root=s3_root).image_uri, rebuild=rebuild, progress=progress,
                                   verbose=verbose)
+    steps = as_step_reporter(progress, verbose)
     if framework is not None:
-        from emulator.backend.framework_build import build_framework_image
-
         # Usage errors before the engine is asked; huggingface-pytorch:4.36 is a Hugging Face image.
         target = huggingface.build_target(framework, python) or frameworks.choose(
             *frameworks.parse_framework(framework), python)
         for line in (target.python_note() if target.substituted else None, target.horovod_missing()):
             if line is not None:
-                as_step_reporter(progress, verbose).info(line)
-        return build_framework_image(connect(), target, rebuild=rebuild, progress=progress, verbose=verbose)
+                steps.info(line)
+        return prebuild.engine_images().build_framework_image(target, steps, rebuild=rebuild)
     if python is not None:
         raise UsageError("--python goes with --framework", hint="e.g. --framework pytorch:1.11 --python py38")
-    from emulator.backend.image_build import build_image as build
-
-    recipe = load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
-    return build(connect(), recipe, rebuild=rebuild, progress=progress, verbose=verbose)
+    load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
+    return prebuild.engine_images().build_recipe_image(variant, steps, rebuild=rebuild)

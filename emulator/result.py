@@ -90,7 +90,7 @@ class JobResult:
     transitions: tuple[dict[str, Any], ...] = ()
     # The containers and network were left in place, stopped (--keep, or --keep-on-failure on a failure).
     kept: bool = False
-    # Which image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
+    # Which image stood in for the one the job named, and on which Python (emulator.training_images.ecr_images).
     image_notes: tuple[str, ...] = ()
     # The host whose failure failed the job, as `algo-2 (dnn_group)`: the emulator's own note beside
     # the service's FailureReason, which names no host.

@@ -5,6 +5,10 @@ backend/docker.py, and `swarm`: backend/swarm.py). It must
 
 - implement every member of the `Backend` protocol below (its docstrings say what each must do;
   asked for what its capabilities lack, a member raises an EmulatorError saying so);
+- give its images as `images`: the image capability (`emulator.backend.images.Images`: what the
+  engine has and builds, the default image, framework images, a job's wheelhouse), a contract of its
+  own beside this one, which holds only what an engine is (networks, containers, exec, logs, its
+  machine);
 - declare its `capabilities`, a `Capabilities` record of what it may lack (building images on this
   machine, probing the ulimits it refuses, publishing a port, passing a device, running a command in
   a stopped host): callers ask that record, never the class, before using such a member;
@@ -17,8 +21,9 @@ backend/docker.py, and `swarm`: backend/swarm.py). It must
   (`emulator.run.runner`, `emulator.api`, `emulator.planning.launchers`, `emulator.state.job_records`).
 
 The same job gives the same outcome on every engine: tests/swarm/test_engine_contract.py runs each
-test on both, and asserts that every registered engine satisfies this protocol. Everything above it
-is tested against an in-memory engine (tests/support/fake_backend.py) instead of stacks of mock.patch.
+test on both, and asserts that every registered engine satisfies this protocol (and its images theirs).
+Everything above it is tested against an in-memory engine (tests/support/fake_backend.py) instead of
+stacks of mock.patch.
 A second engine is one module and one `register` call. Only modules of `emulator.backend` import
 docker-py (the engines and the parts they share, image builds and copies, the watcher).
 """
@@ -31,8 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
+    from emulator.backend.images import Images
     from emulator.planning.container import Ulimit
     from emulator.planning.hardware import Machine
     from emulator.planning.plan import HostPlan, Plan
@@ -40,7 +44,6 @@ if TYPE_CHECKING:
     # Only named in annotations: the watcher process (backend/reaper.py) imports this package and
     # starts faster without the plan and spec modules.
     from emulator.reports.console import Reporter
-    from emulator.training_images.frameworks import FrameworkImage
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,8 @@ class Capabilities:
     Each is a fact of the engine, the same for every run; asked to do what it lacks, an engine raises
     an EmulatorError saying so (a port or a device on the swarm: UsageError, before anything starts)."""
 
-    # `build_default_image`, `build_framework_image` and `build_recipe_image` build on this machine's
-    # engine, so `run` builds a missing image instead of failing with ImageMissing.
+    # The builds of its `images` (`build_default_image`, `build_framework_image`, `build_recipe_image`)
+    # may be asked for, so `run` builds a missing image instead of failing with ImageMissing.
     builds_images: bool = False
     # `refused_ulimits` asks the engine which of the plan's ulimits it cannot give; without it, every
     # ulimit is given as planned.
@@ -127,33 +130,15 @@ class Backend(Protocol):
     def ping(self) -> None:
         """Raise DockerUnavailable if no engine answers."""
 
-    def build_default_image(self, reporter: Reporter) -> None:
-        """Build the default training image offline, reporting to `reporter` (`capabilities.builds_images`)."""
-
-    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
-        """Build a framework image offline, reporting to `reporter` (`capabilities.builds_images`)."""
-
-    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
-        """Build the image of a recipe of images/ offline, reporting to `reporter` (`capabilities.builds_images`)."""
+    @property
+    def images(self) -> Images:
+        """The engine's images: what it has and what it builds (backend/images.py: a capability of
+        its own, with its own contract)."""
 
     def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
         """The ulimits of `wanted` this engine cannot give the job's containers, which it then runs
         without them (`capabilities.probes_ulimits`; may start a throwaway container, whose verdict
         the engine remembers)."""
-
-    def image_present(self, image: str) -> bool: ...
-
-    def image_labels(self, image: str) -> Mapping[str, str] | None:
-        """The image's labels ({} when it has none), None when the engine has no such image."""
-
-    def image_id(self, image: str) -> str:
-        """The id of an image the engine has."""
-
-    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
-                         shown: str) -> None:
-        """Resolve the requirements.txt in `code` against `image` (its Python, what it already has) with
-        the package index reachable, and write the wheels it lacks into `out`; WheelhouseError naming
-        the requirement, the Python and why (`shown` names the file)."""
 
     def prepare(self, plan: Plan, reporter: Reporter, grace: float) -> None:
         """Once the job folder is staged and before anything is created: ready the engine's machines
@@ -244,27 +229,40 @@ class ExecIO:
 def contract_problems(engine: object) -> list[str]:
     """What an engine (an instance, as `emulator.backend.registry.engine` makes it: no engine is
     asked) lacks of the contract: a `Backend` member it does not have, or has with other parameters,
-    and `capabilities` that are not a `Capabilities` record. [] when it has it all (the
+    `capabilities` that are not a `Capabilities` record, and what its `images` lack of the image
+    capability (`emulator.backend.images.Images`), named `images.<member>`. [] when it has it all (the
     check tests/swarm/test_engine_contract.py makes of every registered engine, and a new engine's
     author can make of theirs)."""
-    import inspect
+    from emulator.backend.images import Images
 
     problems = []
     if not isinstance(getattr(engine, "capabilities", None), Capabilities):
         problems.append("capabilities: not a Capabilities record")
-    for name, member in vars(Backend).items():
-        if name.startswith("_") or name == "capabilities":
+    problems += _members_lacking(engine, Backend, skip={"capabilities"})
+    images = getattr(engine, "images", None)
+    if images is not None:
+        problems += [f"images.{problem}" for problem in _members_lacking(images, Images, skip=set())]
+    return problems
+
+
+def _members_lacking(found: object, protocol: type, skip: set[str]) -> list[str]:
+    """The members of `protocol` (but `skip`) that `found` lacks, or has with other parameters."""
+    import inspect
+
+    problems = []
+    for name, member in vars(protocol).items():
+        if name.startswith("_") or name in skip:
             continue
         if isinstance(member, property):
-            if not hasattr(engine, name):
+            if not hasattr(found, name):
                 problems.append(f"{name}: missing")
         elif callable(member):
-            found = getattr(engine, name, None)
-            if not callable(found):
+            given_member = getattr(found, name, None)
+            if not callable(given_member):
                 problems.append(f"{name}(): missing")
                 continue
             wanted = [(p.name, p.kind) for p in inspect.signature(member).parameters.values()][1:]  # without self
-            given = [(p.name, p.kind) for p in inspect.signature(found).parameters.values()]
+            given = [(p.name, p.kind) for p in inspect.signature(given_member).parameters.values()]
             if given != wanted:
                 problems.append(f"{name}(): takes ({', '.join(n for n, _ in given)}), the contract says "
                                 f"({', '.join(n for n, _ in wanted)})")

@@ -1,7 +1,7 @@
 """The Docker engine (`--engine docker`, the default): a job's hosts as containers of this machine's
 engine, on a bridge network of the job's own, through docker-py. What it shares with the swarm engine
-(images, the watcher, exec in a running container) is in backend/docker_parts.py; the few raw HTTP
-calls in backend/docker_http.py."""
+(the watcher, exec in a running container) is in backend/docker_parts.py, its images (`images`) in
+backend/docker_images.py; the few raw HTTP calls in backend/docker_http.py."""
 
 from __future__ import annotations
 

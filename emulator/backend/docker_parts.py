@@ -2,8 +2,6 @@
 a swarm), each engine holding its own and neither a kind of the other:
 
 - `connect` to an engine, `together` (an action on many items at once), `demultiplex` an output stream;
-- `LocalImages`: the image questions and builds, on this machine's engine (the swarm copies the image
-  from there to its nodes);
 - `Tracker`: what a run created and has not removed yet, told to the watcher (backend/reaper.py);
 - `exec_running`: a command in a running container, through whichever engine runs it;
 - `probe_ulimits`: whether an engine starts a container with some ulimits (backend/ulimits.py);
@@ -26,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -35,6 +33,7 @@ import requests
 from emulator.backend import ExecIO, Resource, ulimits
 from emulator.backend.calls import first_line, interrupts_deferred
 from emulator.backend.docker_http import raw_socket
+from emulator.backend.docker_images import LocalImages
 from emulator.backend.engine_memory import EngineMemory
 from emulator.backend.liveness import current_driver
 from emulator.backend.networks import NetworkStuck
@@ -43,11 +42,6 @@ from emulator.errors import DockerUnavailable, EnvironmentProblem
 from emulator.planning.container import Ulimit
 from emulator.planning.hardware import Machine
 from emulator.planning.plan import LABEL_DRIVER, Plan
-from emulator.training_images.image_recipes import load_recipe
-
-if TYPE_CHECKING:
-    from emulator.reports.console import Reporter
-    from emulator.training_images.frameworks import FrameworkImage
 
 # Enough to start 16 hosts at once without one thread per container on a 2-core machine; the engine
 # serialises part of the work anyway.
@@ -91,67 +85,6 @@ def lost_engine(err: BaseException) -> DockerUnavailable:
     """What a run says when its engine stops answering mid-job (exit code 3)."""
     return DockerUnavailable(f"the Docker engine stopped answering: {first_line(err)}",
                              hint="check the daemon; `hetero-emu clean` removes what is left")
-
-
-class LocalImages:
-    """The images of this machine's engine (`client()`, asked on first use): whether one is there, its
-    labels and id, and the builds (the default image, a framework image, a job's wheelhouse)."""
-
-    def __init__(self, client: Callable[[], docker.DockerClient]) -> None:
-        self._client = client
-        self._labels_seen: dict[str, dict[str, str]] = {}
-
-    def present(self, image: str) -> bool:
-        labels = self._inspect_labels(image)
-        if labels is not None:
-            # A run asks for the labels right after (runner.ensure_image): one inspect does for both.
-            self._labels_seen[image] = labels
-        return labels is not None
-
-    def labels(self, image: str) -> Mapping[str, str] | None:
-        seen = self._labels_seen.pop(image, None)  # once: a later run sees a rebuilt image's labels
-        return seen if seen is not None else self._inspect_labels(image)
-
-    def _inspect_labels(self, image: str) -> dict[str, str] | None:
-        try:
-            return dict(self._client().images.get(image).labels or {})
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.APIError as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
-
-    def image_id(self, image: str) -> str:
-        """The id of an image the engine has (a wheelhouse is resolved against exactly it)."""
-        try:
-            return str(self._client().images.get(image).id)
-        except docker.errors.DockerException as err:
-            raise EnvironmentProblem(f"cannot inspect image {image}: {first_line(err)}") from None
-
-    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
-                         shown: str) -> None:
-        """Resolve a job's requirements.txt in a container of its image that reaches the package index,
-        into `out` (emulator.backend.index_container.build_wheelhouse)."""
-        from emulator.backend.index_container import build_wheelhouse
-
-        build_wheelhouse(self._client(), image, code, out, progress, shown)
-
-    def build_default_image(self, reporter: Reporter) -> None:
-        """Build the default training image offline, reporting progress (`run` does this when missing)."""
-        from emulator.backend.image_build import build_default_image
-
-        build_default_image(self._client(), progress=reporter)
-
-    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
-        """Build a framework image offline, reporting progress (`run` does this when it is missing)."""
-        from emulator.backend.framework_build import build_framework_image
-
-        build_framework_image(self._client(), framework, progress=reporter)
-
-    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
-        """Build the image of a recipe of images/ offline, reporting progress (`run` does this when missing)."""
-        from emulator.backend.image_build import build_image
-
-        build_image(self._client(), load_recipe(variant), progress=reporter)
 
 
 class Tracker:
@@ -230,14 +163,15 @@ class Tracker:
 
 class SharedMembers:
     """What both engines hold alike: this machine's engine (`client`, connected on first use) and its
-    images (`LocalImages`), what each run created (`Tracker`: its watcher reaches the engine with
-    `reaper_environment()`), where the engine keeps what it learns (`memory`: the state folder by
+    images (`images`: backend/docker_images.py), what each run created (`Tracker`: its watcher reaches
+    the engine with `reaper_environment()`), where the engine keeps what it learns (`memory`: the state folder by
     default), the streams that broke, and whether the engine stopped answering."""
 
     def __init__(self, client: docker.DockerClient | None, memory: EngineMemory | None) -> None:
         self._client = client
         self._memory = memory or EngineMemory()
-        self._images = LocalImages(lambda: self.client)
+        # The image capability (backend/images.py): this machine's engine's images, for both engines.
+        self.images = LocalImages(lambda: self.client)
         self._tracker = Tracker(self.reaper_environment)
         self.stream_errors: dict[str, str] = {}
         # Set once the engine stopped answering mid-job: removal is then left to the watcher
@@ -263,28 +197,6 @@ class SharedMembers:
         except (docker.errors.APIError, requests.exceptions.RequestException) as err:
             raise self._lost_engine(err) from None
         return machine_of(info, shutil.which, _list_gpus)
-
-    def build_default_image(self, reporter: Reporter) -> None:
-        self._images.build_default_image(reporter)
-
-    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
-        self._images.build_framework_image(framework, reporter)
-
-    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
-        self._images.build_recipe_image(variant, reporter)
-
-    def image_id(self, image: str) -> str:
-        return self._images.image_id(image)
-
-    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
-                         shown: str) -> None:
-        self._images.build_wheelhouse(image, code, out, progress, shown)
-
-    def image_present(self, image: str) -> bool:
-        return self._images.present(image)
-
-    def image_labels(self, image: str) -> Mapping[str, str] | None:
-        return self._images.labels(image)
 
     def guard(self, plan: Plan) -> AbstractContextManager[None]:
         return self._tracker.guard(plan)

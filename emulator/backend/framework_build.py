@@ -128,13 +128,10 @@ def build_framework_image(
 ) -> image_build.BuildReport:
     """Build `target`'s image, or do nothing when it is up to date (built=False). `rebuild` redoes the
     install step (the rootfs, pip's cache and Horovod's wheel stay cached). Raises ImageBuildError,
-    naming the build's log file. A Hugging Face image is its framework image and a layer
-    (`emulator.backend.huggingface_build`)."""
+    naming the build's log file. A Hugging Face image is its framework image and a layer, built by
+    `emulator.backend.huggingface_build` (`emulator.backend.docker_images.LocalImages` picks which)."""
     if target.huggingface is not None:
-        from emulator.backend.huggingface_build import build_huggingface_image
-
-        return build_huggingface_image(client, target, rebuild=rebuild, progress=progress, cache_dir=cache_dir,
-                                       verbose=verbose)
+        raise ImageBuildError(f"{target.tag} is a Hugging Face image", hint="build it with huggingface_build")
     steps = as_step_reporter(progress, verbose)
     cache = (cache_dir or default_cache_dir()).expanduser()
     want = recipe_hash(target)

@@ -41,6 +41,9 @@ import docker.errors
 import requests
 
 from emulator.backend.docker_http import read_timeout
+
+# What every build returns, part of the image capability's contract; its name stays importable here.
+from emulator.backend.images import BuildReport as BuildReport
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
 from emulator.reports.progress import LogFile, StepReporter, Task, as_step_reporter, new_log
@@ -101,19 +104,6 @@ SECURITY_MIRROR_ENV = "HETERO_EMU_DEBIAN_SECURITY_MIRROR"
 _STEPS = 4
 #: `Step 3/12 : RUN ...`: the classic builder's progress through the Dockerfile.
 _DOCKERFILE_STEP = re.compile(r"^Step (\d+)/(\d+) :")
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What `build_image` did: `built` is False when the image was already up to date."""
-
-    image: str
-    built: bool
-    seconds: float
-    size_bytes: int
-    steps: tuple[str, ...]
-    #: Seconds spent waiting for another build (another process) to finish first; None: no wait.
-    waited_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from emulator.backend import pip_output
 from emulator.backend.calls import first_line
 from emulator.backend.docker_http import read_timeout
 from emulator.errors import EnvironmentProblem
@@ -272,14 +273,12 @@ def build_wheelhouse(client: docker.DockerClient, image: str, code: Path, out: P
                      progress: Callable[[str], None], shown: str) -> None:
     """Resolve the requirements.txt in `code` in a container of `image` (which reaches the index) and
     put the wheels of what the image lacks into `out`. WheelhouseError naming the requirement, the
-    image's Python and why (emulator.run.wheelhouse.pip_failure)."""
-    from emulator.run import wheelhouse
-
-    said = wheelhouse.ResolveLines(image, progress)
+    image's Python and why (emulator.backend.pip_output.pip_failure)."""
+    said = pip_output.ResolveLines(image, progress)
     package = (code / "setup.py").is_file()
     outcome = run(client, image, ["sh", "-c", _WRAPPER, _RESOLVE, OUT, "1" if package else "0"],
                   environment={}, binds={str(code): {"bind": "/opt/ml/code", "mode": "ro"},
                                          str(out): {"bind": OUT, "mode": "rw"}},
                   on_line=said, tail_lines=1, working_dir="/opt/ml/code")
     if outcome.exit_code != 0:
-        raise wheelhouse.failure(shown, said.lines, said.python, outcome.exit_code)
+        raise pip_output.failure(shown, said.lines, said.python, outcome.exit_code)

@@ -18,8 +18,9 @@ What differs from one machine, and why:
   been read to the end: `service logs` disappears with the service.
 - A host has no fixed address: names resolve through the overlay's DNS while the host's task exists.
 
-What it shares with the Docker engine (the images on this machine, the watcher, exec in a running
-container, the ulimit probe) it holds as parts (backend/docker_parts.py), not as a kind of Docker engine.
+What it shares with the Docker engine (the images on this machine, backend/docker_images.py; the
+watcher, exec in a running container, the ulimit probe) it holds as parts (backend/docker_parts.py),
+not as a kind of Docker engine.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 from emulator.backend import Backend, ContainerState, Resource
 from emulator.backend.registry import engine
 from emulator.defaults import DEFAULT_ENGINE
@@ -49,6 +48,7 @@ from emulator.run import attempts, hostfiles, staging, warm_pools
 from emulator.run.attempts import Injection
 from emulator.state import blocking, job_records
 from emulator.state.job_records import JobRecord
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
@@ -170,7 +170,7 @@ class TrainingJobs:
         """Whether the engine has an image of this name; False when no engine answers (the driver then
         says so)."""
         try:
-            return engine(self.engine_name).image_present(name)
+            return engine(self.engine_name).images.present(name)
         except EmulatorError:
             return False
 

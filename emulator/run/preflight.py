@@ -18,8 +18,9 @@ from emulator.planning.launchers import launcher_hint, missing_launchers
 from emulator.planning.plan import Plan
 from emulator.reports.console import Reporter
 from emulator.run import build_status, wheelhouse
-from emulator.training_images.frameworks import FrameworkImage, for_tag
+from emulator.training_images.frameworks import FrameworkImage
 from emulator.training_images.image_recipes import all_launchers, load_recipe, variant_for_tag
+from emulator.training_images.stand_ins import for_tag
 
 
 class Preflight:
@@ -28,8 +29,8 @@ class Preflight:
     when `options.build_image`."""
 
     def __init__(self, plan: Plan, backend: Backend, reporter: Reporter, options: RunOptions,
-                 image_builder: Callable[[Reporter], None] | None,
-                 framework_builder: Callable[[FrameworkImage, Reporter], None] | None) -> None:
+                 image_builder: Callable[[Reporter], object] | None,
+                 framework_builder: Callable[[FrameworkImage, Reporter], object] | None) -> None:
         self.plan = plan
         self.backend = backend
         self.reporter = reporter
@@ -39,13 +40,13 @@ class Preflight:
 
     def ensure_image(self) -> None:
         self.find_image()
-        problem = missing_launchers(self.plan.spec, self.plan.image, self.backend.image_labels(self.plan.image))
+        problem = missing_launchers(self.plan.spec, self.plan.image, self.backend.images.labels(self.plan.image))
         if problem is not None:
             raise ImageMissing(problem, hint=launcher_hint(self.plan.spec))
 
     def find_image(self) -> None:
         image = self.plan.image
-        if self.backend.image_present(image):
+        if self.backend.images.present(image):
             return
         framework = for_tag(image)
         if framework is not None:
@@ -100,7 +101,7 @@ class Preflight:
             raise ImageMissing(f"image {image} is not in the Docker engine", hint=f"build it with `{command}`")
         self.reporter.step(f"the image {image} is missing: building it from its recipe {variant}")
         with self.build_said(image) as reporter:
-            self.backend.build_recipe_image(variant, reporter)
+            self.backend.images.build_recipe_image(variant, reporter)
 
     def build_said(self, image: str) -> contextlib.AbstractContextManager[Reporter]:
         """The reporter a build of `image` reports to: the console, and for a job CreateTrainingJob recorded
@@ -121,9 +122,9 @@ class Preflight:
         self.reporter.step("requirements.txt: wheels for the hosts' pip (no package index in the containers)")
 
         def build(code: Path, out: Path, progress: Callable[[str], None], shown: str) -> None:
-            self.backend.build_wheelhouse(image, code, out, progress, shown)
+            self.backend.images.build_wheelhouse(image, code, out, progress, shown)
 
-        wheelhouse.ensure(requirements, Path(folder), self.backend.image_id(image), self.reporter.info, build,
+        wheelhouse.ensure(requirements, Path(folder), self.backend.images.image_id(image), self.reporter.info, build,
                           warn=self.reporter.warn)
 
     def check_leftovers(self) -> None:

@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.backend import Backend, ContainerState, Resource
 from emulator.errors import (
     DockerUnavailable,
@@ -67,6 +66,7 @@ from emulator.run.journal import FINAL_MESSAGES, StatusJournal
 from emulator.run.logs import LogCollector
 from emulator.run.mpi_wait import WorkerWait
 from emulator.run.preflight import Preflight
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.training_images.frameworks import FrameworkImage
 
 if TYPE_CHECKING:
@@ -145,8 +145,8 @@ def run_job(
     backend: Backend | None = None,
     reporter: Reporter | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-    image_builder: Callable[[Reporter], None] | None = None,
-    framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
+    image_builder: Callable[[Reporter], object] | None = None,
+    framework_builder: Callable[[FrameworkImage, Reporter], object] | None = None,
     aws_endpoint: job_aws.EndpointFactory | None = None,
 ) -> JobResult:
     """Plan and run one job as `options` say (`emulator.options.RunOptions`; default: `hetero-emu run`'s
@@ -162,16 +162,16 @@ def run_job(
 
         backend = engine()
         if image_builder is None and backend.capabilities.builds_images:
-            image_builder = backend.build_default_image
+            image_builder = backend.images.build_default_image
     if framework_builder is None and backend.capabilities.builds_images:
-        framework_builder = backend.build_framework_image
+        framework_builder = backend.images.build_framework_image
     if backend.capabilities.aws_gateway and aws_endpoint is not None and not spec.enable_network_isolation:
         # Staging the job's AWS files makes its certificates with cryptography, ~35 ms to import:
         # imported while the engine answers what it has (below) instead of while staging.
         threading.Thread(target=importlib.import_module, args=("emulator.aws.job_endpoint",),
                          name="preload-job-aws", daemon=True).start()
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
-    spec = with_image(spec, images, backend.image_present)
+    spec = with_image(spec, images, backend.images.present)
     seed = choose_seed(options.host_order, options.seed)
     options = replace(options, seed=seed)
     if options.inject and (found := attempts.problems(options.inject, spec.max_run, spec.use_spot_instances)):
@@ -217,8 +217,8 @@ class Run:
         reporter: Reporter,
         options: RunOptions,
         now: Callable[[], datetime],
-        image_builder: Callable[[Reporter], None] | None = None,
-        framework_builder: Callable[[FrameworkImage, Reporter], None] | None = None,
+        image_builder: Callable[[Reporter], object] | None = None,
+        framework_builder: Callable[[FrameworkImage, Reporter], object] | None = None,
         aws_endpoint: job_aws.EndpointFactory | None = None,
     ) -> None:
         self.plan = plan

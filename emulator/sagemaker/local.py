@@ -18,7 +18,6 @@ import boto3
 
 from emulator.aws import stub
 from emulator.aws.cloudwatch import CloudWatch
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP
 from emulator.aws.iam import IAM
 from emulator.aws.logs import Logs
 from emulator.aws.s3 import S3
@@ -31,6 +30,7 @@ from emulator.jobspec.request import ANY_PATH, HostPaths
 from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.run import build_status
 from emulator.run.attempts import parse_injection
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP
 
 DEFAULT_REGION = "us-west-2"
 

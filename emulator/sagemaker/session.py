@@ -35,9 +35,9 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.jobs.service import FINAL, driver_log
 from emulator.reports.console import ConsoleReporter
+from emulator.run import prebuild
 from emulator.run.tail import LogTail
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
-from emulator.training_images import prebuild
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.

@@ -27,8 +27,8 @@ from sagemaker.core.utils.logs import CloudWatchLogsClient
 
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
+from emulator.run import prebuild
 from emulator.sagemaker.local import LogsWithWarnings, local_aws, telemetry_off
-from emulator.training_images import prebuild
 
 
 class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped

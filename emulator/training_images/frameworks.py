@@ -43,7 +43,8 @@ TRAINING_MODULES: dict[str, str] = {
 #: Distribution launchers each framework image carries besides mpirun and sshd.
 EXTRA_LAUNCHERS: dict[str, tuple[str, ...]] = {"pytorch": ("torchrun",), "tensorflow": ()}
 LOCAL_REPOSITORY = "hetero-emu/{repository}"
-#: AWS's Hugging Face images (huggingface-pytorch-training...) stand in through `emulator.training_images.huggingface`.
+#: AWS's Hugging Face images (huggingface-pytorch-training...) stand in through `emulator.training_images.huggingface`
+#: (`emulator.training_images.stand_ins` tells them from the others by it).
 HUGGINGFACE_PREFIX = "huggingface-"
 #: How the frameworks are named in messages.
 NAMES: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
@@ -250,14 +251,11 @@ def aws_packages(framework: str, version: str, python: str) -> tuple[str, ...]:
 
 def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
     """The framework image for an ECR name's repository and tag (`pytorch-training`, `1.11.0-gpu-py38`),
-    None when no image can stand in for it here (another repository, a tag of another shape, a version
-    before the table's, or one whose wheels are for no Python this machine has: `no_stand_in` says
-    why), so that only a real image, loaded or mapped, runs it. Raises UsageError when the version
-    could run here but the tag names a Python SageMaker never released it for (as `choose`)."""
-    if repository.startswith(HUGGINGFACE_PREFIX):
-        from emulator.training_images import huggingface
-
-        return huggingface.from_ecr(repository, tag)
+    None when no image can stand in for it here (another repository, a Hugging Face one included: see
+    `emulator.training_images.stand_ins`; a tag of another shape, a version before the table's, or one
+    whose wheels are for no Python this machine has: `no_stand_in` says why), so that only a real
+    image, loaded or mapped, runs it. Raises UsageError when the version could run here but the tag
+    names a Python SageMaker never released it for (as `choose`)."""
     framework = next((f for f, repo in FRAMEWORKS.items() if repo == repository), None)
     match = _ECR_TAG.fullmatch(tag)
     if framework is None or match is None:
@@ -275,10 +273,6 @@ def from_ecr(repository: str, tag: str) -> FrameworkImage | None:
 def no_stand_in(repository: str, tag: str) -> str:
     """Why no framework image stands in for an ECR repository and tag (`from_ecr` gave None): the
     versions stand-ins exist for and, for a version the table knows, the Pythons its wheels are for."""
-    if repository.startswith(HUGGINGFACE_PREFIX):
-        from emulator.training_images import huggingface
-
-        return huggingface.no_stand_in(repository, tag)
     firsts = {f: runnable_versions(f)[0] for f in FRAMEWORKS}
     why = ("stand-ins are built for AWS's " + " and ".join(
         f"{FRAMEWORKS[f]} images from {NAMES[f]} {'.'.join(v.split('.')[:2])}" for f, v in firsts.items()))
@@ -295,11 +289,8 @@ def no_stand_in(repository: str, tag: str) -> str:
 
 def for_tag(tag: str) -> FrameworkImage | None:
     """The framework image a local tag names (`hetero-emu/pytorch-training:1.11.0-py39`), None for any
-    other tag: what a job that names it directly builds when it is missing."""
-    if tag.startswith(LOCAL_REPOSITORY.format(repository=HUGGINGFACE_PREFIX)):
-        from emulator.training_images import huggingface
-
-        return huggingface.for_tag(tag)
+    other tag, a Hugging Face image's included (`emulator.training_images.stand_ins.for_tag` knows
+    those too): what a job that names it directly builds when it is missing."""
     repository, _, version_py = tag.partition(":")
     framework = next((f for f, repo in FRAMEWORKS.items()
                       if repository == LOCAL_REPOSITORY.format(repository=repo)), None)

@@ -63,10 +63,12 @@ print("HF_JSON " + json.dumps({
 def huggingface_image(docker_client: docker.DockerClient) -> str:
     """The Hugging Face image of transformers 4.36.0 on PyTorch 2.1.0 (built unless up to date; scripts/test.sh
     builds it once per machine)."""
-    from emulator.backend.framework_build import build_framework_image
+    from emulator.backend.docker_images import LocalImages
+    from emulator.reports.progress import as_step_reporter
 
     target = huggingface.choose("pytorch", "4.36.0", "2.1.0", "py310")
-    return str(build_framework_image(docker_client, target, progress=lambda m: None).image)
+    images = LocalImages(lambda: docker_client)
+    return str(images.build_framework_image(target, as_step_reporter(lambda m: None)).image)
 
 
 def test_the_sdks_hugging_face_estimator_trains_offline_on_the_stand_in(

@@ -120,7 +120,7 @@ def test_the_guides_pytorch_estimator_runs_with_each_channel_on_its_group(
     # The framework's ECR image as the SDK resolved it; the local image that ran it beside it.
     assert described["AlgorithmSpecification"]["TrainingImage"].endswith("/pytorch-training:2.1.0-gpu-py310")
     # Not in the engine, the PyTorch estimator's image is stood in for by the framework image of that
-    # version on the nearest Python (emulator/aws/ecr_images.py), and the job says so.
+    # version on the nearest Python (emulator/training_images/ecr_images.py), and the job says so.
     assert emulated["Emulator"]["Image"] == PYTORCH_IMAGE
     assert emulated["Emulator"]["StandIn"]["For"] == described["AlgorithmSpecification"]["TrainingImage"]
     note = "pytorch 2.1.0 py310: running on Python 3.11 (Debian has no 3.10)"

@@ -24,7 +24,7 @@ import pytest
 from test_seed_clusters import GUIDE_B_HOSTS, PROBE, PROBE_CHANNELS_AND_MODEL, assert_guide_b_host, log_tagged
 
 # The guide's image is an AWS PyTorch image, which runs as the framework image of PyTorch 2.1.0 on
-# Python 3.11 (emulator/aws/ecr_images.py).
+# Python 3.11 (emulator/training_images/ecr_images.py).
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "pytorch_image", "no_leftovers")]
 
 REPO = Path(__file__).resolve().parents[2]

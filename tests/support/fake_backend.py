@@ -13,8 +13,9 @@ A runner that keeps polling for `give_up_after` seconds (default 20) gets an Ass
 `states()` instead of hanging the session.
 
 It implements the whole engine contract (emulator.backend: the `Backend` protocol and its
-`Capabilities`); what it may lack is chosen per test: building images (`builds_images`: a build only
-adds the image's name) and ulimits it refuses (`refused_ulimits`: it then probes them).
+`Capabilities`, and its `images`, a `FakeImages`: the image capability of emulator/backend/images.py);
+what it may lack is chosen per test: building images (`builds_images`: a build only adds the image's
+name) and ulimits it refuses (`refused_ulimits`: it then probes them).
 
 The fake is strict where Docker is: a bind mount whose source is missing, a network or container
 name that already exists, starting an unknown container all raise. A network named in `stuck_networks`
@@ -33,18 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource
+from emulator.backend.images import BuildReport
 from emulator.backend.networks import NetworkStuck
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
 from emulator.planning.container import Ulimit
 from emulator.planning.hardware import Machine
 from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
-from emulator.reports.console import Reporter
+from emulator.reports.progress import StepReporter
 from emulator.run.logs import STDERR, STDOUT
 from emulator.training_images.frameworks import FrameworkImage
 from emulator.training_images.image_recipes import load_recipe
 
 SIGTERM_EXIT = 143
+FAKE_IMAGE_SIZE = 1000  # bytes: what `images.size` says of every image the fake engine has
 SIGKILL_EXIT = 137
 
 
@@ -102,6 +105,79 @@ class StopCall:
     running: tuple[str, ...]  # which of `names` were running when stop() was called
 
 
+class FakeImages:
+    """Implements emulator.backend.images.Images in memory: the images a FakeBackend has (`names`; `add`
+    one as a build or a `docker load` would) and their labels, the builds and wheelhouses asked for.
+    Every call goes to the engine's call log (`record`), named `images.<member>`."""
+
+    def __init__(self, names: Iterable[str], labels_of: Mapping[str, Mapping[str, str]], builds: bool,
+                 record: Callable[..., None]) -> None:
+        self.names = set(names)
+        # image -> its labels (the images this project builds say which launchers they carry)
+        self.labels_of = dict(labels_of)
+        self.builds = builds
+        self._record = record
+        self.built: list[str] = []  # the images the build_* members built
+        # build_wheelhouse: each call's image; a failure to raise instead of writing wheels; the id each
+        # image has (bump it to stand for a rebuilt image).
+        self.wheelhouse_builds: list[str] = []
+        self.wheelhouse_failure: BaseException | None = None
+        self.image_ids: dict[str, str] = {}
+
+    def add(self, image: str) -> None:
+        self.names.add(image)
+
+    def present(self, image: str) -> bool:
+        self._record("images.present", image)
+        return image in self.names
+
+    def labels(self, image: str) -> dict[str, str] | None:
+        self._record("images.labels", image)
+        return dict(self.labels_of.get(image, {})) if image in self.names else None
+
+    def image_id(self, image: str) -> str:
+        self._record("images.image_id", image)
+        return self.image_ids.get(image, f"sha256:id-of-{image}")
+
+    def size(self, image: str) -> int:
+        self._record("images.size", image)
+        return FAKE_IMAGE_SIZE if image in self.names else 0
+
+    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
+                         shown: str) -> None:
+        """Like pip in the image: one wheel per `name==version` line of the code's requirements.txt."""
+        self._record("images.build_wheelhouse", image)
+        self.wheelhouse_builds.append(image)
+        if self.wheelhouse_failure is not None:
+            raise self.wheelhouse_failure
+        for line in (code / "requirements.txt").read_text().splitlines():
+            if line.strip() and not line.startswith(("#", "-")):
+                name, version = line.strip().split("==")
+                progress(f"  Collecting {line.strip()}")
+                (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
+
+    def build_default_image(self, progress: StepReporter, *, rebuild: bool = False) -> BuildReport:
+        return self._build(DEFAULT_IMAGE, rebuild)
+
+    def build_framework_image(self, framework: FrameworkImage, progress: StepReporter, *,
+                              rebuild: bool = False) -> BuildReport:
+        return self._build(framework.tag, rebuild)
+
+    def build_recipe_image(self, variant: str, progress: StepReporter, *, rebuild: bool = False) -> BuildReport:
+        return self._build(load_recipe(variant).tag, rebuild)
+
+    def _build(self, image: str, rebuild: bool) -> BuildReport:
+        """As a real build: only what is missing (or asked again with `rebuild`) is built."""
+        self._record("images.build", image)
+        if not self.builds:
+            raise UsageError("this fake engine builds no images (FakeBackend(builds_images=True) does)")
+        if image in self.names and not rebuild:
+            return BuildReport(image, False, 0.0, FAKE_IMAGE_SIZE, ())
+        self.built.append(image)
+        self.names.add(image)
+        return BuildReport(image, True, 0.0, FAKE_IMAGE_SIZE, (f"built {image}",))
+
+
 class FakeBackend:
     """Implements emulator.backend.Backend in memory."""
 
@@ -132,11 +208,8 @@ class FakeBackend:
         # A log file that could not be written, by container (a test sets it; the Docker engine's
         # stream reader does).
         self.stream_errors: dict[str, str] = {}
-        self.built: list[str] = []  # the images build_default_image / build_framework_image built
         self.scripts = dict(scripts or {})
-        self.images = set(images)
-        # image -> its labels (the images this project builds say which launchers they carry)
-        self.labels_of = dict(labels_of or {})
+        self.images = FakeImages(images, labels_of or {}, builds_images, self._record)
         self.engine_up = engine_up
         self.fail_create = dict(fail_create or {})
         self.interrupt_on_states_call = interrupt_on_states_call
@@ -166,11 +239,6 @@ class FakeBackend:
         # command answers: its exit code and output, by the command's first word (default: 0, none).
         self.exec_calls: list[tuple[str, tuple[str, ...], bool]] = []
         self.exec_answers: dict[str, tuple[int, bytes]] = {}
-        # build_wheelhouse: each call's image; a failure to raise instead of writing wheels; the id each
-        # image has (bump it to stand for a rebuilt image).
-        self.wheelhouse_builds: list[str] = []
-        self.wheelhouse_failure: BaseException | None = None
-        self.image_ids: dict[str, str] = {}
 
         self._lock = threading.RLock()
         self.containers: dict[str, FakeContainer] = {}  # what the fake engine holds now
@@ -224,52 +292,11 @@ class FakeBackend:
         if not self.engine_up:
             raise DockerUnavailable("no Docker engine answers: fake engine is down", hint="start it")
 
-    def image_present(self, image: str) -> bool:
-        self._record("image_present", image)
-        return image in self.images
-
-    def image_id(self, image: str) -> str:
-        self._record("image_id", image)
-        return self.image_ids.get(image, f"sha256:id-of-{image}")
-
-    def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
-                         shown: str) -> None:
-        """Like pip in the image: one wheel per `name==version` line of the code's requirements.txt."""
-        self._record("build_wheelhouse", image)
-        self.wheelhouse_builds.append(image)
-        if self.wheelhouse_failure is not None:
-            raise self.wheelhouse_failure
-        for line in (code / "requirements.txt").read_text().splitlines():
-            if line.strip() and not line.startswith(("#", "-")):
-                name, version = line.strip().split("==")
-                progress(f"  Collecting {line.strip()}")
-                (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
-
-    def build_default_image(self, reporter: Reporter) -> None:
-        self._build(DEFAULT_IMAGE)
-
-    def build_framework_image(self, framework: FrameworkImage, reporter: Reporter) -> None:
-        self._build(framework.tag)
-
-    def build_recipe_image(self, variant: str, reporter: Reporter) -> None:
-        self._build(load_recipe(variant).tag)
-
-    def _build(self, image: str) -> None:
-        self._record("build_image", image)
-        if not self.capabilities.builds_images:
-            raise UsageError("this fake engine builds no images (FakeBackend(builds_images=True) does)")
-        self.built.append(image)
-        self.images.add(image)
-
     def refused_ulimits(self, plan: Plan, wanted: Sequence[Ulimit]) -> set[Ulimit]:
         self._record("refused_ulimits", plan.job_name, tuple(u.name for u in wanted))
         if not self.capabilities.probes_ulimits:
             raise UsageError("this fake engine probes no ulimits (FakeBackend(refused_ulimits=...) does)")
         return self.refused & set(wanted)
-
-    def image_labels(self, image: str) -> dict[str, str] | None:
-        self._record("image_labels", image)
-        return dict(self.labels_of.get(image, {})) if image in self.images else None
 
     def prepare(self, plan: Plan, reporter: object, grace: float) -> None:
         self._record("prepare", plan.job_name, grace)

@@ -29,6 +29,7 @@ from emulator.options import RunOptions
 from emulator.planning.plan import LABEL_HOST, LABEL_JOB
 from emulator.reports.console import RecordingReporter
 from emulator.result import HostResult, JobResult
+from emulator.training_images.image_recipes import LAUNCHERS_LABEL
 
 pytestmark = pytest.mark.docker
 
@@ -146,6 +147,17 @@ def test_every_registered_engine_has_the_whole_contract_and_declares_its_capabil
         engine = registry.engine(name)  # made, not asked: no engine answers this test
         assert contract_problems(engine) == [], name
         assert isinstance(vars(type(engine)).get("capabilities"), Capabilities), f"{name}: declared by its class"
+
+
+def test_the_images_of_every_engine_answer_for_this_machine_s_images(engine: Engine, training_image: str) -> None:
+    """The image capability (emulator/backend/images.py) on a real engine: the swarm's images are this
+    machine's, where it builds and copies an image from, as the Docker engine's are."""
+    images = registry.engine(engine.name).images
+    assert images.present(training_image)
+    assert LAUNCHERS_LABEL in (images.labels(training_image) or {})
+    assert images.image_id(training_image) == engine.host.images.get(training_image).id
+    assert images.size(training_image) > 0
+    assert not images.present("hetero-emu/no-such-image:0") and images.labels("hetero-emu/no-such-image:0") is None
 
 
 # --------------------------------------------------------------------------------------------------

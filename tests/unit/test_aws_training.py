@@ -14,10 +14,10 @@ import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
 from emulator.aws import stub
-from emulator.aws.ecr_images import DEFAULT_IMAGE_MAP, choose_image, local_image
 from emulator.aws.training import SageMakerTraining
 from emulator.errors import ImageMissing, UsageError
 from emulator.state import job_records
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image, local_image
 
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-gpu-py310"
 

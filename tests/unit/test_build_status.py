@@ -278,7 +278,7 @@ def test_a_variant_of_the_default_image_is_built_on_the_fly_and_its_build_said(
     spec = load_spec_file(_spec_file(tmp_path, "variant-built", "my/variant:1"))
     reporter = RecordingReporter()
     result = run_job(spec, RunOptions(grace=2.5), backend=fake, reporter=reporter)
-    assert result.status == "Completed" and fake.built == ["my/variant:1"]
+    assert result.status == "Completed" and fake.images.built == ["my/variant:1"]
     assert "the image my/variant:1 is missing: building it from its recipe variant" in reporter.steps
     # The swarm node is no training image (it carries no launchers): still refused, with its command.
     from emulator.errors import ImageMissing

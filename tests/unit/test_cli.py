@@ -438,7 +438,7 @@ def test_run_no_build_with_the_default_image_missing_exits_3_and_builds_nothing(
 ) -> None:
     fake = FakeBackend(images=(), builds_images=True)  # an engine that could build it
     built: list[object] = []
-    fake.build_default_image = built.append  # type: ignore[method-assign]  # what `run` would build with
+    fake.images.build_default_image = built.append  # type: ignore[method-assign]  # what `run` would build with
     monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
     monkeypatch.setattr(cli_module.signal, "signal", lambda *args: None)  # leave pytest's handlers alone
     monkeypatch.chdir(proj)

@@ -331,12 +331,12 @@ def test_the_image_is_inspected_once_for_its_presence_and_its_labels() -> None:
     images.get.return_value = SimpleNamespace(labels={"hetero-emu.launchers": "mpirun"})
     backend = DockerBackend(client=SimpleNamespace(images=images))  # type: ignore[arg-type]
 
-    assert backend.image_present("img")
-    assert backend.image_labels("img") == {"hetero-emu.launchers": "mpirun"}
+    assert backend.images.present("img")
+    assert backend.images.labels("img") == {"hetero-emu.launchers": "mpirun"}
     assert images.get.call_count == 1
     # Remembered for that one question only: asked again later, the engine is asked again.
     images.get.return_value = SimpleNamespace(labels={})
-    assert backend.image_labels("img") == {}
+    assert backend.images.labels("img") == {}
     assert images.get.call_count == 2
 
 
@@ -345,8 +345,8 @@ def test_a_missing_image_is_not_present_and_has_no_labels() -> None:
     images.get.side_effect = docker.errors.ImageNotFound("no such image")
     backend = DockerBackend(client=SimpleNamespace(images=images))  # type: ignore[arg-type]
 
-    assert not backend.image_present("img")
-    assert backend.image_labels("img") is None
+    assert not backend.images.present("img")
+    assert backend.images.labels("img") is None
 
 
 def test_hosts_that_exited_together_are_each_inspected_and_reported_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,18 +1,25 @@
 """The engine contract from above (emulator.backend): callers ask an engine's `Capabilities`, never its
 class, and the policy about what an engine reports is the runner's, once for every engine. Against the
-in-memory engine, and the two real engines' translations (no engine is asked)."""
+in-memory engine, and the two real engines' translations (no engine is asked). The image capability
+(emulator/backend/images.py) has its contract here too: the fake's images and the Docker engines'
+answer alike."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
+import docker.errors
 import pytest
 from fake_backend import FakeBackend
 
 from emulator import api
 from emulator.backend import Capabilities, contract_problems, registry
 from emulator.backend.docker import container_options
+from emulator.backend.docker_images import LocalImages
+from emulator.backend.images import Images
 from emulator.backend.swarm import service_options
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import ImageMissing, UsageError
@@ -69,7 +76,60 @@ def test_what_an_engine_lacks_of_the_contract_is_named() -> None:
     assert "capabilities: not a Capabilities record" in problems
     assert "stop(): takes (names), the contract says (names, grace)" in problems
     assert "start(): missing" in problems and "stream_errors: missing" in problems
+    assert "images: missing" in problems
     assert not [p for p in problems if p.startswith("ping")]
+
+
+def test_every_registered_engine_gives_images_with_the_whole_image_contract() -> None:
+    for name in registry.names():
+        assert [p for p in contract_problems(registry.engine(name)) if p.startswith("images")] == [], name
+
+
+def test_what_an_engine_s_images_lack_of_their_contract_is_named() -> None:
+    class HalfTheImages:
+        def present(self, image: str) -> bool:
+            return False
+
+        def labels(self, name: str) -> None: ...  # `image`, says the contract
+
+    engine = FakeBackend()
+    engine.images = HalfTheImages()  # type: ignore[assignment]
+    problems = contract_problems(engine)
+    assert "images.labels(): takes (name), the contract says (image)" in problems
+    assert "images.build_wheelhouse(): missing" in problems and "images.size(): missing" in problems
+    assert not [p for p in problems if p.startswith("images.present") or not p.startswith("images.")]
+
+
+# --------------------------------------------------------------------------------------------------
+# The image capability's contract: what an engine's images answer, the same from every engine's
+
+
+HELD = {"mine:1": {LAUNCHERS_LABEL: "mpirun,sshd"}, "bare:1": {}}
+
+
+def fake_images(held: Mapping[str, Mapping[str, str]]) -> Images:
+    return FakeBackend(images=held, labels_of=held).images
+
+
+def docker_images(held: Mapping[str, Mapping[str, str]]) -> Images:
+    """What both Docker engines give as `images`, over a stand-in for docker-py's `client.images`."""
+    def get(name: str) -> SimpleNamespace:
+        if name not in held:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+        return SimpleNamespace(labels=dict(held[name]) or None, id=f"sha256:{name}", attrs={"Size": 1000})
+
+    client = SimpleNamespace(images=SimpleNamespace(get=get))
+    return LocalImages(lambda: client)  # type: ignore[arg-type, return-value]
+
+
+@pytest.mark.parametrize("make", [fake_images, docker_images], ids=["fake", "docker"])
+def test_every_engine_s_images_answer_alike(make: Callable[[Mapping[str, Mapping[str, str]]], Images]) -> None:
+    images = make(HELD)
+    assert images.present("mine:1") and images.labels("mine:1") == HELD["mine:1"]
+    assert images.present("bare:1") and images.labels("bare:1") == {}  # no labels: {}, not None
+    assert not images.present("theirs:1") and images.labels("theirs:1") is None
+    assert images.image_id("mine:1") != images.image_id("bare:1")
+    assert images.size("mine:1") > 0 and images.size("theirs:1") == 0
 
 
 def test_a_port_or_a_device_is_given_by_docker_and_refused_by_the_swarm(tmp_path: Path) -> None:
@@ -141,7 +201,10 @@ def test_run_builds_a_missing_default_image_on_an_engine_that_builds_images(
     monkeypatch.setitem(registry._FACTORIES, "fake", lambda: fake)
     result = api.run(spec_with(tmp_path), engine_name="fake", reporter=RecordingReporter())
     assert result.status == "Completed", result.failure_reason
-    assert fake.built == [DEFAULT_IMAGE]
+    assert fake.images.built == [DEFAULT_IMAGE]
+    # Built once: asked again, the images say it is up to date, as a real build does.
+    report = fake.images.build_default_image(RecordingReporter())
+    assert report.image == DEFAULT_IMAGE and not report.built and fake.images.built == [DEFAULT_IMAGE]
 
 
 def test_run_on_an_engine_that_builds_no_images_says_how_to_build_it(
@@ -151,4 +214,4 @@ def test_run_on_an_engine_that_builds_no_images_says_how_to_build_it(
     with pytest.raises(ImageMissing) as info:
         api.run(spec_with(tmp_path), engine_name="fake", reporter=RecordingReporter())
     assert info.value.hint == "run `hetero-emu image build`"
-    assert "build_image" not in fake.call_names()
+    assert "images.build" not in fake.call_names()

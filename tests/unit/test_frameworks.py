@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.aws.ecr_images import choose_image
 from emulator.errors import ImageMissing, UsageError
 from emulator.training_images import frameworks
+from emulator.training_images.ecr_images import choose_image
 from emulator.training_images.frameworks import DEBIAN_PYTHONS, choose, for_tag, nearest_python, parse_framework
 
 SDK_CONFIG = Path(__import__("sagemaker").__file__).parent / "image_uri_config"

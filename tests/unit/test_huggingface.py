@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import sagemaker
 
-from emulator.aws.ecr_images import ECR_NAME, choose_image
 from emulator.errors import ImageMissing, UsageError
-from emulator.training_images import frameworks, huggingface
+from emulator.training_images import frameworks, huggingface, stand_ins
+from emulator.training_images.ecr_images import ECR_NAME, choose_image
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,8 +80,9 @@ def test_the_sdk_uri_of_each_listed_version_gets_a_stand_in_or_a_refusal(
     assert [p for p in image.huggingface.packages if p.split("[")[0].split("=")[0] == "transformers"] and all(
         p.endswith(f"=={transformers}") for p in image.huggingface.packages if p.startswith("transformers"))
     assert image.training_module == frameworks.TRAINING_MODULES[backend]
-    # The local tag names the same image again (what a job naming it builds when it is missing).
-    assert frameworks.for_tag(image.tag) == image
+    # The local tag names the same image again (what a job naming it builds when it is missing);
+    # telling it from a framework image's tag is stand_ins' part, not frameworks'.
+    assert stand_ins.for_tag(image.tag) == image and frameworks.for_tag(image.tag) is None
 
 
 @pytest.mark.parametrize(("transformers", "framework", "py_version", "expected"), [

@@ -1,4 +1,4 @@
-"""`hetero-emu image build --for FILE` (emulator/training_images/prebuild.py): the image a YAML spec or a
+"""`hetero-emu image build --for FILE` (emulator/run/prebuild.py): the image a YAML spec or a
 CreateTrainingJob request would run, chosen by the run's own rules, handed to the builder that builds it; files that are
 no job refused with exit code 2. The engine and the builders are fakes at the backend's boundary."""
 

@@ -729,8 +729,8 @@ def test_a_missing_ecr_image_runs_as_its_framework_image_built_once_and_said(
 
     assert result.status == "Completed"
     assert [b.tag for b in built] == [LOCAL_PYTORCH]
-    assert fake.call_names().index("image_present") < fake.call_names().index("create_network")
-    assert ("image_labels", LOCAL_PYTORCH) in fake.calls  # the launchers checked on the image that runs
+    assert fake.call_names().index("images.present") < fake.call_names().index("create_network")
+    assert ("images.labels", LOCAL_PYTORCH) in fake.calls  # the launchers checked on the image that runs
     notes = (f"{LOCAL_PYTORCH} stands in for {AWS_PYTORCH}, which is not in the Docker engine",
              "pytorch 1.11.0 py38: running on Python 3.9 (Debian has no 3.8)")
     # The Python a job's code runs on is a warning (what the SDK sessions print of a job's driver), once.
@@ -780,7 +780,7 @@ def test_missing_default_image_is_built_with_the_image_builder(spec_of: Callable
 
     assert built == [reporter]
     assert result.status == "Completed"
-    assert fake.call_names().index("image_present") < fake.call_names().index("create_network")
+    assert fake.call_names().index("images.present") < fake.call_names().index("create_network")
 
 
 @pytest.mark.parametrize("build_image", [True, False])

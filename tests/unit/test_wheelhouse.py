@@ -15,6 +15,7 @@ import pytest
 from fake_backend import FakeBackend
 
 from emulator import api
+from emulator.backend import pip_output
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import SpecError, WheelhouseError
 from emulator.jobspec import JobSpec
@@ -250,15 +251,15 @@ def test_the_wheels_are_resolved_once_per_image_then_found_in_the_cache(tmp_path
     lines.clear()
     assert wheelhouse.ensure(requirements, target, "sha256:one", lines.append, builder(fake)) is False
     assert lines == [f"requirements.txt: wheels cached in {target}"]
-    assert len(fake.wheelhouse_builds) == 1
+    assert len(fake.images.wheelhouse_builds) == 1
     # The image was rebuilt (another id): resolved again, in place.
     assert wheelhouse.ensure(requirements, target, "sha256:two", lines.append, builder(fake)) is True
-    assert (target / ".image-id").read_text() == "sha256:two\n" and len(fake.wheelhouse_builds) == 2
+    assert (target / ".image-id").read_text() == "sha256:two\n" and len(fake.images.wheelhouse_builds) == 2
     assert [p.name for p in target.parent.iterdir()] == ["key"]  # no partial or old folder left
 
 
 def builder(fake: FakeBackend, image: str = IMAGE) -> wheelhouse.Builder:
-    return lambda code, out, progress, shown: fake.build_wheelhouse(image, code, out, progress, shown)
+    return lambda code, out, progress, shown: fake.images.build_wheelhouse(image, code, out, progress, shown)
 
 
 def test_an_archives_requirements_are_built_from_it_unpacked(tmp_path: Path) -> None:
@@ -278,7 +279,7 @@ def test_an_archives_requirements_are_built_from_it_unpacked(tmp_path: Path) -> 
 
 def test_a_failing_build_leaves_no_wheelhouse(tmp_path: Path) -> None:
     fake = FakeBackend()
-    fake.wheelhouse_failure = WheelhouseError("requirements.txt: no-such-thing==1.0: not found")
+    fake.images.wheelhouse_failure = WheelhouseError("requirements.txt: no-such-thing==1.0: not found")
     target = tmp_path / "cache" / "key"
     with pytest.raises(WheelhouseError):
         wheelhouse.ensure(requirements_in(tmp_path / "code"), target, "sha256:x", lambda line: None, builder(fake))
@@ -330,8 +331,8 @@ ERROR: No matching distribution found for six"""
      "the package index could not be reached from the image's container: http://127.0.0.1:9/simple"),
 ])
 def test_pips_failures_are_said_naming_the_requirement_the_python_and_why(output: str, said: str) -> None:
-    assert wheelhouse.pip_failure(output.splitlines(), "3.9").startswith(said)
-    err = wheelhouse.failure("code/requirements.txt", output.splitlines(), "3.9", 1)
+    assert pip_output.pip_failure(output.splitlines(), "3.9").startswith(said)
+    err = pip_output.failure("code/requirements.txt", output.splitlines(), "3.9", 1)
     assert err.exit_code == 3 and err.message.startswith(f"requirements.txt: {said}")
     assert output.splitlines()[-1] in err.message  # pip's last lines follow
     assert err.hint is not None and "no container of the job was started" in err.hint
@@ -346,7 +347,7 @@ def test_the_runner_fails_before_any_container_when_pip_fails(
 ) -> None:
     spec = load(valid_raw)
     fake = FakeBackend()
-    fake.wheelhouse_failure = wheelhouse.failure("x", NOT_FOUND.splitlines(), "3.11", 1)
+    fake.images.wheelhouse_failure = pip_output.failure("x", NOT_FOUND.splitlines(), "3.11", 1)
     with pytest.raises(WheelhouseError):
         run_job(spec, backend=fake, reporter=RecordingReporter())
     assert fake.created == [] and fake.networks_created == []
@@ -361,11 +362,11 @@ def test_the_runner_resolves_the_wheelhouse_in_the_jobs_image_then_runs(
     result = run_job(load(valid_raw), backend=fake, reporter=reporter)
     assert result.status == "Completed"
     assert "requirements.txt: wheels for the hosts' pip (no package index in the containers)" in reporter.steps
-    assert fake.wheelhouse_builds == [DEFAULT_IMAGE]
+    assert fake.images.wheelhouse_builds == [DEFAULT_IMAGE]
     [house] = cache.iterdir()
     assert sorted(p.name for p in house.iterdir()) == [".image-id", "tabulate-0.9.0-py3-none-any.whl"]
     assert (house / ".image-id").read_text() == f"sha256:id-of-{DEFAULT_IMAGE}\n"
-    assert fake.call_names().index("build_wheelhouse") < fake.call_names().index("create_network")
+    assert fake.call_names().index("images.build_wheelhouse") < fake.call_names().index("create_network")
 
 
 def test_render_builds_the_wheelhouse_compose_yaml_mounts(
@@ -390,6 +391,6 @@ def test_render_without_the_image_warns_and_writes_the_rest(
     monkeypatch.setattr(api, "engine", lambda name=None: fake)
     warnings: list[str] = []
     plan = api.render(load(valid_raw), tmp_path / "rendered", progress=lambda line: None, warn=warnings.append)
-    assert fake.wheelhouse_builds == [] and (tmp_path / "rendered" / "compose.yaml").is_file()
+    assert fake.images.wheelhouse_builds == [] and (tmp_path / "rendered" / "compose.yaml").is_file()
     assert any(f"({plan.wheelhouse}) was not built: image {DEFAULT_IMAGE} is not in the engine" in w
                for w in warnings), warnings

@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from emulator.aws.ecr_images import python_note, with_image
+from emulator.backend import pip_output
 from emulator.backend.index_container import _RESOLVE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import JobSpec
 from emulator.planning.plan import make_plan
 from emulator.run import wheelhouse
+from emulator.training_images.ecr_images import python_note, with_image
 
 PY38 = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-gpu-py38"
 STAND_IN = "hetero-emu/pytorch-training:1.11.0-py39"
@@ -115,7 +116,7 @@ def test_ensure_asks_the_build_to_resolve_as_for_and_routes_its_warnings(tmp_pat
     def build(code: Path, out: Path, progress: Callable[[str], None], shown: str) -> None:
         asked.append(json.loads((out / wheelhouse.AS_FOR_FILE).read_text()))
         progress("requirements.txt: for Python 3.8 pip chooses transformers==4.46.3")
-        progress(wheelhouse.WARNING + "requirements.txt: x==1, pip's choice for Python 3.8, does not install")
+        progress(pip_output.WARNING + "requirements.txt: x==1, pip's choice for Python 3.8, does not install")
         (out / wheelhouse.CONSTRAINTS).write_text("transformers==4.46.3\n")
 
     infos: list[str] = []
@@ -252,7 +253,7 @@ def test_a_layer_pin_the_file_needs_moved_moves_the_framework_pins_stay(tmp_path
     assert "datasets==1.16.1" in first["constraints"] and "datasets==1.16.1" not in second["constraints"]
     assert set(KEEP) <= set(second["constraints"])
     assert constraints(out) == [*KEEP, "transformers==4.46.3", "tokenizers==0.20.3"]
-    said = wheelhouse.ResolveLines("img", lambda _: None)
+    said = pip_output.ResolveLines("img", lambda _: None)
     said("ASFOR 3.8 x")
     assert said._said("ASFOR_LAYER_MOVES", ["datasets==1.16.1"]) == (
         "requirements.txt: with datasets==1.16.1 kept, pip finds no resolution for Python 3.8; it lets them move, "
@@ -301,12 +302,12 @@ def test_without_the_request_the_script_resolves_for_its_own_python_only(tmp_pat
 
 def test_the_scripts_lines_are_said_with_the_pythons_named() -> None:
     said: list[str] = []
-    lines = wheelhouse.ResolveLines(STAND_IN, said.append)
+    lines = pip_output.ResolveLines(STAND_IN, said.append)
     for text in ["PYTHON 3.9", "ASFOR 3.8 torch==1.11.0", "Collecting transformers",
                  "ASFOR_CHOSEN transformers==4.46.3 tokenizers==0.20.3", "ASFOR_NOT_HERE tokenizers==0.20.3 0.22.1",
                  "ASFOR_NOT_HERE backports.zoneinfo==0.2.1 -", "SDIST regex==2024.11.6 as-for", "FETCH 2"]:
         lines(text)
-    warning = wheelhouse.WARNING
+    warning = pip_output.WARNING
     assert said == [
         f"requirements.txt: pip of {STAND_IN} (Python 3.9) decides what the image lacks",
         "requirements.txt: pip chooses the versions as for Python 3.8, the job's (the image runs 3.9), keeping "

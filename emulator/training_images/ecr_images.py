@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 
 from emulator.errors import EmulatorError, ImageMissing
 from emulator.jobspec.model import JobSpec
-from emulator.training_images.frameworks import FrameworkImage, from_ecr, no_stand_in
+from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.stand_ins import from_ecr, no_stand_in
 
 # <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]
 ECR_NAME = re.compile(r"(?P<registry>\d{12}\.dkr\.ecr(-fips)?\.[a-z0-9-]+\.amazonaws\.com(\.cn)?)/"
