@@ -10,8 +10,9 @@ versions AWS built it on), this script records, in ``emulator/data/huggingface.j
   aws/deep-learning-containers: the buildspec that names the pair (``transformers_version``,
   ``datasets_version``; the newest commit that builds it wins, as the image one pulls today is the
   newest rebuild) and the ``pip install`` lines of the Dockerfile it builds (its ``ARG`` defaults);
-* when the framework has a stand-in here (``emulator/data/frameworks.json``, via ``emulator.training_images.frameworks``):
-  the Python the stand-in runs and the pins of the Hugging Face layer on it, as pip resolves them
+* when the framework has a stand-in here (``emulator/data/frameworks.json``, via
+  ``emulator.training_images.frameworks``): the Python the stand-in runs and the pins of the
+  Hugging Face layer on it, as pip resolves them
   together with the framework image's own pins on that very Python. AWS's pin is kept where pip can
   install it there; otherwise pip's choice is recorded with the reason, and a package that compiles
   against CUDA is left out with the reason.
@@ -48,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.training_images import frameworks
+from emulator.training_images import frameworks  # noqa: E402  (after the sys.path line above)
 
 #: SDK framework names in huggingface.json's keys ("pytorch2.1.0") -> the DLC folder's name.
 BACKENDS = ("pytorch", "tensorflow")

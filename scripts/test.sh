@@ -36,7 +36,7 @@ pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 
 if [ "$tests_only" = 0 ]; then
   echo "== ruff"
-  .venv/bin/ruff check emulator tests benchmarks examples
+  .venv/bin/ruff check emulator tests benchmarks examples scripts
   echo "== mypy"
   .venv/bin/mypy emulator
   # The docs pages: --strict fails on a link to a missing page or anchor (mkdocs.yml, validation). The

@@ -445,7 +445,8 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             **({"FailedHost": result.failed_host} if result.failed_host else {}),
             # The attempts a spot interruption or a retried platform error ended (emulator/run/attempts.py).
             **({"Attempts": list(result.attempts)} if result.attempts else {}),
-            # Which local image stood in for the one the job named, and on which Python (emulator.aws.ecr_images).
+            # Which local image stood in for the one the job named, and on which Python
+            # (emulator.training_images.ecr_images).
             **({"StandIn": {"For": spec.requested_image, "Image": plan.image, "Notes": list(spec.image_notes)}}
                if spec.requested_image else {}),
             # How the hosts got their types' GPUs and vCPUs, and what this machine could not give them.

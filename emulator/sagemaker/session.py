@@ -50,7 +50,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
 
     `s3_root`: the folder s3://bucket/key maps to (<s3_root>/bucket/key); default $HETERO_EMU_S3_ROOT,
     else ~/.local/share/hetero-emu/s3. `images`: ECR image names -> local images, over the default
-    table that runs every ECR image as the project's training image (`emulator.aws.ecr_images`). `region`:
+    table that runs every ECR image as the project's training image (`emulator.training_images.ecr_images`). `region`:
     the region the SDK resolves images and names buckets for (default $AWS_REGION,
     $AWS_DEFAULT_REGION, else us-west-2). `gpus` and `cpus`: every job's `hetero-emu run --gpus` and
     `--cpus` (docs/gpus.md; `gpus="emulate"` shows GPU hosts their type's GPUs without CUDA). `inject`:
@@ -74,7 +74,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
 
     def prebuild(self, estimator: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
         """Build the image `estimator.fit()` would run (the ECR name the SDK gives it, by this session's
-        `images`; emulator/training_images/prebuild.py), or nothing when it is up to date, so that the
+        `images`; emulator/run/prebuild.py), or nothing when it is up to date, so that the
         first `fit()` does not wait for it; the build report (`image`, `built`, `seconds`). Each step is a
         line to `progress`."""
         return prebuild.build_for(estimator.training_image_uri(), images=self.training.images, rebuild=rebuild,

@@ -56,7 +56,7 @@ class EmulatorSessionV3(Session):  # type: ignore[misc]  # the SDK is untyped
 
     def prebuild(self, model_trainer: Any, *, rebuild: bool = False, progress: Callable[[str], None] = print) -> Any:
         """Build the image `model_trainer.train()` would run (its `training_image`, by this session's
-        `images`; emulator/training_images/prebuild.py), or nothing when it is up to date: `EmulatorSession.prebuild`'s
+        `images`; emulator/run/prebuild.py), or nothing when it is up to date: `EmulatorSession.prebuild`'s
         counterpart."""
         image = getattr(model_trainer, "training_image", None)
         if not isinstance(image, str) or not image:
