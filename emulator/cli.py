@@ -28,6 +28,7 @@ from emulator.backend.networks import RESTART_FIX, STUCK_STATUS
 from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.jobspec import JobSpec, request, spec_warnings
+from emulator.jobspec.faults import Injection, parse_injection
 from emulator.jobspec.placement import parse_option
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.planning import contract, secrets
@@ -43,7 +44,6 @@ from emulator.planning.plan import (
 from emulator.reports.console import ConsoleReporter
 from emulator.reports.progress import StepPrinter
 from emulator.result import JobResult
-from emulator.run.attempts import Injection, parse_injection
 from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.run.metrics import final as final_metrics
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, variant_names

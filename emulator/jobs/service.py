@@ -36,14 +36,14 @@ from emulator.errors import ApiError, EmulatorError, SpecError, UsageError
 from emulator.jobs import control, service_shape
 from emulator.jobs import record as record_module
 from emulator.jobs.ticket import DriverTicket
-from emulator.jobspec import request, s3
+from emulator.jobspec import faults, request, s3
+from emulator.jobspec.faults import Injection
 from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
 from emulator.planning import contract
 from emulator.planning.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
-from emulator.run import attempts, staging, warm_pools
-from emulator.run.attempts import Injection
+from emulator.run import staging, warm_pools
 from emulator.state import blocking, job_records
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
@@ -73,7 +73,7 @@ class TrainingJobs:
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
-        # Every job's `--gpus`, `--cpus` (emulator/planning/hardware.py) and `--inject` (emulator/run/attempts.py),
+        # Every job's `--gpus`, `--cpus` (emulator/planning/hardware.py) and `--inject` (emulator/jobspec/faults.py),
         # handed to its driver in its options (emulator/jobs/ticket.py).
         self.inject = inject
         self.options = RunOptions(images=self.images, gpus=gpus, cpus=cpus, inject=inject or None)
@@ -126,7 +126,7 @@ class TrainingJobs:
                                                 host_paths=self.host_paths)
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
-        if self.inject and (found := attempts.problems(self.inject, spec.max_run, spec.use_spot_instances)):
+        if self.inject and (found := faults.problems(self.inject, spec.max_run, spec.use_spot_instances)):
             raise ApiError("ValidationException", f"the session's inject: {found[0]}")
         job_dir = spec.output_path / name
         if staging.folder_taken(job_dir, spec.output_s3_uri is not None):

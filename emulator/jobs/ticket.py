@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from emulator.jobspec.faults import parse_injection
 from emulator.options import RunOptions
 from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
-from emulator.run.attempts import parse_injection
 
 
 @dataclass(frozen=True)

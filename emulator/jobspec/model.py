@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.jobspec.faults import Injection
+from emulator.jobspec.metric_definitions import Definition
 from emulator.jobspec.requirements import Requirements
-from emulator.run.attempts import Injection
-from emulator.run.metrics import Definition
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
@@ -309,7 +309,7 @@ class JobSpec:
     # leaves it to the run's --gpus, else "auto". Not a SageMaker field.
     gpus: str | None = None
     # AlgorithmSpecification.MetricDefinitions (the SDK's metric_definitions): applied to every host's
-    # lines (emulator/run/metrics.py).
+    # lines (emulator/jobspec/metric_definitions.py, applied by emulator/run/metrics.py).
     metric_definitions: tuple[Definition, ...] = ()
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
@@ -326,7 +326,7 @@ class JobSpec:
     pool_match: tuple[tuple[str, str], ...] = ()
     # RetryStrategy.MaximumRetryAttempts (the SDK's max_retry_attempts): None, no RetryStrategy.
     max_retry_attempts: int | None = None
-    # The spot interruptions and platform errors this job is given on purpose (emulator/run/attempts.py).
+    # The spot interruptions and platform errors this job is given on purpose (emulator/jobspec/faults.py).
     # Not a SageMaker field.
     inject: tuple[Injection, ...] = ()
 

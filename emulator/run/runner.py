@@ -43,7 +43,7 @@ from emulator.errors import (
     JobFolderTaken,
     UsageError,
 )
-from emulator.jobspec import JobSpec
+from emulator.jobspec import JobSpec, faults
 from emulator.options import RunOptions
 from emulator.planning import secrets
 from emulator.planning.container import Ulimit
@@ -175,7 +175,7 @@ def run_job(
     spec = with_image(spec, images, backend.image_present)
     seed = choose_seed(options.host_order, options.seed)
     options = replace(options, seed=seed)
-    if options.inject and (found := attempts.problems(options.inject, spec.max_run, spec.use_spot_instances)):
+    if options.inject and (found := faults.problems(options.inject, spec.max_run, spec.use_spot_instances)):
         raise UsageError(f"--inject/--interrupt-at {found[0]}",
                          hint="an interruption needs a managed spot job (use_spot_instances: true, max_wait), "
                          "each time below max_run")
@@ -261,7 +261,7 @@ class Run:
         # The faults the run injects (emulator/run/attempts.py) and the attempts they ended.
         self.schedule = attempts.Schedule(options.inject if options.inject is not None else plan.spec.inject)
         self.done_attempts: list[attempts.Attempt] = []
-        self.fault: attempts.Injection | None = None  # set when one ends the current attempt
+        self.fault: faults.Injection | None = None  # set when one ends the current attempt
         self.first_t0: float | None = None  # the first attempt's hosts started (MaxWait counts from it)
         self.past_spans: list[Span] = []  # the timeline of the attempts before this one
         # What copies the hosts' checkpoints (and TensorBoard files) to their URIs while they run.
@@ -829,7 +829,7 @@ class Run:
                 self.backend.wait_exits(pending, POLL_SECONDS)
         return Status.COMPLETED, SecondaryStatus.COMPLETED, None
 
-    def inject(self, fault: attempts.Injection) -> tuple[Status, SecondaryStatus, str | None]:
+    def inject(self, fault: faults.Injection) -> tuple[Status, SecondaryStatus, str | None]:
         """An injected fault ends this attempt: a spot interruption stops every host as the service
         does when EC2 reclaims the capacity (SIGTERM, then the grace period); a platform error loses
         them at once (SIGKILL). `run_attempts` then starts the job again, or fails it."""
