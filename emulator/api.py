@@ -40,11 +40,12 @@ from emulator.jobspec import (
     spec_warnings,
     validate,
 )
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 from emulator.jobspec.placement import with_placement
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
 from emulator.planning import compose, contract
-from emulator.planning.hardware import CpuMode, GpuMode, Machine
+from emulator.planning.hardware import Machine
 from emulator.planning.plan import (
     LABEL_HOST,
     LABEL_JOB_DIR,

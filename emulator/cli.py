@@ -29,11 +29,11 @@ from emulator.backend.registry import DEFAULT_ENGINE
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.jobspec import JobSpec, request, spec_warnings
 from emulator.jobspec.faults import Injection, parse_injection
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
+from emulator.jobspec.instance_types import catalog, families
 from emulator.jobspec.placement import parse_option
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.planning import contract, secrets
-from emulator.planning.catalog import catalog, families
-from emulator.planning.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
 from emulator.planning.plan import (
     LABEL_GROUP,
     LABEL_HOST,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from emulator.jobspec.faults import Injection
-from emulator.planning.hardware import CpuMode, GpuMode
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 from emulator.planning.plan import MemoryLimit
 from emulator.run.debugger import DebugTarget
 

@@ -38,10 +38,10 @@ from emulator.jobs import record as record_module
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import faults, request, s3
 from emulator.jobspec.faults import Injection
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
 from emulator.planning import contract
-from emulator.planning.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
 from emulator.run import staging, warm_pools
 from emulator.state import blocking, job_records

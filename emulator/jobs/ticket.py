@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.jobspec.faults import parse_injection
+from emulator.jobspec.hardware_modes import parse_cpu_mode, parse_gpu_mode
 from emulator.options import RunOptions
-from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ class InstanceGroup:
 DEFAULT_TENSORBOARD_PATH = "/opt/ml/output/tensorboard"
 # Where a host finds its channels, each in a folder of its name.
 INPUT_DATA = "/opt/ml/input/data"
+# Where a host finds the job's code: the toolkit's submit directory.
+CODE_DIR = "/opt/ml/code"
 
 
 @dataclass(frozen=True)

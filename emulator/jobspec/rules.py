@@ -26,6 +26,9 @@ from emulator.jobspec import debugger_config, placement, s3
 from emulator.jobspec.faults import Injection, parse_injection
 from emulator.jobspec.faults import problems as attempt_problems
 from emulator.jobspec.fields import FieldReader, as_written
+from emulator.jobspec.hardware_modes import parse_gpu_mode
+from emulator.jobspec.instance_types import lookup as lookup_instance_type
+from emulator.jobspec.instance_types import suggest as suggest_instance_types
 from emulator.jobspec.metric_definitions import Definition
 from emulator.jobspec.metric_definitions import parse as parse_metrics
 from emulator.jobspec.metric_definitions import problems as metric_problems
@@ -76,13 +79,9 @@ from emulator.jobspec.model import strategy_enabled as _enabled
 from emulator.jobspec.paths import BadPath, Listing, given_name, parse_uri
 from emulator.jobspec.probes import Probes
 from emulator.jobspec.requirements import Requirements
+from emulator.jobspec.sizes import MAX_SIZE, MIN_SHM, parse_size
 from emulator.jobspec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.jobspec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
-from emulator.planning.catalog import lookup as lookup_instance_type
-from emulator.planning.catalog import suggest as suggest_instance_types
-from emulator.planning.container import MIN_SHM
-from emulator.planning.hardware import parse_gpu_mode
-from emulator.planning.sizes import MAX_SIZE, parse_size
 
 # What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
@@ -535,7 +534,7 @@ class Validator(FieldReader):
                 "max_retry_attempts": retries, "inject": tuple(injections)}
 
     def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
-        """`gpus`: how hosts of GPU types get GPUs here (emulator/planning/hardware.py, GPU_MODES)."""
+        """`gpus`: how hosts of GPU types get GPUs here (GPU_MODES, emulator/jobspec/hardware_modes.py)."""
         value = self.string(raw, "gpus", "gpus")
         if value is None:
             return None

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
+from emulator.jobspec.sizes import MIN_SHM
+
 MIB = 1024**2
 GIB = 1024**3
 
 # /dev/shm when the host has no memory limit to take half of (see `default_shm_bytes`).
 FALLBACK_SHM = 1 * GIB
-# Below this no process can use /dev/shm at all (one DataLoader batch, one NCCL/gloo buffer).
-MIN_SHM = 1 * MIB
 
 # -1 in a `Ulimit`: no limit.
 UNLIMITED = -1

@@ -16,15 +16,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator.jobspec import JobSpec, TrainingInput
+from emulator.jobspec import JobSpec, TrainingInput, hyperparameters, instance_types
 from emulator.jobspec.model import INPUT_DATA
 from emulator.jobspec.placement import constraints
-from emulator.planning import catalog, contract, hooks
+from emulator.jobspec.sizes import parse_size
+from emulator.planning import contract, hooks
 from emulator.planning import hardware as hardware_hooks
 from emulator.planning.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
 from emulator.planning.hardware import NO_HARDWARE, Hardware
 from emulator.planning.secrets import mask_environment
-from emulator.planning.sizes import parse_size
 from emulator.run import debugger, sm_debugger, wheelhouse
 from emulator.run.debugger import DebugTarget
 
@@ -472,7 +472,7 @@ def mpi_hosts(plan: Plan) -> list[str]:
 def mpi_groups(spec: JobSpec) -> tuple[str, ...]:
     """The groups whose hosts the toolkit links with `mpirun` over SSH: the distribution's instance
     groups (every group when it names none), when the distribution runs over MPI; else none."""
-    if spec.distribution is None or not contract.launches_over_mpi(spec.distribution):
+    if spec.distribution is None or not hyperparameters.launches_over_mpi(spec.distribution):
         return ()
     return spec.distribution.instance_groups or tuple(g.instance_group_name for g in spec.instance_groups)
 
@@ -491,7 +491,7 @@ def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
     if memory == "none":
         return None
     if memory == "instance":
-        figures = catalog.lookup(instance_type)
+        figures = instance_types.lookup(instance_type)
         return int(figures.memory_gib * GIB) if figures else None
     return memory
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import JobSpec
+from emulator.jobspec.hardware_modes import parse_gpu_mode
 from emulator.options import RunOptions
 from emulator.planning import hardware
-from emulator.planning.hardware import Hardware, Machine, parse_gpu_mode
+from emulator.planning.hardware import Hardware, Machine
 from emulator.planning.plan import Plan, assign_hosts, make_plan, memory_limit
 
 

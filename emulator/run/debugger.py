@@ -20,9 +20,9 @@ from typing import Any
 
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import JobSpec
+from emulator.jobspec.model import CODE_DIR
 from emulator.planning import hooks
 from emulator.planning.container import PortBinding
-from emulator.planning.contract import CODE_DIR
 
 # debugpy's own default port; the port inside the container, whatever the published one is.
 DEBUGPY_PORT = 5678

@@ -28,8 +28,8 @@ from emulator.errors import UsageError
 from emulator.jobs.service import driver_log
 from emulator.jobspec import s3
 from emulator.jobspec.faults import parse_injection
+from emulator.jobspec.hardware_modes import parse_cpu_mode, parse_gpu_mode
 from emulator.jobspec.request import ANY_PATH, HostPaths
-from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.run import build_status
 from emulator.state import job_records
 
