@@ -45,6 +45,7 @@ from emulator.jobspec.placement import with_placement
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
 from emulator.planning import compose, contract
+from emulator.planning.debug_host import DebugTarget
 from emulator.planning.hardware import Machine
 from emulator.planning.plan import (
     LABEL_HOST,
@@ -60,7 +61,6 @@ from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
 from emulator.run import debugger, hostfiles, job_aws, staging, warm_pools, wheelhouse
 from emulator.run import metrics as metrics_module
-from emulator.run.debugger import DebugTarget
 from emulator.run.runner import run_job, ulimit_warnings, ulimits_matter
 from emulator.run.tail import LogTail
 from emulator.state import blocking, job_records

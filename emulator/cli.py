@@ -34,6 +34,7 @@ from emulator.jobspec.instance_types import catalog, families
 from emulator.jobspec.placement import parse_option
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.planning import contract, secrets
+from emulator.planning.debug_host import DEBUGPY_PORT, DebugTarget
 from emulator.planning.plan import (
     LABEL_GROUP,
     LABEL_HOST,
@@ -44,7 +45,6 @@ from emulator.planning.plan import (
 from emulator.reports.console import ConsoleReporter
 from emulator.reports.progress import StepPrinter
 from emulator.result import JobResult
-from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.run.metrics import final as final_metrics
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, variant_names
 

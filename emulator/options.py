@@ -16,8 +16,8 @@ from datetime import datetime
 
 from emulator.jobspec.faults import Injection
 from emulator.jobspec.hardware_modes import CpuMode, GpuMode
+from emulator.planning.debug_host import DebugTarget
 from emulator.planning.plan import MemoryLimit
-from emulator.run.debugger import DebugTarget
 
 # The service's: "SageMaker sends the algorithm the SIGTERM signal, which delays job termination for
 # 120 seconds" when a job is stopped or reaches MaxRuntimeInSeconds (CreateTrainingJob's

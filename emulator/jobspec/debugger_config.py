@@ -1,7 +1,7 @@
 """The job's SageMaker Debugger configs: `debugger_hook_config` and `profiler_config` (the SDK's
 DebuggerHookConfig and ProfilerConfig; a request's DebugHookConfig and ProfilerConfig), checked and
 turned into `DebuggerOutput`s with the members the service writes into every host
-(emulator/run/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
+(emulator/planning/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
 
 The YAML spec names the SDK's arguments; a request's members are mapped onto them by
 `emulator.jobspec.request` and back by `to_request`, so the rules are written once, here.

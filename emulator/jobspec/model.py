@@ -183,7 +183,7 @@ CODE_DIR = "/opt/ml/code"
 @dataclass(frozen=True)
 class DebuggerOutput:
     """A request's DebugHookConfig or ProfilerConfig (the SDK's DebuggerHookConfig and
-    ProfilerConfig; emulator/run/sm_debugger.py): the config file every host gets, and where what the
+    ProfilerConfig; emulator/planning/sm_debugger.py): the config file every host gets, and where what the
     hosts write under `local_path` is uploaded while the job runs."""
 
     # The config's members with the API's names, as JSON text (a frozen spec stays hashable).
@@ -283,7 +283,7 @@ class JobSpec:
     tensorboard_output_path: Path | None = None
     tensorboard_uri: str | None = None
     tensorboard_local_path: str = DEFAULT_TENSORBOARD_PATH
-    # DebugHookConfig and ProfilerConfig (emulator/run/sm_debugger.py).
+    # DebugHookConfig and ProfilerConfig (emulator/planning/sm_debugger.py).
     debug_hook: DebuggerOutput | None = None
     profiler: DebuggerOutput | None = None
     max_run: int = DEFAULT_MAX_RUN

@@ -112,7 +112,7 @@ class ContainerSpec:
     # machine's GPUs: Docker's DeviceRequests, compose's `deploy.resources.reservations.devices`);
     # empty: none (emulator/planning/hardware.py decides which host gets which).
     gpus: tuple[str, ...] = ()
-    # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.run.debugger).
+    # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.planning.debug_host).
     ports: tuple[PortBinding, ...] = ()
     # Where the host may run, as swarm placement constraints (`node.labels.role==gpu`): its instance
     # group's `placement`. One machine has nowhere else to put it.

@@ -7,7 +7,7 @@ Every key here is one the service writes and the `sagemaker-training` toolkit re
 https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
 and sagemaker_training/environment.py (read_resource_config, read_hyperparameters,
 read_input_data_config); and, when the request configures SageMaker Debugger, the hook's and the
-profiler's config files smdebug reads (emulator/run/sm_debugger.py).
+profiler's config files smdebug reads (emulator/planning/sm_debugger.py).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from emulator.errors import (
 )
 from emulator.jobspec import JobSpec, faults
 from emulator.options import RunOptions
-from emulator.planning import secrets
+from emulator.planning import debug_host, secrets
 from emulator.planning.container import Ulimit
 from emulator.planning.launchers import required_launchers
 from emulator.planning.plan import HostPlan, Plan, job_name_from, mpi_hosts
@@ -582,7 +582,7 @@ class Run:
         self.journal.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
         if plan.debug is not None and plan.debug.wait:
-            reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
+            reporter.info(f"waiting for a debugger on {debug_host.LOCALHOST}:{plan.debug.port} "
                           f"({self.host_label(plan.host(plan.debug.host).container.name)})")
 
     def collect(self, ran: HostsOutcome) -> Collected:
@@ -682,7 +682,7 @@ class Run:
             self.reporter.warn(f"--debug-host {target.host}: mpirun runs on {ranks[0]} and starts the ranks of "
                                f"{target.host} over ssh, without the debugger; debug {ranks[0]} instead")
         self.reporter.info(f"debugger: {target.host} ({group}) runs {self.plan.spec.entry_point} under debugpy, "
-                           f"published on {debugger.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
+                           f"published on {debug_host.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
                            + debugger.launch_json(self.plan.spec, target, group))
 
     def keep_resources(self) -> None:
