@@ -47,7 +47,6 @@ from emulator.jobspec import JobSpec, faults
 from emulator.options import RunOptions
 from emulator.planning import debug_host, secrets
 from emulator.planning.container import Ulimit
-from emulator.planning.launchers import required_launchers
 from emulator.planning.plan import HostPlan, Plan, job_name_from, mpi_hosts
 from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
@@ -68,6 +67,7 @@ from emulator.run.logs import LogCollector
 from emulator.run.mpi_wait import WorkerWait
 from emulator.run.preflight import Preflight
 from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.launchers import required_launchers
 
 if TYPE_CHECKING:
     from emulator.reports.timeline import Span

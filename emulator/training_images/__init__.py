@@ -1,2 +1,2 @@
 """The training images: which local image stands for a framework or Hugging Face version, the recipes
-of images/, building ahead what a job would run."""
+of images/, the launchers an image carries for a distribution, building ahead what a job would run."""
