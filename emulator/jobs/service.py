@@ -5,7 +5,7 @@ SDK sessions, `serve` and its page).
 
 CreateTrainingJob checks the request at once, with every problem in the request's own words (a
 `ValidationException`, as the service answers a bad request), then starts the job's driver process
-(`emulator.aws.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
+(`emulator.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
 name in the local record of jobs (`emulator.state.job_records`), so a job started by `hetero-emu run` is described
 and listed too.
 
@@ -151,7 +151,7 @@ class TrainingJobs:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
         with open(driver_log(name), "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
+            proc = subprocess.Popen([sys.executable, "-m", "emulator.driver", str(ticket)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
         self.drivers[name] = proc

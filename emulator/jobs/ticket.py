@@ -1,7 +1,7 @@
 """The driver ticket: what a job asked for with CreateTrainingJob hands to the process that runs it.
 
 On the service a training job runs on its own, whatever becomes of the program that asked for it, so
-a session's job runs in a driver process of its own (`python -m emulator.aws.driver TICKET`). The
+a session's job runs in a driver process of its own (`python -m emulator.driver TICKET`). The
 ticket holds the request and how to read it (the folder relative paths resolve against, the S3 root,
 the engine, what the service sets beside the request such as its region, which local paths a
 request may name) and the run's options (`RunOptions`: its CreationTime, the session's image table,

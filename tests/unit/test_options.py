@@ -19,8 +19,7 @@ import yaml
 from fake_backend import FakeBackend, exits
 from typer.testing import CliRunner
 
-from emulator import Job, api, cli, options
-from emulator.aws import driver
+from emulator import Job, api, cli, driver, options
 from emulator.backend import registry
 from emulator.jobs.ticket import DriverTicket
 from emulator.options import DEFAULT_GRACE, RunOptions
