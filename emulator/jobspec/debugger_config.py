@@ -46,7 +46,7 @@ PROFILER_KEYS = ("s3_output_path", "system_monitor_interval_millis", "profiling_
 
 
 def read(v: Checks, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[DebuggerOutput | None,
-                                                                          DebuggerOutput | None]:
+                                                                       DebuggerOutput | None]:
     """The spec's `debugger_hook_config` and `profiler_config`, each None when absent (or `false`,
     as the SDK's `debugger_hook_config=False` turns the hook off)."""
     return _hook(v, raw, s3_root), _profiler(v, raw, s3_root)
