@@ -24,7 +24,7 @@ __all__ = ["InstanceGroup", "Job", "JobSpec", "RunOptions", "Status", "TrainingI
 __version__ = "0.1.0"
 
 # Imported when first named (PEP 562): every `emulator.x` module imports this package first, and the
-# watcher process (backend/reaper.py) or `python -m emulator.aws.driver` need none of the job API.
+# watcher process (backend/reaper.py) or `python -m emulator.driver` need none of the job API.
 _LAZY = {"Job": "emulator.job", "InstanceGroup": "emulator.jobspec", "JobSpec": "emulator.jobspec",
          "RunOptions": "emulator.options", "Status": "emulator.result", "TrainingInput": "emulator.jobspec",
          "load_spec_file": "emulator.jobspec"}

@@ -31,7 +31,6 @@ from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageE
 from emulator.jobs.control import stop as stop
 from emulator.jobs.service import TrainingJobs, job_json_text
 from emulator.jobspec import (
-    GROUP_NAME_PATTERN,
     JOB_NAME_PATTERN,
     JobSpec,
     folder_problem,
@@ -40,12 +39,14 @@ from emulator.jobspec import (
     spec_warnings,
     validate,
 )
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 from emulator.jobspec.model import DEFAULT_REGION
 from emulator.jobspec.placement import with_placement
 from emulator.jobspec.probes import DISK
 from emulator.options import RunOptions
 from emulator.planning import compose, contract
-from emulator.planning.hardware import CpuMode, GpuMode, Machine
+from emulator.planning.debug_host import DebugTarget
+from emulator.planning.hardware import Machine
 from emulator.planning.plan import (
     LABEL_HOST,
     LABEL_JOB_DIR,
@@ -60,7 +61,6 @@ from emulator.reports.progress import StepReporter, as_step_reporter
 from emulator.result import JobResult, Status
 from emulator.run import debugger, hostfiles, job_aws, prebuild, staging, warm_pools, wheelhouse
 from emulator.run import metrics as metrics_module
-from emulator.run.debugger import DebugTarget
 from emulator.run.runner import run_job, ulimit_warnings, ulimits_matter
 from emulator.run.tail import LogTail
 from emulator.state import blocking, job_records
@@ -385,7 +385,7 @@ def logs(job: str, *, host: str | None = None, engine_name: str = DEFAULT_ENGINE
     """Each host's log file of a job (running or ended), in host order; `host` picks one."""
     folder = job_folder(job, engine_name=engine_name)
     log_dir = _log_dir(folder, host)
-    groups = host_groups(folder)
+    groups = hostfiles.host_groups(folder)
     files = sorted(log_dir.glob("algo-*.log"), key=lambda p: contract.host_sort_key(p.stem))
     return [HostLog(p.stem, groups.get(p.stem, "?"), p) for p in files if host in (None, p.stem)]
 
@@ -417,7 +417,7 @@ class LogFollower:
         self.interval = interval
         self.sleep = sleep
         self.tail = LogTail(_log_dir(self.folder, host), self._group_of)
-        self._groups = host_groups(self.folder)
+        self._groups = hostfiles.host_groups(self.folder)
         self.ended: str | None = None  # Completed | Failed | Stopped | "gone"
         self._backend: Backend | None = None  # asked only when the job's record cannot tell
 
@@ -428,13 +428,13 @@ class LogFollower:
 
     def hosts(self) -> list[tuple[str, str]]:
         """(host, group) of each host followed, in host order (for the prefixes)."""
-        self._groups = host_groups(self.folder)
+        self._groups = hostfiles.host_groups(self.folder)
         names = set(self._groups) | set(self.tail.hosts())
         return [(h, self._group_of(h)) for h in sorted(names, key=contract.host_sort_key) if self.host in (None, h)]
 
     def _group_of(self, host: str) -> str:
         if host not in self._groups:
-            self._groups = host_groups(self.folder)  # staged after the follow began
+            self._groups = hostfiles.host_groups(self.folder)  # staged after the follow began
         return self._groups.get(host, "?")
 
     def lines(self) -> Iterator[tuple[str, str, str]]:
@@ -503,30 +503,6 @@ def exec_in_host(job: str, host: str, command: Sequence[str], io: ExecIO, *,
                          f"{', '.join(sorted(hosts, key=contract.host_sort_key))}",
                          hint=f"hetero-emu exec {name} algo-1 -- CMD")
     return backend.exec_in(hosts[host], command, io)
-
-
-def host_groups(folder: Path) -> dict[str, str]:
-    """Each host's group, from its resourceconfig.json; a host whose file says nothing usable is left
-    out (its logs show group "?").
-
-    The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
-    linked it (see `emulator.run.hostfiles`), so it is read without following links and with a bound, and
-    trusted only for a group name of the spec's shape, under the folder's own host name.
-    """
-    out = {}
-    for host_dir in folder.glob("hosts/algo-*"):
-        config = hostfiles.host_path(host_dir, "input/config/resourceconfig.json")
-        text = hostfiles.read_text_bounded(config, 1 << 20) if config is not None else ""
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):  # ValueError also for "" (missing, unreadable or a link)
-            continue
-        if not isinstance(data, dict) or data.get("current_host") != host_dir.name:
-            continue
-        group = data.get("current_group_name")
-        if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
-            out[host_dir.name] = group
-    return out
 
 
 def ps(*, engine_name: str = DEFAULT_ENGINE) -> list[Resource]:

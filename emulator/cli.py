@@ -28,11 +28,13 @@ from emulator.backend.networks import RESTART_FIX, STUCK_STATUS
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import EmulatorError, Interrupted, Problem, SpecError, UsageError
 from emulator.jobspec import JobSpec, request, spec_warnings
+from emulator.jobspec.faults import Injection, parse_injection
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
+from emulator.jobspec.instance_types import catalog, families
 from emulator.jobspec.placement import parse_option
 from emulator.options import DEFAULT_GRACE, RunOptions
 from emulator.planning import contract, secrets
-from emulator.planning.catalog import catalog, families
-from emulator.planning.hardware import CpuMode, GpuMode, parse_cpu_mode, parse_gpu_mode
+from emulator.planning.debug_host import DEBUGPY_PORT, DebugTarget
 from emulator.planning.plan import (
     LABEL_GROUP,
     LABEL_HOST,
@@ -43,8 +45,6 @@ from emulator.planning.plan import (
 from emulator.reports.console import ConsoleReporter
 from emulator.reports.progress import StepPrinter
 from emulator.result import JobResult
-from emulator.run.attempts import Injection, parse_injection
-from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.run.metrics import final as final_metrics
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, variant_names
 

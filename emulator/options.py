@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from emulator.planning.hardware import CpuMode, GpuMode
+from emulator.jobspec.faults import Injection
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
+from emulator.planning.debug_host import DebugTarget
 from emulator.planning.plan import MemoryLimit
-from emulator.run.attempts import Injection
-from emulator.run.debugger import DebugTarget
 
 # The service's: "SageMaker sends the algorithm the SIGTERM signal, which delays job termination for
 # 120 seconds" when a job is stopped or reaches MaxRuntimeInSeconds (CreateTrainingJob's
@@ -80,7 +80,7 @@ class RunOptions:
 
     inject: tuple[Injection, ...] | None = None
     """The spot interruptions and platform errors the run causes on purpose (`--interrupt-at`,
-    `--inject`; emulator/run/attempts.py), each when the hosts have run that long in all. None: the
+    `--inject`; emulator/jobspec/faults.py), each when the hosts have run that long in all. None: the
     spec's `inject`."""
 
     images: Mapping[str, str] | None = None

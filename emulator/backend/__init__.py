@@ -18,7 +18,7 @@ backend/docker.py, and `swarm`: backend/swarm.py). It must
 - be handed what it needs from above (the folder it keeps what it learns in: an `EngineMemory`,
   by default the emulator's state folder), and decide nothing that depends on the job's meaning
   (which launchers it needs): nothing under `emulator.backend` imports the front ends' modules
-  (`emulator.run.runner`, `emulator.api`, `emulator.planning.launchers`, `emulator.state.job_records`).
+  (`emulator.run.runner`, `emulator.api`, `emulator.training_images.launchers`, `emulator.state.job_records`).
 
 The same job gives the same outcome on every engine: tests/swarm/test_engine_contract.py runs each
 test on both, and asserts that every registered engine satisfies this protocol (and its images theirs).

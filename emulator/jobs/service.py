@@ -5,7 +5,7 @@ SDK sessions, `serve` and its page).
 
 CreateTrainingJob checks the request at once, with every problem in the request's own words (a
 `ValidationException`, as the service answers a bad request), then starts the job's driver process
-(`emulator.aws.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
+(`emulator.driver`) and returns: the job runs on its own, as on the service. Jobs are found by
 name in the local record of jobs (`emulator.state.job_records`), so a job started by `hetero-emu run` is described
 and listed too.
 
@@ -38,16 +38,18 @@ from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import ApiError, EmulatorError, SpecError, UsageError
 from emulator.jobs import control, service_shape
 from emulator.jobs.ticket import DriverTicket
-from emulator.jobspec import request, s3
+from emulator.jobspec import faults, request, s3
+from emulator.jobspec.faults import Injection
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 from emulator.jobspec.model import MAX_KEEP_ALIVE
 from emulator.options import RunOptions
 from emulator.planning import contract, described_request
-from emulator.planning.hardware import CpuMode, GpuMode
 from emulator.result import SecondaryStatus, Status
-from emulator.run import attempts, hostfiles, staging, warm_pools
-from emulator.run.attempts import Injection
+from emulator.run import hostfiles, staging, warm_pools
 from emulator.state import blocking, job_records
-from emulator.state.job_records import JobRecord
+
+# The record type the jobs layer hands its readers (the page types what it reads with it).
+from emulator.state.job_records import JobRecord as JobRecord
 from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
@@ -80,7 +82,7 @@ class TrainingJobs:
         self.s3_origin = s3_origin  # what problems with the root call it
         self.region = region
         self.images = dict(images)
-        # Every job's `--gpus`, `--cpus` (emulator/planning/hardware.py) and `--inject` (emulator/run/attempts.py),
+        # Every job's `--gpus`, `--cpus` (emulator/planning/hardware.py) and `--inject` (emulator/jobspec/faults.py),
         # handed to its driver in its options (emulator/jobs/ticket.py).
         self.inject = inject
         self.options = RunOptions(images=self.images, gpus=gpus, cpus=cpus, inject=inject or None)
@@ -134,7 +136,7 @@ class TrainingJobs:
                                                 host_paths=self.host_paths)
         except SpecError as err:
             raise ApiError("ValidationException", err.message) from None
-        if self.inject and (found := attempts.problems(self.inject, spec.max_run, spec.use_spot_instances)):
+        if self.inject and (found := faults.problems(self.inject, spec.max_run, spec.use_spot_instances)):
             raise ApiError("ValidationException", f"the session's inject: {found[0]}")
         job_dir = spec.output_path / name
         if staging.folder_taken(job_dir, spec.output_s3_uri is not None):
@@ -159,7 +161,7 @@ class TrainingJobs:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
         with open(driver_log(name), "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "emulator.aws.driver", str(ticket)],
+            proc = subprocess.Popen([sys.executable, "-m", "emulator.driver", str(ticket)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
         self.drivers[name] = proc

@@ -1,7 +1,7 @@
 """The driver ticket: what a job asked for with CreateTrainingJob hands to the process that runs it.
 
 On the service a training job runs on its own, whatever becomes of the program that asked for it, so
-a session's job runs in a driver process of its own (`python -m emulator.aws.driver TICKET`). The
+a session's job runs in a driver process of its own (`python -m emulator.driver TICKET`). The
 ticket holds the request and how to read it (the folder relative paths resolve against, the S3 root,
 the engine, what the service sets beside the request such as its region, which local paths a
 request may name) and the run's options (`RunOptions`: its CreationTime, the session's image table,
@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from emulator.jobspec.faults import parse_injection
+from emulator.jobspec.hardware_modes import parse_cpu_mode, parse_gpu_mode
 from emulator.options import RunOptions
-from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
-from emulator.run.attempts import parse_injection
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@
 - `probes`: those questions as the one object the rules are given (`Probes`; `DISK` answers from the
   real filesystem), so that validation itself does no I/O.
 - `requirements`: the code's requirements.txt as the toolkit will install it, found and hashed.
+- `faults`: the spot interruptions and platform errors a job is given on purpose (`inject`).
+- `metric_definitions`: the job's metric definitions, checked, and the `Sample` a match gives.
+- `instance_types`: the SageMaker instance types and their figures.
+- `sizes`: byte sizes as written for Docker (`512m`, `2g`) and their bounds.
+- `hardware_modes`: the GPU and vCPU modes a job chooses (`gpus`, `--gpus`, `--cpus`).
+- `hyperparameters`: the hyperparameters as the SDK sends them, `sagemaker_*` keys included.
 - `fields`: typed getters that record a problem per wrong field, named in the input's own words.
 - `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).

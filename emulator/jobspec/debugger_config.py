@@ -1,7 +1,7 @@
 """The job's SageMaker Debugger configs: `debugger_hook_config` and `profiler_config` (the SDK's
 DebuggerHookConfig and ProfilerConfig; a request's DebugHookConfig and ProfilerConfig), checked and
 turned into `DebuggerOutput`s with the members the service writes into every host
-(emulator/run/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
+(emulator/planning/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
 
 The YAML spec names the SDK's arguments; a request's members are mapped onto them by
 `emulator.jobspec.request` and back by `to_request`, so the rules are written once, here.
@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from emulator.jobspec.model import DebuggerOutput, JobSpec
 from emulator.jobspec.wording import preview
 
-if TYPE_CHECKING:
-    from emulator.jobspec.rules import Validator
+
+class Checks(Protocol):
+    """What reading the configs asks of the rules' `Validator` (emulator.jobspec.rules, which calls
+    `read`): its typed getters (emulator.jobspec.fields) and its two path checks. Named here rather
+    than imported, so this module and the rules do not import each other."""
+
+    def fail(self, path: str, message: str, hint: str | None = None) -> None: ...
+    def unknown_keys(self, raw: Mapping[Any, Any], allowed: Sequence[str], prefix: str) -> None: ...
+    def typed(self, raw: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...]) -> Any: ...
+    def string(self, raw: Mapping[str, Any], key: str, path: str) -> str | None: ...
+    def local_path(self, text: str, path: str, s3_root: Path | None, what: str) -> Path | None: ...
+    def creatable_folder(self, resolved: Path | None, path: str) -> None: ...
+
 
 # DebugHookConfig.LocalPath's default: smdebug's DEFAULT_SAGEMAKER_OUTDIR
 # (awslabs/sagemaker-debugger smdebug/core/config_constants.py:21), the API's documented default
@@ -34,14 +45,14 @@ COLLECTION_KEYS = ("name", "parameters")
 PROFILER_KEYS = ("s3_output_path", "system_monitor_interval_millis", "profiling_parameters", "disable_profiler")
 
 
-def read(v: Validator, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[DebuggerOutput | None,
-                                                                          DebuggerOutput | None]:
+def read(v: Checks, raw: Mapping[str, Any], s3_root: Path | None) -> tuple[DebuggerOutput | None,
+                                                                       DebuggerOutput | None]:
     """The spec's `debugger_hook_config` and `profiler_config`, each None when absent (or `false`,
     as the SDK's `debugger_hook_config=False` turns the hook off)."""
     return _hook(v, raw, s3_root), _profiler(v, raw, s3_root)
 
 
-def _hook(v: Validator, raw: Mapping[str, Any], s3_root: Path | None) -> DebuggerOutput | None:
+def _hook(v: Checks, raw: Mapping[str, Any], s3_root: Path | None) -> DebuggerOutput | None:
     field = "debugger_hook_config"
     if raw.get(field) is False:
         return None
@@ -70,7 +81,7 @@ def _hook(v: Validator, raw: Mapping[str, Any], s3_root: Path | None) -> Debugge
     return DebuggerOutput(json.dumps(document, sort_keys=True), local, target, text)
 
 
-def _collection(v: Validator, item: Any, path: str) -> dict[str, Any] | None:
+def _collection(v: Checks, item: Any, path: str) -> dict[str, Any] | None:
     if not isinstance(item, dict):
         v.fail(path, f"must be a mapping {{name, parameters}}, got {preview(item)}")
         return None
@@ -85,7 +96,7 @@ def _collection(v: Validator, item: Any, path: str) -> dict[str, Any] | None:
     return collection
 
 
-def _profiler(v: Validator, raw: Mapping[str, Any], s3_root: Path | None) -> DebuggerOutput | None:
+def _profiler(v: Checks, raw: Mapping[str, Any], s3_root: Path | None) -> DebuggerOutput | None:
     field = "profiler_config"
     config = v.typed(raw, field, field, (dict,))
     if config is None:
@@ -116,7 +127,7 @@ def _profiler(v: Validator, raw: Mapping[str, Any], s3_root: Path | None) -> Deb
     return DebuggerOutput(json.dumps(document, sort_keys=True), local, target if not disable else None, text)
 
 
-def _required(v: Validator, raw: Mapping[str, Any], key: str, parent: str, hint: str) -> str | None:
+def _required(v: Checks, raw: Mapping[str, Any], key: str, parent: str, hint: str) -> str | None:
     """A string member the API requires; its absence is a problem."""
     text = v.string(raw, key, f"{parent}.{key}")
     if text is None and key not in raw:
@@ -124,7 +135,7 @@ def _required(v: Validator, raw: Mapping[str, Any], key: str, parent: str, hint:
     return text
 
 
-def _strings(v: Validator, raw: Mapping[str, Any], key: str, path: str) -> dict[str, str] | None:
+def _strings(v: Checks, raw: Mapping[str, Any], key: str, path: str) -> dict[str, str] | None:
     """A string-to-string map, as the API's HookParameters, CollectionParameters and
     ProfilingParameters are."""
     value = v.typed(raw, key, path, (dict,))
@@ -138,7 +149,7 @@ def _strings(v: Validator, raw: Mapping[str, Any], key: str, path: str) -> dict[
     return dict(value)
 
 
-def _container_folder(v: Validator, local: str, path: str, default: str) -> str:
+def _container_folder(v: Checks, local: str, path: str, default: str) -> str:
     """An absolute folder in the container that hides none of /opt/ml's own folders, as the
     TensorBoard local path must be (emulator.jobspec.rules, Validator.tensorboard)."""
     normal = os.path.normpath(local) if local.startswith("/") and "\0" not in local else None

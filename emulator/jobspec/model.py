@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.jobspec.faults import Injection
+from emulator.jobspec.metric_definitions import Definition
 from emulator.jobspec.requirements import Requirements
-from emulator.run.attempts import Injection
-from emulator.run.metrics import Definition
 
 # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-TrainingJobName
 # The `-*` lets any number of hyphens through, so the pattern alone does not bound the length: the
@@ -176,12 +176,14 @@ class InstanceGroup:
 DEFAULT_TENSORBOARD_PATH = "/opt/ml/output/tensorboard"
 # Where a host finds its channels, each in a folder of its name.
 INPUT_DATA = "/opt/ml/input/data"
+# Where a host finds the job's code: the toolkit's submit directory.
+CODE_DIR = "/opt/ml/code"
 
 
 @dataclass(frozen=True)
 class DebuggerOutput:
     """A request's DebugHookConfig or ProfilerConfig (the SDK's DebuggerHookConfig and
-    ProfilerConfig; emulator/run/sm_debugger.py): the config file every host gets, and where what the
+    ProfilerConfig; emulator/planning/sm_debugger.py): the config file every host gets, and where what the
     hosts write under `local_path` is uploaded while the job runs."""
 
     # The config's members with the API's names, as JSON text (a frozen spec stays hashable).
@@ -281,7 +283,7 @@ class JobSpec:
     tensorboard_output_path: Path | None = None
     tensorboard_uri: str | None = None
     tensorboard_local_path: str = DEFAULT_TENSORBOARD_PATH
-    # DebugHookConfig and ProfilerConfig (emulator/run/sm_debugger.py).
+    # DebugHookConfig and ProfilerConfig (emulator/planning/sm_debugger.py).
     debug_hook: DebuggerOutput | None = None
     profiler: DebuggerOutput | None = None
     max_run: int = DEFAULT_MAX_RUN
@@ -309,7 +311,7 @@ class JobSpec:
     # leaves it to the run's --gpus, else "auto". Not a SageMaker field.
     gpus: str | None = None
     # AlgorithmSpecification.MetricDefinitions (the SDK's metric_definitions): applied to every host's
-    # lines (emulator/run/metrics.py).
+    # lines (emulator/jobspec/metric_definitions.py, applied by emulator/run/metrics.py).
     metric_definitions: tuple[Definition, ...] = ()
     # The image the job named when another runs for it (an ECR name not in the engine; image_uri is
     # then the local stand-in), and the lines that say so (emulator.aws.ecr_images.choose_image).
@@ -326,7 +328,7 @@ class JobSpec:
     pool_match: tuple[tuple[str, str], ...] = ()
     # RetryStrategy.MaximumRetryAttempts (the SDK's max_retry_attempts): None, no RetryStrategy.
     max_retry_attempts: int | None = None
-    # The spot interruptions and platform errors this job is given on purpose (emulator/run/attempts.py).
+    # The spot interruptions and platform errors this job is given on purpose (emulator/jobspec/faults.py).
     # Not a SageMaker field.
     inject: tuple[Injection, ...] = ()
 

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import Problem, SpecError
-from emulator.jobspec import debugger_config
+from emulator.jobspec import debugger_config, hyperparameters
 from emulator.jobspec.model import INPUT_DATA, JobSpec
 from emulator.jobspec.paths import BadPath, parse_uri, resolve_path
 from emulator.jobspec.probes import DISK, Probes
 from emulator.jobspec.rules import Validator
 from emulator.jobspec.wording import key_text, preview, type_name
 from emulator.jobspec.yaml_loader import parse_yaml, read_spec_text
-from emulator.planning.contract import hyperparameters as encoded_hyperparameters
 
 # Keys the emulator runs the job with; the others the API has are accepted and unused.
 REQUEST_KEYS = (
@@ -637,7 +636,7 @@ def _decoded(text: str) -> Any:
 
 def _distribution(sdk: dict[str, Any]) -> dict[str, Any]:
     """The `distribution=` argument back from the hyperparameters the SDK made of it (the inverse of
-    contract.distribution_hyperparameters)."""
+    hyperparameters.for_distribution)."""
     out: dict[str, Any] = {}
     for key, strategy in DISTRIBUTION_FLAGS.items():
         if key in sdk:
@@ -675,7 +674,7 @@ def request_from_spec(spec: JobSpec, job_name: str) -> dict[str, Any]:
     they name under the local S3 root."""
     # Every `sagemaker_*` hyperparameter the job gets is in the request, as the SDK v2 sends them: a
     # request's hyperparameters.json has its own keys only (JobSpec.request_hyperparameters).
-    hps = encoded_hyperparameters(spec, job_name)
+    hps = hyperparameters.encoded(spec, job_name)
     if spec.source_dir is not None:
         hps["sagemaker_submit_directory"] = json.dumps(_file_uri(spec.source_dir))
     else:

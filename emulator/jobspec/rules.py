@@ -23,7 +23,15 @@ from typing import Any, NamedTuple
 
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import debugger_config, placement, s3
+from emulator.jobspec.faults import Injection, parse_injection
+from emulator.jobspec.faults import problems as attempt_problems
 from emulator.jobspec.fields import FieldReader, as_written
+from emulator.jobspec.hardware_modes import parse_gpu_mode
+from emulator.jobspec.instance_types import lookup as lookup_instance_type
+from emulator.jobspec.instance_types import suggest as suggest_instance_types
+from emulator.jobspec.metric_definitions import Definition
+from emulator.jobspec.metric_definitions import parse as parse_metrics
+from emulator.jobspec.metric_definitions import problems as metric_problems
 from emulator.jobspec.model import (
     BASE_JOB_NAME_PATTERN,
     CHANNEL_KEYS,
@@ -71,18 +79,9 @@ from emulator.jobspec.model import strategy_enabled as _enabled
 from emulator.jobspec.paths import BadPath, Listing, given_name, parse_uri
 from emulator.jobspec.probes import Probes
 from emulator.jobspec.requirements import Requirements
+from emulator.jobspec.sizes import MAX_SIZE, MIN_SHM, parse_size
 from emulator.jobspec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.jobspec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
-from emulator.planning.catalog import lookup as lookup_instance_type
-from emulator.planning.catalog import suggest as suggest_instance_types
-from emulator.planning.container import MIN_SHM
-from emulator.planning.hardware import parse_gpu_mode
-from emulator.planning.sizes import MAX_SIZE, parse_size
-from emulator.run.attempts import Injection, parse_injection
-from emulator.run.attempts import problems as attempt_problems
-from emulator.run.metrics import Definition
-from emulator.run.metrics import parse as parse_metrics
-from emulator.run.metrics import problems as metric_problems
 
 # What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
@@ -503,7 +502,7 @@ class Validator(FieldReader):
         """The service's managed features and their rules (CreateTrainingJob's API reference):
         managed spot needs a MaxWaitTimeInSeconds of at least MaxRuntimeInSeconds, and MaxWait is for
         spot only; a warm pool's keep-alive is 0-3600 s; a RetryStrategy retries 1-30 times. `inject`:
-        the faults the run causes on purpose (emulator/run/attempts.py)."""
+        the faults the run causes on purpose (emulator/jobspec/faults.py)."""
         spot = bool(self.boolean(raw, "use_spot_instances", "use_spot_instances"))
         wait = self.integer(raw, "max_wait", "max_wait")
         if wait is not None and wait < 1:
@@ -535,7 +534,7 @@ class Validator(FieldReader):
                 "max_retry_attempts": retries, "inject": tuple(injections)}
 
     def gpu_mode(self, raw: Mapping[str, Any]) -> str | None:
-        """`gpus`: how hosts of GPU types get GPUs here (emulator/planning/hardware.py, GPU_MODES)."""
+        """`gpus`: how hosts of GPU types get GPUs here (GPU_MODES, emulator/jobspec/hardware_modes.py)."""
         value = self.string(raw, "gpus", "gpus")
         if value is None:
             return None

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
+from emulator.jobspec.sizes import MIN_SHM
+
 MIB = 1024**2
 GIB = 1024**3
 
 # /dev/shm when the host has no memory limit to take half of (see `default_shm_bytes`).
 FALLBACK_SHM = 1 * GIB
-# Below this no process can use /dev/shm at all (one DataLoader batch, one NCCL/gloo buffer).
-MIN_SHM = 1 * MIB
 
 # -1 in a `Ulimit`: no limit.
 UNLIMITED = -1
@@ -112,7 +112,7 @@ class ContainerSpec:
     # machine's GPUs: Docker's DeviceRequests, compose's `deploy.resources.reservations.devices`);
     # empty: none (emulator/planning/hardware.py decides which host gets which).
     gpus: tuple[str, ...] = ()
-    # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.run.debugger).
+    # Ports published on this machine: debugpy's on the host `--debug-host` names (emulator.planning.debug_host).
     ports: tuple[PortBinding, ...] = ()
     # Where the host may run, as swarm placement constraints (`node.labels.role==gpu`): its instance
     # group's `placement`. One machine has nowhere else to put it.

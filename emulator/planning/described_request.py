@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from emulator.jobspec import JobSpec
+from emulator.jobspec import JobSpec, hyperparameters
 from emulator.jobspec.request import request_from_spec
 from emulator.planning import contract
 from emulator.planning.secrets import mask_environment
@@ -39,7 +39,7 @@ def described_request(spec: JobSpec, job_name: str) -> dict[str, Any]:
     job.json has always described them."""
     asked = echoed(request_from_spec(spec, job_name))
     asked["AlgorithmSpecification"]["TrainingImage"] = spec.requested_image or spec.image_uri
-    asked["HyperParameters"] = contract.hyperparameters(spec, job_name)
+    asked["HyperParameters"] = hyperparameters.encoded(spec, job_name)
     asked["OutputDataConfig"]["S3OutputPath"] = spec.output_s3_uri or str(spec.output_path)
     inputs = contract.describe_input_data_config(spec)
     if inputs:

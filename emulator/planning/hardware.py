@@ -35,12 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from emulator.planning import catalog
-
-GpuMode = Literal["auto", "none", "emulate", "real", "share"]
-GPU_MODES: tuple[GpuMode, ...] = ("auto", "none", "emulate", "real", "share")
-CpuMode = Literal["instance", "machine"]
-CPU_MODES: tuple[CpuMode, ...] = ("instance", "machine")
+from emulator.jobspec import instance_types
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode
 
 # The variables the emulated nvidia-smi and the hook read (set per host by the plan).
 GPUS_VARIABLE = "HETERO_EMU_GPUS"
@@ -98,24 +94,8 @@ class Hardware:
 NO_HARDWARE = Hardware(cpus="machine")
 
 
-def parse_gpu_mode(text: str) -> GpuMode:
-    """`--gpus` and the spec's `gpus`: one of GPU_MODES."""
-    value = text.strip().lower()
-    if value not in GPU_MODES:
-        raise ValueError(f"{text!r} is not a GPU mode: use one of {', '.join(GPU_MODES)}")
-    return value
-
-
-def parse_cpu_mode(text: str) -> CpuMode:
-    """`--cpus`: one of CPU_MODES."""
-    value = text.strip().lower()
-    if value not in CPU_MODES:
-        raise ValueError(f"{text!r} is not a CPU mode: use one of {', '.join(CPU_MODES)}")
-    return value
-
-
 def gpu_count(instance_type: str) -> int:
-    figures = catalog.lookup(instance_type)
+    figures = instance_types.lookup(instance_type)
     return figures.gpus if figures is not None else 0
 
 
@@ -179,7 +159,7 @@ def emulated_uuids(job_name: str, host: str, count: int) -> tuple[str, ...]:
 def host_environment(hardware: Hardware, host: str, instance_type: str) -> dict[str, str]:
     """The variables a host gets for its hardware: the emulated GPUs' for nvidia-smi, and the
     instance's vCPUs for the hook."""
-    figures = catalog.lookup(instance_type)
+    figures = instance_types.lookup(instance_type)
     variables: dict[str, str] = {}
     if hardware.gpus == "emulate" and figures is not None and hardware.host_gpus(host):
         variables[GPUS_VARIABLE] = ",".join(hardware.host_gpus(host))
@@ -195,7 +175,7 @@ def host_environment(hardware: Hardware, host: str, instance_type: str) -> dict[
 
 def uses_hook(hardware: Hardware, instance_type: str) -> bool:
     """Whether a host needs the start-up hook for its vCPU count (emulator/planning/hooks.py)."""
-    return hardware.cpus == "instance" and catalog.lookup(instance_type) is not None
+    return hardware.cpus == "instance" and instance_types.lookup(instance_type) is not None
 
 
 def emulates_gpus(hardware: Hardware, host: str) -> bool:
@@ -214,11 +194,12 @@ def cannot_give(hardware: Hardware, hosts: Sequence[tuple[str, str]], machine: M
         shown = ", ".join(f"{kind} {_gib(memory_limits[kind] or 0)}" for kind in big)
         lines.append(f"this machine cannot give the memory: {shown} GiB per host; it has {_gib(machine.memory_bytes)} "
                      "GiB for every host together (a host runs out of memory here before it would on the service)")
-    many = [kind for kind in kinds if (figures := catalog.lookup(kind)) is not None and figures.vcpus > machine.cpus]
+    many = [kind for kind in kinds
+            if (figures := instance_types.lookup(kind)) is not None and figures.vcpus > machine.cpus]
     if many:
         told = "the toolkit's SM_NUM_CPUS says the type's count" if hardware.cpus == "instance" else \
             f"SM_NUM_CPUS says {machine.cpus} (--cpus machine)"
-        shown = ", ".join(f"{kind} {catalog.lookup(kind).vcpus}" for kind in many)  # type: ignore[union-attr]
+        shown = ", ".join(f"{kind} {instance_types.lookup(kind).vcpus}" for kind in many)  # type: ignore[union-attr]
         lines.append(f"this machine cannot give the vCPUs: {shown}; it has {machine.cpus} cores for every host "
                      f"together ({told})")
     gpu_kinds = [kind for kind in kinds if gpu_count(kind)]

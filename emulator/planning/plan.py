@@ -16,17 +16,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from emulator.jobspec import JobSpec, TrainingInput
+from emulator.jobspec import JobSpec, TrainingInput, hyperparameters, instance_types
 from emulator.jobspec.model import INPUT_DATA
 from emulator.jobspec.placement import constraints
-from emulator.planning import catalog, contract, hooks
+from emulator.jobspec.sizes import parse_size
+from emulator.planning import contract, debug_host, hooks, sm_debugger, wheelhouse_mount
 from emulator.planning import hardware as hardware_hooks
 from emulator.planning.container import ContainerSpec, Mount, PortBinding, default_shm_bytes
+from emulator.planning.debug_host import DebugTarget
 from emulator.planning.hardware import NO_HARDWARE, Hardware
 from emulator.planning.secrets import mask_environment
-from emulator.planning.sizes import parse_size
-from emulator.run import debugger, sm_debugger, wheelhouse
-from emulator.run.debugger import DebugTarget
 
 LABEL_PREFIX = "io.hetero-emu"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
@@ -112,7 +111,7 @@ class Plan:
     max_run: int
     network_isolation: bool
     labels: Mapping[str, str]
-    # The host folder of the requirements.txt's wheels (emulator.run.wheelhouse), mounted read-only on
+    # The host folder of the requirements.txt's wheels (emulator.planning.wheelhouse_mount), mounted read-only on
     # every host; None when the toolkit installs no requirements.txt. The runner builds it first.
     wheelhouse: str | None
     spec: JobSpec = field(compare=False, repr=False)
@@ -285,8 +284,8 @@ def make_plan(
     job_dir = job_dir if job_dir is not None else spec.output_path / job_name
     wheels = None
     if spec.requirements is not None:
-        root = wheel_cache if wheel_cache is not None else wheelhouse.cache_root()
-        wheels = str(wheelhouse.location(spec.requirements, root, spec.image_uri))
+        root = wheel_cache if wheel_cache is not None else wheelhouse_mount.cache_root()
+        wheels = str(wheelhouse_mount.location(spec.requirements, root, spec.image_uri))
     entrypoint, command = launch_command(spec)
     ssh_groups = mpi_groups(spec)
     ssh_dir = job_dir / SSH_FOLDER if ssh_groups else None
@@ -334,7 +333,7 @@ def job_environment(spec: JobSpec, job_name: str) -> dict[str, str]:
     """The variables every host gets: pip's for the wheelhouse, the spec's, then the service's own."""
     return {
         # Before the spec's own variables, so a spec that sets PIP_* itself keeps its values.
-        **wheelhouse.environment(spec.requirements),
+        **wheelhouse_mount.environment(spec.requirements),
         **spec.environment,
         "TRAINING_JOB_NAME": job_name,
         "TRAINING_JOB_ARN": contract.training_job_arn(job_name, spec.region),
@@ -398,7 +397,7 @@ def _host_mounts(job: _JobParts, slot: HostLayout) -> list[Mount]:
         source = share_dir(str(job.job_dir), name, channel, slot.name) if name in slot.shards else channel.source
         mounts.append(Mount(str(source), f"{INPUT_DATA}/{name}", read_only=not channel.copied))
     if job.wheels is not None:
-        mounts.append(Mount(job.wheels, wheelhouse.CONTAINER_PATH, read_only=True))
+        mounts.append(Mount(job.wheels, wheelhouse_mount.CONTAINER_PATH, read_only=True))
     if job.ssh_dir is not None and slot.group.name in job.ssh_groups:
         # Read-only: a script cannot swap the keys that let every distribution host log into it.
         mounts.append(Mount(str(job.ssh_dir), SSH_TARGET, read_only=True))
@@ -416,8 +415,8 @@ def _host_container(job: _JobParts, slot: HostLayout, layout: Sequence[HostLayou
     host_environment: Mapping[str, str] = _hardware_environment(job, slot)
     ports: tuple[PortBinding, ...] = ()
     if job.debug is not None and job.debug.host == host:
-        host_environment = debugger.host_environment(spec, job.debug, dict(host_environment))
-        ports = (debugger.published_port(job.debug),)
+        host_environment = debug_host.host_environment(spec, job.debug, dict(host_environment))
+        ports = (debug_host.published_port(job.debug),)
     memory_bytes = memory_limit(job.memory, group.instance_type)
     return ContainerSpec(
         image=spec.image_uri,
@@ -472,7 +471,7 @@ def mpi_hosts(plan: Plan) -> list[str]:
 def mpi_groups(spec: JobSpec) -> tuple[str, ...]:
     """The groups whose hosts the toolkit links with `mpirun` over SSH: the distribution's instance
     groups (every group when it names none), when the distribution runs over MPI; else none."""
-    if spec.distribution is None or not contract.launches_over_mpi(spec.distribution):
+    if spec.distribution is None or not hyperparameters.launches_over_mpi(spec.distribution):
         return ()
     return spec.distribution.instance_groups or tuple(g.instance_group_name for g in spec.instance_groups)
 
@@ -491,7 +490,7 @@ def memory_limit(memory: MemoryLimit, instance_type: str) -> int | None:
     if memory == "none":
         return None
     if memory == "instance":
-        figures = catalog.lookup(instance_type)
+        figures = instance_types.lookup(instance_type)
         return int(figures.memory_gib * GIB) if figures else None
     return memory
 
@@ -566,12 +565,12 @@ def summary(plan: Plan) -> str:
         + (f", seed {plan.seed})" if plan.seed is not None else ")"),
     ]
     if plan.wheelhouse is not None:
-        variables = " ".join(f"{k}={v}" for k, v in wheelhouse.environment(plan.spec.requirements).items())
-        lines.append(f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
-                     f"{variables}")
+        variables = " ".join(f"{k}={v}" for k, v in wheelhouse_mount.environment(plan.spec.requirements).items())
+        lines.append(f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse_mount.CONTAINER_PATH} "
+                     f"(read-only), {variables}")
     if plan.debug is not None:
-        lines.append(f"  debug    {plan.debug.host}: its entry point under debugpy, port {debugger.DEBUGPY_PORT} "
-                     f"published on {debugger.LOCALHOST}:{plan.debug.port}"
+        lines.append(f"  debug    {plan.debug.host}: its entry point under debugpy, port {debug_host.DEBUGPY_PORT} "
+                     f"published on {debug_host.LOCALHOST}:{plan.debug.port}"
                      + (", waits for the debugger to attach" if plan.debug.wait else ""))
     if plan.hardware.devices:
         kind = {"emulate": "emulated GPUs (no CUDA)", "real": "GPUs by device id", "share": "GPUs by device id, shared"}

@@ -7,16 +7,37 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Protocol
 
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import JobSpec
-from emulator.options import RunOptions
+from emulator.jobspec.hardware_modes import CpuMode, GpuMode, parse_gpu_mode
 from emulator.planning import hardware
-from emulator.planning.hardware import Hardware, Machine, parse_gpu_mode
-from emulator.planning.plan import Plan, assign_hosts, make_plan, memory_limit
+from emulator.planning.debug_host import DebugTarget
+from emulator.planning.hardware import Hardware, Machine
+from emulator.planning.plan import MemoryLimit, Plan, assign_hosts, make_plan, memory_limit
 
 
-def prepare(spec: JobSpec, options: RunOptions, machine: Machine, job_name: str,
+class PlanOptions(Protocol):
+    """What of a run's options its plan is made with: `emulator.options.RunOptions` has them all. A
+    protocol rather than RunOptions itself, because the options sit a layer above the plan (they name
+    its types) and the plan imports nothing from above it (tests/unit/test_layers.py)."""
+
+    @property
+    def host_order(self) -> str: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def memory(self) -> MemoryLimit: ...
+    @property
+    def debug(self) -> DebugTarget | None: ...
+    @property
+    def gpus(self) -> GpuMode | None: ...
+    @property
+    def cpus(self) -> CpuMode: ...
+
+
+def prepare(spec: JobSpec, options: PlanOptions, machine: Machine, job_name: str,
             job_dir: Path | None = None) -> Plan:
     """The plan of `spec` (its image already chosen: `emulator.aws.ecr_images.with_image`) as `options`
     say (host order and seed, memory, debug target, GPUs and vCPUs) on `machine`; `job_dir` defaults
@@ -36,7 +57,7 @@ def choose_seed(host_order: str, seed: int | None) -> int | None:
     return seed
 
 
-def choose_hardware(spec: JobSpec, options: RunOptions, job_name: str, seed: int | None,
+def choose_hardware(spec: JobSpec, options: PlanOptions, job_name: str, seed: int | None,
                     machine: Machine) -> Hardware:
     """How the hosts get their types' GPUs and vCPUs on `machine` (emulator/planning/hardware.py), with what
     what the machine cannot give them as its notes and warnings; a GPU mode the engine cannot serve, or too few GPUs,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import graphviz
 
+from emulator.jobspec import hyperparameters
 from emulator.jobspec.model import strategy_enabled
-from emulator.planning import contract
 from emulator.planning.plan import Plan, mpi_hosts
 from emulator.reports.palette import Colour, group_colours
 
@@ -54,7 +54,7 @@ def launcher(plan: Plan) -> str:
     distribution = plan.spec.distribution
     if distribution is None:
         return ""
-    if contract.launches_over_mpi(distribution):
+    if hyperparameters.launches_over_mpi(distribution):
         return "mpirun over SSH"
     return "torchrun" if distribution.strategy == "torch_distributed" else ""
 
@@ -80,11 +80,11 @@ def torchrun_worlds(plan: Plan) -> list[tuple[str, ...]]:
     `sagemaker_distribution_instance_groups` in resourceconfig.json's group order, or, when the SDK
     sends no such list, the host's own group (`get_distribution_instance_groups_from_resource_config`
     names the current group). The SDK sends it for torch_distributed only beside smdistributed
-    (`contract.distribution_hyperparameters`), so usually every group is a world of its own."""
+    (`hyperparameters.for_distribution`), so usually every group is a world of its own."""
     distribution = plan.spec.distribution
     if distribution is None or not strategy_enabled(distribution.options.get("torch_distributed")):
         return []
-    named = contract.distribution_hyperparameters(distribution, None).get("sagemaker_distribution_instance_groups")
+    named = hyperparameters.for_distribution(distribution, None).get("sagemaker_distribution_instance_groups")
     if isinstance(named, list):
         world = tuple(h for g in plan.groups if g.name in named for h in g.hosts)
         return [world] if world else []

@@ -16,9 +16,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from emulator.jobspec.metric_definitions import Sample
 from emulator.reports.palette import group_colours
 from emulator.reports.timeline import FONT, GRID, MUTED, SVG_NS, TEXT, _n, _text, nice_step
-from emulator.run.metrics import Sample
 
 FILE_NAME = "metrics.svg"
 PANEL_WIDTH = 560

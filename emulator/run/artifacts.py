@@ -20,6 +20,7 @@ from typing import IO, Any, Protocol
 
 from isal import igzip_threaded
 
+from emulator.jobspec import hyperparameters
 from emulator.planning import contract, described_request
 from emulator.planning.plan import Plan
 from emulator.planning.secrets import Masker, mask_environment
@@ -422,7 +423,7 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
             **({"MetricDefinitions": [{"Name": d.name, "Regex": d.regex} for d in spec.metric_definitions]}
                if spec.metric_definitions else {}),
         },
-        "HyperParameters": contract.hyperparameters(spec, plan.job_name),
+        "HyperParameters": hyperparameters.encoded(spec, plan.job_name),
         "ResourceConfig": contract.describe_resource_config(spec),
         "InputDataConfig": contract.describe_input_data_config(spec),
         # The service echoes CompressionType (GZIP unless the request said NONE).

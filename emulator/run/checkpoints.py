@@ -26,7 +26,7 @@ following a link (`hostfiles.remove_regular_file`).
 
 TensorBoard's output (TensorBoardOutputConfig) goes the same way to its S3 output path, while the job
 runs, from each host's TensorBoard folder (nothing is restored there before the job), and so do
-SageMaker Debugger's tensors and profiler files (emulator/run/sm_debugger.py); those two are upload-only.
+SageMaker Debugger's tensors and profiler files (emulator/planning/sm_debugger.py); those two are upload-only.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from emulator.planning import contract
+from emulator.planning import contract, sm_debugger
 from emulator.planning.plan import Plan, tensorboard_folder
-from emulator.run import hostfiles, sm_debugger
+from emulator.run import hostfiles
 
 SYNC_SECONDS = 1.0
 

@@ -1,13 +1,11 @@
-"""Debugging one host's script with debugpy (`run --debug-host algo-N`; docs/cli.md, Debugging a host).
+"""Debugging one host's script with debugpy (`run --debug-host algo-N`; docs/cli.md, Debugging a host):
+what a run does about it besides the plan.
 
-The choice (host, port, wait) is part of the plan: the chosen host's container, and only it, gets
-the start-up hook (`emulator/data/startup/sitecustomize.py`, staged and mounted by emulator/planning/hooks.py)
-read-only and first on PYTHONPATH, the
-variables that tell the hook which script to debug, and debugpy's port published on 127.0.0.1 only
-(nobody else on the network can attach: a debugger runs any code it likes in the script). The hook
-starts debugpy in the process that runs the job's entry point (see its docstring for how the
-toolkit launches it). This module also writes the VS Code attach configuration and checks, before
-anything is created, that the host exists and the port is free.
+What the debugged host's container gets (the start-up hook, its variables, debugpy's port published
+on 127.0.0.1 only) is the plan's: emulator/planning/debug_host.py. The hook starts debugpy in the
+process that runs the job's entry point (see its docstring for how the toolkit launches it). This
+module checks, before anything is created, that the host exists and the port is free, and writes
+the VS Code attach configuration.
 """
 
 from __future__ import annotations
@@ -15,35 +13,15 @@ from __future__ import annotations
 import errno
 import json
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import JobSpec
-from emulator.planning import hooks
-from emulator.planning.container import PortBinding
-from emulator.planning.contract import CODE_DIR
+from emulator.jobspec.model import CODE_DIR
+from emulator.planning.debug_host import LOCALHOST, DebugTarget
 
-# debugpy's own default port; the port inside the container, whatever the published one is.
-DEBUGPY_PORT = 5678
-LOCALHOST = "127.0.0.1"
-# The hook's folder in the package, and where the debugged host sees it.
-# Read by the hook (emulator/data/startup/sitecustomize.py, which names them too).
-PORT_VARIABLE = "HETERO_EMU_DEBUGPY_PORT"
-WAIT_VARIABLE = "HETERO_EMU_DEBUGPY_WAIT"
-ENTRY_VARIABLE = "HETERO_EMU_DEBUGPY_ENTRY_POINT"
 # When the code is a sourcedir.tar.gz there is no folder of it on this machine to map.
 WORKSPACE = "${workspaceFolder}"
-
-
-@dataclass(frozen=True)
-class DebugTarget:
-    """Which host runs its script under debugpy, the port published on 127.0.0.1, and whether the
-    script waits for the debugger before its first line."""
-
-    host: str
-    port: int = DEBUGPY_PORT
-    wait: bool = False
 
 
 def check_target(spec: JobSpec, target: DebugTarget) -> None:
@@ -79,25 +57,6 @@ def check_port_free(target: DebugTarget) -> None:
                                  hint="choose a free one with --debug-port PORT") from None
     finally:
         probe.close()
-
-
-def host_environment(spec: JobSpec, target: DebugTarget, environment: dict[str, str]) -> dict[str, str]:
-    """The debugged host's environment: the job's, with the hook first on PYTHONPATH (before the
-    spec's own PYTHONPATH, which stays) and the hook's variables."""
-    return {
-        **hooks.on_pythonpath(environment),
-        PORT_VARIABLE: str(DEBUGPY_PORT),
-        WAIT_VARIABLE: "1" if target.wait else "0",
-        ENTRY_VARIABLE: spec.entry_point or "",
-        # debugpy (pydevd) warns in every debugged process that the interpreter's frozen stdlib
-        # modules may miss breakpoints (those are the stdlib's, never the script's); a spec that sets
-        # the variable itself keeps its value.
-        "PYDEVD_DISABLE_FILE_VALIDATION": environment.get("PYDEVD_DISABLE_FILE_VALIDATION", "1"),
-    }
-
-
-def published_port(target: DebugTarget) -> PortBinding:
-    return PortBinding(LOCALHOST, target.port, DEBUGPY_PORT)
 
 
 def local_root(spec: JobSpec) -> str:

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
+
+from emulator.jobspec import GROUP_NAME_PATTERN
 
 # Added to every open: never follow a link in the last component (ELOOP instead), never block on a
 # FIFO with no writer, never leak the descriptor into a child process.
@@ -304,3 +307,27 @@ def _copy_regular_file(source: Path, dest_dir: Path, name: str) -> bool:
                 os.unlink(temp)
             raise
     return True
+
+
+def host_groups(folder: Path) -> dict[str, str]:
+    """Each host's group, from its resourceconfig.json; a host whose file says nothing usable is left
+    out (its logs show group "?").
+
+    The file lies under the host's /opt/ml, which the script owns: it may have removed, rewritten or
+    linked it, so it is read without following links and with a bound, and trusted only for a group
+    name of the spec's shape, under the folder's own host name.
+    """
+    out = {}
+    for host_dir in folder.glob("hosts/algo-*"):
+        config = host_path(host_dir, "input/config/resourceconfig.json")
+        text = read_text_bounded(config, 1 << 20) if config is not None else ""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):  # ValueError also for "" (missing, unreadable or a link)
+            continue
+        if not isinstance(data, dict) or data.get("current_host") != host_dir.name:
+            continue
+        group = data.get("current_group_name")
+        if isinstance(group, str) and GROUP_NAME_PATTERN.fullmatch(group):
+            out[host_dir.name] = group
+    return out

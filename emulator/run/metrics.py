@@ -18,82 +18,19 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from emulator.jobspec.metric_definitions import Definition
+
+# What `read` gives: its callers (the CloudWatch answers, the live page, `api.job_metrics`) name it here.
+from emulator.jobspec.metric_definitions import Sample as Sample
+
 NAMESPACE = "/aws/sagemaker/TrainingJobs"
-# The API's limits (CreateTrainingJob, AlgorithmSpecification.MetricDefinitions; MetricDefinition).
-MAX_DEFINITIONS = 40
-MAX_NAME = 255
-MAX_REGEX = 500
 FOLDER = "metrics"
-
-
-@dataclass(frozen=True)
-class Definition:
-    """One MetricDefinition: the metric's name and the expression whose first group is its value."""
-
-    name: str
-    regex: str
-
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.regex)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One value of one metric, from one host's line, at `at` (seconds since the epoch)."""
-
-    host: str
-    name: str
-    value: float
-    at: float
-
-
-def problems(definitions: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """What is wrong with MetricDefinitions as the request gives them: (field path below the list,
-    message) pairs; none for a good list."""
-    found: list[tuple[str, str]] = []
-    if len(definitions) > MAX_DEFINITIONS:
-        found.append(("", f"has {len(definitions)} entries: SageMaker allows at most {MAX_DEFINITIONS}"))
-    names: set[str] = set()
-    for i, entry in enumerate(definitions):
-        where = f"[{i}]"
-        if not isinstance(entry, Mapping):
-            found.append((where, "must be a mapping with Name and Regex"))
-            continue
-        unknown = sorted(set(entry) - {"Name", "Regex"})
-        if unknown:
-            found.append((f"{where}.{unknown[0]}", "is not a MetricDefinition field (Name, Regex)"))
-        name, regex = entry.get("Name"), entry.get("Regex")
-        if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME:
-            found.append((f"{where}.Name", f"must be a string of 1 to {MAX_NAME} characters"))
-        elif name in names:
-            found.append((f"{where}.Name", f"{name!r} is defined twice"))
-        else:
-            names.add(name)
-        if not isinstance(regex, str) or not 1 <= len(regex) <= MAX_REGEX:
-            found.append((f"{where}.Regex", f"must be a string of 1 to {MAX_REGEX} characters"))
-            continue
-        try:
-            pattern = re.compile(regex)
-        except re.error as err:
-            found.append((f"{where}.Regex", f"{regex!r} is not a regular expression: {err}"))
-            continue
-        if pattern.groups < 1:
-            found.append((f"{where}.Regex", f"{regex!r} has no capture group: the metric's value is the first "
-                                            "group, e.g. 'loss: ([0-9.e+-]+)'"))
-    return found
-
-
-def parse(definitions: Sequence[Mapping[str, Any]]) -> tuple[Definition, ...]:
-    """Definitions from a list `problems` found nothing wrong with."""
-    return tuple(Definition(str(d["Name"]), str(d["Regex"])) for d in definitions)
 
 
 class Extractor:

@@ -14,12 +14,12 @@ from emulator.backend.networks import RESTART_FIX
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import EnvironmentProblem, ImageMissing, JobFolderTaken
 from emulator.options import RunOptions
-from emulator.planning.launchers import launcher_hint, missing_launchers
 from emulator.planning.plan import Plan
 from emulator.reports.console import Reporter
 from emulator.run import build_status, wheelhouse
 from emulator.training_images.frameworks import FrameworkImage
 from emulator.training_images.image_recipes import all_launchers, load_recipe, variant_for_tag
+from emulator.training_images.launchers import launcher_hint, missing_launchers
 from emulator.training_images.stand_ins import for_tag
 
 

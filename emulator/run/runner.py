@@ -42,11 +42,10 @@ from emulator.errors import (
     JobFolderTaken,
     UsageError,
 )
-from emulator.jobspec import JobSpec
+from emulator.jobspec import JobSpec, faults
 from emulator.options import RunOptions
-from emulator.planning import secrets
+from emulator.planning import debug_host, secrets
 from emulator.planning.container import Ulimit
-from emulator.planning.launchers import required_launchers
 from emulator.planning.plan import Plan, job_name_from, mpi_hosts
 from emulator.planning.prepare import choose_seed, prepare
 from emulator.reports.console import ConsoleReporter, Reporter
@@ -68,6 +67,7 @@ from emulator.run.mpi_wait import WorkerWait
 from emulator.run.preflight import Preflight
 from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, python_note, with_image
 from emulator.training_images.frameworks import FrameworkImage
+from emulator.training_images.launchers import required_launchers
 
 if TYPE_CHECKING:
     from emulator.reports.timeline import Span
@@ -174,7 +174,7 @@ def run_job(
     spec = with_image(spec, images, backend.images.present)
     seed = choose_seed(options.host_order, options.seed)
     options = replace(options, seed=seed)
-    if options.inject and (found := attempts.problems(options.inject, spec.max_run, spec.use_spot_instances)):
+    if options.inject and (found := faults.problems(options.inject, spec.max_run, spec.use_spot_instances)):
         raise UsageError(f"--inject/--interrupt-at {found[0]}",
                          hint="an interruption needs a managed spot job (use_spot_instances: true, max_wait), "
                          "each time below max_run")
@@ -260,7 +260,7 @@ class Run:
         # The faults the run injects (emulator/run/attempts.py) and the attempts they ended.
         self.schedule = attempts.Schedule(options.inject if options.inject is not None else plan.spec.inject)
         self.done_attempts: list[attempts.Attempt] = []
-        self.fault: attempts.Injection | None = None  # set when one ends the current attempt
+        self.fault: faults.Injection | None = None  # set when one ends the current attempt
         self.first_t0: float | None = None  # the first attempt's hosts started (MaxWait counts from it)
         self.past_spans: list[Span] = []  # the timeline of the attempts before this one
         # What copies the hosts' checkpoints (and TensorBoard files) to their URIs while they run.
@@ -582,7 +582,7 @@ class Run:
         self.journal.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
         if plan.debug is not None and plan.debug.wait:
-            reporter.info(f"waiting for a debugger on {debugger.LOCALHOST}:{plan.debug.port} "
+            reporter.info(f"waiting for a debugger on {debug_host.LOCALHOST}:{plan.debug.port} "
                           f"({self.host_label(plan.host(plan.debug.host).container.name)})")
 
     def collect(self, ran: HostsOutcome) -> Collected:
@@ -684,7 +684,7 @@ class Run:
             self.reporter.warn(f"--debug-host {target.host}: mpirun runs on {ranks[0]} and starts the ranks of "
                                f"{target.host} over ssh, without the debugger; debug {ranks[0]} instead")
         self.reporter.info(f"debugger: {target.host} ({group}) runs {self.plan.spec.entry_point} under debugpy, "
-                           f"published on {debugger.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
+                           f"published on {debug_host.LOCALHOST}:{target.port}; attach with this .vscode/launch.json:\n"
                            + debugger.launch_json(self.plan.spec, target, group))
 
     def keep_resources(self) -> None:
@@ -831,7 +831,7 @@ class Run:
                 self.backend.wait_exits(pending, POLL_SECONDS)
         return Status.COMPLETED, SecondaryStatus.COMPLETED, None
 
-    def inject(self, fault: attempts.Injection) -> tuple[Status, SecondaryStatus, str | None]:
+    def inject(self, fault: faults.Injection) -> tuple[Status, SecondaryStatus, str | None]:
         """An injected fault ends this attempt: a spot interruption stops every host as the service
         does when EC2 reclaims the capacity (SIGTERM, then the grace period); a platform error loses
         them at once (SIGKILL). `run_attempts` then starts the job again, or fails it."""

@@ -22,9 +22,9 @@ from emulator.backend.calls import interrupts_deferred
 from emulator.errors import JobFolderTaken, UsageError
 from emulator.jobspec import s3
 from emulator.jobspec.rules import SDK_UPLOADS
-from emulator.planning import hooks, sshkeys
+from emulator.planning import hooks, sm_debugger, sshkeys
 from emulator.planning.plan import SSH_FOLDER, Plan, share_dir, tensorboard_folder
-from emulator.run import job_aws, sm_debugger
+from emulator.run import job_aws
 
 # Folders the service creates under /opt/ml before the algorithm starts.
 # https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-output.html

@@ -27,26 +27,23 @@ resolved for the image's Python, as before). `emulator.backend.index_container` 
 `emulator.backend.pip_output` words what pip says.
 
 `find` (reading the files, in `emulator.jobspec.requirements`) runs while the spec is checked; the plan
-adds the mount and variables (`mount`, `environment`) without I/O; `ensure` (the build) runs before
-any container starts.
+adds the mount and variables without I/O (`emulator.planning.wheelhouse_mount`); `ensure` (the build)
+runs before any container starts.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import re
 import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from emulator.backend.pip_output import WARNING
-from emulator.defaults import default_cache_dir
 from emulator.errors import WheelhouseError
 
 # The reading half lives with the spec's rules, which find the file; its names stay importable here.
@@ -55,51 +52,14 @@ from emulator.jobspec.requirements import Requirements as Requirements
 from emulator.jobspec.requirements import find as find
 from emulator.jobspec.requirements import included_digest as included_digest
 
-# Outside /opt/ml: not a SageMaker path, so no script or toolkit step can mistake it for one.
-CONTAINER_PATH = "/opt/hetero-emu/wheelhouse"
 #: The file in a wheelhouse that names the image id it was resolved against.
 IMAGE_ID_FILE = ".image-id"
 #: The file in a wheelhouse (written before pip runs) asking for a resolution as for another Python.
 AS_FOR_FILE = ".as-for.json"
-#: The constraints the hosts' pip reads (PIP_CONSTRAINT) when the file was resolved as for another Python.
-CONSTRAINTS = "constraints.txt"
 Progress = Callable[[str], None]
 #: Builds a wheelhouse: (the code folder pip runs in, the folder the wheels go to, progress, the file as
 #: shown to the user) -> None; raises WheelhouseError. The engine's `build_wheelhouse` is the real one.
 Builder = Callable[[Path, Path, Progress, str], None]
-
-
-def cache_key(digest: str, image: str, package: bool = False, as_python: str | None = None,
-              kept: Sequence[str] = ()) -> str:
-    """One wheelhouse per (requirements bytes, image): an edit or another image resolves anew. A
-    package's (setup.py) holds setuptools as well; one resolved as for another Python says which, and
-    what it was resolved keeping (`kept`: the pins held, then those that may move) by a short hash."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", image)[-80:]
-    as_for = f"-as-py{as_python.replace('.', '')}" if as_python else ""
-    if as_python and kept:
-        as_for += "-" + hashlib.sha256("\0".join(kept).encode()).hexdigest()[:8]
-    return f"{name}-{digest[:16]}{'-setuptools' if package else ''}{as_for}"
-
-
-def cache_root() -> Path:
-    return default_cache_dir() / "wheelhouses"
-
-
-def location(requirements: Requirements, root: Path, image: str) -> Path:
-    return root / cache_key(requirements.digest, image, requirements.package, requirements.as_python,
-                            (*requirements.keep, "", *requirements.core))
-
-
-def environment(requirements: Requirements | None) -> dict[str, str]:
-    """The variables pip reads (https://pip.pypa.io/en/stable/topics/configuration/#environment-variables):
-    the toolkit's `pip install -r requirements.txt` then takes every package from the mount."""
-    if requirements is None:
-        return {}
-    variables = {"PIP_FIND_LINKS": CONTAINER_PATH, "PIP_NO_INDEX": "1"}
-    if requirements.as_python:
-        # The versions chosen as for the named Python, which that unchanged command then installs.
-        variables["PIP_CONSTRAINT"] = f"{CONTAINER_PATH}/{CONSTRAINTS}"
-    return variables
 
 
 def ensure(requirements: Requirements, target: Path, image_id: str, progress: Progress, build: Builder,

@@ -26,10 +26,10 @@ from emulator.aws.training import SageMakerTraining
 from emulator.errors import UsageError
 from emulator.jobs.service import TrainingJobs, driver_log
 from emulator.jobspec import s3
+from emulator.jobspec.faults import parse_injection
+from emulator.jobspec.hardware_modes import parse_cpu_mode, parse_gpu_mode
 from emulator.jobspec.request import ANY_PATH, HostPaths
-from emulator.planning.hardware import parse_cpu_mode, parse_gpu_mode
 from emulator.run import build_status
-from emulator.run.attempts import parse_injection
 from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP
 
 DEFAULT_REGION = "us-west-2"
@@ -51,7 +51,7 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`).
     `gpus` and `cpus` are every job's `--gpus` and `--cpus` (emulator/planning/hardware.py); a word that is
     not one of theirs is a UsageError here, before any job. `inject` is every job's `--inject`
-    (`spot-interruption@30s`, `platform-error@1m`; emulator/run/attempts.py), checked here as words and
+    (`spot-interruption@30s`, `platform-error@1m`; emulator/jobspec/faults.py), checked here as words and
     against each job when it is created. `host_paths`: which local paths a CreateTrainingJob may
     name (any, for the user's own process; `hetero-emu serve` narrows it)."""
     session = origin.split("(")[0]

@@ -237,9 +237,9 @@ class _GroupOf:
 
     def __call__(self, host: str) -> str:
         if host not in self.groups:
-            from emulator import api
+            from emulator.run import hostfiles
 
-            self.groups.update(api.host_groups(self.job_dir))
+            self.groups.update(hostfiles.host_groups(self.job_dir))
         return self.groups.get(host, "?")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.errors import UsageError
-from emulator.state import job_records
+from emulator.state import state_folder
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,9 @@ def sdk_config_for_serve(region: str) -> Path:
     that needs no code change: the SDK then never asks STS. The name is the one it would have built."""
     from emulator.aws.sts import ACCOUNT
 
-    path = job_records.state_dir() / "serve" / "sagemaker-config.yaml"
+    path = state_folder.state_dir() / "serve" / "sagemaker-config.yaml"
     text = ("# Written by `hetero-emu serve` for the SageMaker Python SDK (SAGEMAKER_USER_CONFIG_OVERRIDE).\n"
             "SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n"
             f"      Session:\n        DefaultS3Bucket: sagemaker-{region}-{ACCOUNT}\n")
-    job_records.write_atomically(path, text)
+    state_folder.write_atomically(path, text)
     return path

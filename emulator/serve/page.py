@@ -58,10 +58,9 @@ from emulator.run import build_status, hostfiles
 from emulator.run import metrics as metrics_module
 from emulator.run.logs import display_text
 from emulator.serve.phases import PHASES, Tracker
-from emulator.state.job_records import JobRecord
 
 if TYPE_CHECKING:
-    from emulator.jobs.service import TrainingJobs
+    from emulator.jobs.service import JobRecord, TrainingJobs
 
 HERE = Path(__file__).resolve().parent
 # Under a prefix no S3 bucket can have (bucket names are lower-case letters, digits, dots and hyphens,

@@ -181,9 +181,9 @@ def run_as(uid: int, gid: int, groups_: list[int], folder: Path, argv: list[str]
     started by such a child (it would exec that interpreter), which the driver tolerates.
     """
     import emulator.cli
-    import emulator.planning.catalog
+    import emulator.jobspec.instance_types
 
-    emulator.planning.catalog.catalog()  # package data, cached: the repo may sit in a folder the user cannot read
+    emulator.jobspec.instance_types.catalog()  # package data, cached: the repo may sit in a folder the user cannot read
     log = folder / "driver.log"
     sys.stdout.flush()
     sys.stderr.flush()

@@ -26,9 +26,9 @@ import pytest
 from emulator import api
 from emulator.defaults import PYTORCH_IMAGE
 from emulator.options import RunOptions
+from emulator.planning.debug_host import DebugTarget
 from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
-from emulator.run.debugger import DebugTarget
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("training_image", "no_leftovers")]
 

@@ -25,6 +25,7 @@ import yaml
 
 from emulator.errors import WheelhouseError
 from emulator.jobspec import validate
+from emulator.planning import wheelhouse_mount
 from emulator.reports.console import RecordingReporter
 from emulator.run import wheelhouse
 from emulator.run.runner import run_job
@@ -89,7 +90,7 @@ def test_the_toolkit_installs_requirements_from_the_wheelhouse_built_once(tmp_pa
             in first.infos)
     # One wheelhouse under the cache, named by the image and the file's hash, holding the wheel.
     [house] = wheel_cache.iterdir()
-    assert house.name == wheelhouse.cache_key(spec.requirements.digest, spec.image_uri)  # type: ignore[union-attr]
+    assert house.name == wheelhouse_mount.cache_key(spec.requirements.digest, spec.image_uri)  # type: ignore[union-attr]
     assert sorted(p.name for p in house.iterdir()) == [".image-id", "tabulate-0.9.0-py3-none-any.whl"]
 
     for host in ("algo-1", "algo-2"):
@@ -260,11 +261,11 @@ def test_a_py38_job_on_its_python_3_9_stand_in_gets_what_pip_picks_for_3_8(
     [house] = wheel_cache.iterdir()
     assert "-as-py38-" in house.name  # and a short hash of the pins held
     assert sorted(p.name for p in house.glob("*.whl")) == [f"more_itertools-{for_38}-py3-none-any.whl"]
-    pins = (house / wheelhouse.CONSTRAINTS).read_text().splitlines()
+    pins = (house / wheelhouse_mount.CONSTRAINTS).read_text().splitlines()
     assert f"{AS_FOR_PACKAGE}=={for_38}" in pins and "torch==1.11.0" in pins
     for host in ("algo-1", "algo-2"):
         log = [line for h, _, line in reporter.lines if h == host]
         assert any(f"Successfully installed {AS_FOR_PACKAGE}-{for_38}" in line for line in log), log
         [seen] = [json.loads(line.split("AS_FOR_SEEN ", 1)[1]) for line in log if "AS_FOR_SEEN " in line]
         assert seen["python"].startswith("3.9.") and seen["version"] == for_38
-        assert seen["constraint"] == f"{wheelhouse.CONTAINER_PATH}/{wheelhouse.CONSTRAINTS}"
+        assert seen["constraint"] == f"{wheelhouse_mount.CONTAINER_PATH}/{wheelhouse_mount.CONSTRAINTS}"

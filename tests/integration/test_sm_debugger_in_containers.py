@@ -1,4 +1,4 @@
-"""SageMaker Debugger on the real engine (emulator/run/sm_debugger.py): a request's DebugHookConfig is
+"""SageMaker Debugger on the real engine (emulator/planning/sm_debugger.py): a request's DebugHookConfig is
 /opt/ml/input/config/debughookconfig.json in every host, where smdebug's create_from_json_file() reads
 it, and what each host writes under its LocalPath reaches `<S3OutputPath>/<job>/debug-output/` under
 the local S3 root."""

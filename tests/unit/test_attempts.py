@@ -1,19 +1,12 @@
-"""Injected faults and attempts (emulator/run/attempts.py): parsing, the service's limits, and when each
-fault is due on the hosts' running clock."""
+"""Injected faults and attempts (emulator/jobspec/faults.py, emulator/run/attempts.py): parsing, the
+service's limits, and when each fault is due on the hosts' running clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.run.attempts import (
-    Attempt,
-    Injection,
-    Schedule,
-    parse_duration,
-    parse_injection,
-    problems,
-    running_seconds,
-)
+from emulator.jobspec.faults import Injection, parse_duration, parse_injection, problems
+from emulator.run.attempts import Attempt, Schedule, running_seconds
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("2m", 120), ("1m30s", 90), ("90", 90), ("1h", 3600),

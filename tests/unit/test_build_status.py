@@ -342,7 +342,7 @@ def test_sdk_v3_s_console_prints_each_build_message_once(
 
 def test_a_job_stopped_while_its_image_builds_ends_stopped(tmp_path: Path) -> None:
     """StopTrainingJob records Stopping and sends the driver SIGTERM; the driver, interrupted in the
-    build, ends the job (emulator/aws/driver.py): it must not stay Stopping."""
+    build, ends the job (emulator/driver.py): it must not stay Stopping."""
     created("stopped-building", tmp_path / "out" / "stopped-building")
     build_status.to_record("stopped-building")(f"Building image {IMAGE} (0 s)", True)
     job_records.record("stopped-building", tmp_path / "out" / "stopped-building", Status.STOPPING)

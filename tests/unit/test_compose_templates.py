@@ -26,9 +26,9 @@ from emulator.cli import app
 from emulator.errors import UsageError
 from emulator.jobspec import JobSpec
 from emulator.planning.compose import HOST_BLOCK, compose_yaml, default_template_path, load_template
+from emulator.planning.debug_host import DebugTarget
 from emulator.planning.hardware import Machine, resolve
 from emulator.planning.plan import Plan, make_plan
-from emulator.run.debugger import DebugTarget
 
 GOLDEN = Path(__file__).parent / "golden" / "compose"
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,20 +20,20 @@ from testkit import CliResult, invoke
 from emulator.errors import EnvironmentProblem, UsageError
 from emulator.jobspec import JobSpec
 from emulator.options import RunOptions
-from emulator.planning import compose
+from emulator.planning import compose, debug_host
 from emulator.planning.container import PortBinding
+from emulator.planning.debug_host import DEBUGPY_PORT, DebugTarget
 from emulator.planning.hooks import SOURCES
 from emulator.planning.hooks import TARGET as HOOK_TARGET
 from emulator.planning.plan import make_plan, summary
 from emulator.reports.console import RecordingReporter
 from emulator.run import debugger
-from emulator.run.debugger import DEBUGPY_PORT, DebugTarget
 from emulator.run.runner import run_job
 
 HOOK_SOURCE = SOURCES["sitecustomize.py"].parent
 
 Load = Callable[[dict[str, Any]], JobSpec]
-HOOK_VARIABLES = {debugger.PORT_VARIABLE, debugger.WAIT_VARIABLE, debugger.ENTRY_VARIABLE, "PYTHONPATH",
+HOOK_VARIABLES = {debug_host.PORT_VARIABLE, debug_host.WAIT_VARIABLE, debug_host.ENTRY_VARIABLE, "PYTHONPATH",
                   "PYDEVD_DISABLE_FILE_VALIDATION"}
 
 
@@ -65,8 +65,8 @@ def test_only_the_debugged_host_gets_the_hook_its_variables_and_the_port(load: L
     debugged = plan.host("algo-3").container
     assert debugged.ports == (PortBinding("127.0.0.1", 45678, DEBUGPY_PORT),)
     assert {k: v for k, v in debugged.environment.items() if k in HOOK_VARIABLES} == {
-        "PYTHONPATH": HOOK_TARGET, debugger.PORT_VARIABLE: "5678", debugger.WAIT_VARIABLE: "1",
-        debugger.ENTRY_VARIABLE: "train.py", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        "PYTHONPATH": HOOK_TARGET, debug_host.PORT_VARIABLE: "5678", debug_host.WAIT_VARIABLE: "1",
+        debug_host.ENTRY_VARIABLE: "train.py", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     hook = [m for m in debugged.mounts if m.target == HOOK_TARGET]
     # The start-up hook, staged into the job folder (emulator/planning/hooks.py), as every host that needs it mounts it.
     assert [(m.source, m.read_only) for m in hook] == [(str(tmp_path / "job" / ".staging" / "hooks"), True)]
@@ -84,7 +84,7 @@ def test_the_specs_own_pythonpath_stays_after_the_hook(load: Load, valid_raw: di
     spec = load({**valid_raw, "environment": {"PYTHONPATH": "/opt/ml/code/lib"}})
     plan = make_plan(spec, "hetero-test", job_dir=tmp_path / "job", debug=DebugTarget("algo-1"))
     assert plan.host("algo-1").container.environment["PYTHONPATH"] == f"{HOOK_TARGET}:/opt/ml/code/lib"
-    assert plan.host("algo-1").container.environment[debugger.WAIT_VARIABLE] == "0"
+    assert plan.host("algo-1").container.environment[debug_host.WAIT_VARIABLE] == "0"
     assert plan.host("algo-2").container.environment["PYTHONPATH"] == "/opt/ml/code/lib"
 
 
@@ -267,7 +267,7 @@ def test_the_hook_knows_an_entry_point_in_a_subfolder(hook: ModuleType) -> None:
 
 def test_the_hook_and_the_plan_name_the_same_variables(hook: ModuleType) -> None:
     assert (hook.PORT_VARIABLE, hook.WAIT_VARIABLE, hook.ENTRY_VARIABLE) == (
-        debugger.PORT_VARIABLE, debugger.WAIT_VARIABLE, debugger.ENTRY_VARIABLE)
+        debug_host.PORT_VARIABLE, debug_host.WAIT_VARIABLE, debug_host.ENTRY_VARIABLE)
     assert hook.CODE_DIR == "/opt/ml/code"
 
 

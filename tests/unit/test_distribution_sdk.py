@@ -3,7 +3,7 @@
 Each case builds the SDK's own estimator (PyTorch or TensorFlow) with the same `distribution=` and
 cluster on an EmulatorSession (no AWS, no network), asks it for its hyperparameters as `fit` does
 (`_prepare_for_training`, then `hyperparameters()`), and compares them key for key, as the JSON
-strings the SDK sends, with what `contract.hyperparameters` writes for the equivalent spec. The keys
+strings the SDK sends, with what `hyperparameters.encoded` writes for the equivalent spec. The keys
 naming the code's place, the program, the job, the region and the log level differ on purpose.
 """
 
@@ -24,8 +24,8 @@ from sagemaker.pytorch import PyTorch
 from sagemaker.tensorflow import TensorFlow
 
 from emulator.errors import SpecError
+from emulator.jobspec import hyperparameters
 from emulator.jobspec.yaml_spec import validate
-from emulator.planning import contract
 from emulator.sagemaker import EmulatorSession
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
@@ -170,7 +170,7 @@ def _spec_raw(case: Case) -> dict[str, Any]:
 
 def _our_hyperparameters(case: Case, sdk: Setup) -> dict[str, str]:
     spec = validate(_spec_raw(case), sdk.folder)
-    return {k: v for k, v in contract.hyperparameters(spec, JOB).items() if k not in NOT_COMPARED}
+    return {k: v for k, v in hyperparameters.encoded(spec, JOB).items() if k not in NOT_COMPARED}
 
 
 @pytest.mark.parametrize("name", list(CASES))

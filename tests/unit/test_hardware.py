@@ -18,9 +18,9 @@ from emulator.backend.docker import container_options
 from emulator.backend.docker_parts import machine_of
 from emulator.backend.swarm import GPU_RESOURCE, Node, node_gpus, service_options, spread
 from emulator.errors import EnvironmentProblem, SpecError
-from emulator.jobspec import JobSpec, validate
+from emulator.jobspec import JobSpec, hardware_modes, instance_types, validate
 from emulator.options import RunOptions
-from emulator.planning import catalog, hardware, hooks
+from emulator.planning import hardware, hooks
 from emulator.planning.compose import compose_project
 from emulator.planning.hardware import Hardware, Machine, resolve
 from emulator.planning.plan import make_plan
@@ -90,7 +90,7 @@ def test_share_with_enough_gpus_shares_none() -> None:
 
 
 @pytest.mark.parametrize("mode", ["real", "share"])
-def test_real_gpus_without_a_runtime_are_refused(mode: hardware.GpuMode) -> None:
+def test_real_gpus_without_a_runtime_are_refused(mode: hardware_modes.GpuMode) -> None:
     with pytest.raises(ValueError, match="no GPU runtime"):
         resolve(mode, "instance", "j", HOSTS, NO_GPU)
 
@@ -106,9 +106,9 @@ def test_emulate_gives_each_gpu_host_its_types_count_of_uuids_and_cpu_hosts_none
 
 def test_unknown_gpu_and_cpu_words_are_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="auto, none, emulate, real, share"):
-        hardware.parse_gpu_mode("fake")
+        hardware_modes.parse_gpu_mode("fake")
     with pytest.raises(ValueError, match="instance, machine"):
-        hardware.parse_cpu_mode("72")
+        hardware_modes.parse_cpu_mode("72")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_an_emulated_gpu_host_gets_nvidia_smi_its_figures_and_the_cpu_hook(tmp_p
     chosen = resolve("emulate", "instance", "gpu-job", HOSTS, NO_GPU)
     plan = make_plan(spec, "gpu-job", hardware=chosen)
     cpu, gpu = plan.host("algo-1").container, plan.host("algo-2").container
-    g5 = catalog.lookup("ml.g5.12xlarge")
+    g5 = instance_types.lookup("ml.g5.12xlarge")
     assert g5 is not None
     assert gpu.environment[hardware.GPUS_VARIABLE] == ",".join(chosen.devices["algo-2"])
     assert gpu.environment[hardware.GPU_MODEL_VARIABLE] == g5.gpu_model
@@ -168,7 +168,7 @@ def test_staging_copies_the_hook_files_the_hosts_mount(tmp_path: Path) -> None:
 # Real GPUs: what the engines and compose are asked
 
 
-def real_plan(tmp_path: Path, machine: Machine = FOUR_GPUS, mode: hardware.GpuMode = "real") -> object:
+def real_plan(tmp_path: Path, machine: Machine = FOUR_GPUS, mode: hardware_modes.GpuMode = "real") -> object:
     spec = hetero_spec(tmp_path, instance_groups=[
         {"instance_group_name": "data", "instance_type": "ml.c5.18xlarge", "instance_count": 1},
         {"instance_group_name": "dnn", "instance_type": "ml.g5.2xlarge", "instance_count": 2}])

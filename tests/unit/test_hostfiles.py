@@ -14,7 +14,6 @@ from typing import Any, cast
 
 import pytest
 
-from emulator.api import host_groups as _host_groups
 from emulator.planning.plan import Plan
 from emulator.run import hostfiles
 from emulator.run.artifacts import merge_tree
@@ -380,4 +379,4 @@ def test_host_groups_tolerates_whatever_a_host_left(tmp_path: Path, outside: Pat
     fifo.unlink()
     os.mkfifo(fifo)
 
-    assert _host_groups(tmp_path) == {"algo-1": "ga"}
+    assert hostfiles.host_groups(tmp_path) == {"algo-1": "ga"}

@@ -188,7 +188,7 @@ def test_base_recipe_loop_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_a_looping_recipe_offers_no_launcher_and_the_others_still_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from emulator.planning.launchers import images_with
+    from emulator.training_images.launchers import images_with
 
     write_recipe(tmp_path, "a", "tag: t/a:1\nbase: {recipe: b}\nlaunchers: [torchrun]\n")
     write_recipe(tmp_path, "b", "tag: t/b:1\nbase: {recipe: a}\n")

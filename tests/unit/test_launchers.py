@@ -11,10 +11,10 @@ from fake_backend import FakeBackend
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import ImageMissing
 from emulator.jobspec import JobSpec, validate
-from emulator.planning.launchers import missing_launchers, required_launchers
 from emulator.reports.console import RecordingReporter
 from emulator.run.runner import run_job
 from emulator.training_images.image_recipes import LAUNCHERS_LABEL, load_recipe
+from emulator.training_images.launchers import missing_launchers, required_launchers
 
 MPI = {"mpi": {"enabled": True, "processes_per_host": 2}}
 TORCH = {"torch_distributed": {"enabled": True}}

@@ -15,7 +15,7 @@ from fake_backend import FakeBackend, exits
 from testkit import invoke
 
 from emulator.errors import SpecError
-from emulator.jobspec import JobSpec, request, validate
+from emulator.jobspec import JobSpec, metric_definitions, request, validate
 from emulator.reports.console import RecordingReporter
 from emulator.run import metrics
 from emulator.run.runner import run_job
@@ -48,8 +48,8 @@ def spec_with(tmp_path: Path, definitions: object, name: str = "metrics-job") ->
 
 def test_definitions_are_read_from_the_spec_and_written_back_into_the_request(tmp_path: Path) -> None:
     spec = spec_with(tmp_path, [LOSS, ACCURACY])
-    assert spec.metric_definitions == (metrics.Definition("train:loss", LOSS["Regex"]),
-                                       metrics.Definition("validation:accuracy", ACCURACY["Regex"]))
+    assert spec.metric_definitions == (metric_definitions.Definition("train:loss", LOSS["Regex"]),
+                                       metric_definitions.Definition("validation:accuracy", ACCURACY["Regex"]))
     sent = request.request_from_spec(spec, "metrics-job")
     assert sent["AlgorithmSpecification"]["MetricDefinitions"] == [LOSS, ACCURACY]
     again = request.validate_request(sent, tmp_path, "req")
@@ -85,7 +85,7 @@ def test_a_requests_bad_regex_is_named_by_the_requests_field(tmp_path: Path) -> 
 
 
 def test_each_matching_definition_gives_its_first_group_as_a_number() -> None:
-    extract = metrics.Extractor(metrics.parse([LOSS, ACCURACY, {"Name": "lr", "Regex": r"lr=(\S+)"}]))
+    extract = metrics.Extractor(metric_definitions.parse([LOSS, ACCURACY, {"Name": "lr", "Regex": r"lr=(\S+)"}]))
     found = extract.samples("algo-2", "epoch 3: loss: 0.25 val_acc=0.9 lr=fast", 100.0)
     assert [(s.name, s.value) for s in found] == [("train:loss", 0.25), ("validation:accuracy", 0.9)]
     assert extract.samples("algo-2", "loss: 1e-3", 1.0)[0].value == 0.001

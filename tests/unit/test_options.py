@@ -19,15 +19,14 @@ import yaml
 from fake_backend import FakeBackend, exits
 from typer.testing import CliRunner
 
-from emulator import Job, api, cli, options
-from emulator.aws import driver
+from emulator import Job, api, cli, driver, options
 from emulator.backend import registry
 from emulator.jobs.ticket import DriverTicket
 from emulator.options import DEFAULT_GRACE, RunOptions
+from emulator.planning.debug_host import DebugTarget
 from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
 from emulator.run import runner
-from emulator.run.debugger import DebugTarget
 
 pytest_plugins = ["pytester"]
 

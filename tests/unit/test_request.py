@@ -14,8 +14,8 @@ from test_invalid_corpus import CORPUS, run_cli
 
 from emulator import api
 from emulator.errors import SpecError
+from emulator.jobspec import hyperparameters
 from emulator.jobspec.request import RequestNames, request_from_spec
-from emulator.planning import contract
 from emulator.planning.plan import make_plan
 
 
@@ -75,7 +75,7 @@ def test_request_json_and_yaml_are_both_detected(project: Path) -> None:
 
 def test_hyperparameters_reach_the_file_exactly_as_given(project: Path) -> None:
     spec = load(project, request())
-    written = contract.hyperparameters(spec, "req-job")
+    written = hyperparameters.encoded(spec, "req-job")
     assert {k: written[k] for k in ("lr", "name", "quoted", "list")} == {
         "lr": "0.01", "name": "abc", "quoted": '"x"', "list": "[1, 2]"}
     assert written["sagemaker_program"] == '"train.py"'
@@ -91,7 +91,7 @@ def test_sdk_hyperparameters_become_the_spec(project: Path) -> None:
     spec = load(project, request(HyperParameters=hps))
     assert (spec.container_log_level, spec.region, spec.source_dir) == (10, "eu-west-1", project / "code")
     assert spec.distribution is not None and spec.distribution.strategy == "mpi"
-    written = contract.hyperparameters(spec, "req-job")
+    written = hyperparameters.encoded(spec, "req-job")
     assert written["sagemaker_mpi_num_of_processes_per_host"] == "2"
     assert written["sagemaker_job_name"] == '"req-job"'
     assert written["sagemaker_something_new"] == '"kept"', "unknown sagemaker_* keys pass through as given"

@@ -28,6 +28,7 @@ from emulator.backend import Resource
 from emulator.defaults import DEFAULT_IMAGE, PYTORCH_IMAGE
 from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, JobFolderTaken, UsageError
 from emulator.jobspec import JobSpec, load_spec_file
+from emulator.jobspec.faults import parse_injection
 from emulator.options import RunOptions
 from emulator.reports.console import ConsoleReporter, RecordingReporter
 from emulator.result import JobResult
@@ -393,7 +394,7 @@ def test_a_job_is_stopping_through_the_grace_whatever_stops_it_then_stopped_with
     journal = _Journal(monkeypatch)
     fake = _StatusAtStop({h: runs_until_stopped(ignore_sigterm=h == "algo-2") for h in ("algo-1", "algo-2", "algo-3")},
                          **options)
-    result, _ = run(spec_of(text), fake, grace=0.5, inject=tuple(runner.attempts.parse_injection(i) for i in inject))
+    result, _ = run(spec_of(text), fake, grace=0.5, inject=tuple(parse_injection(i) for i in inject))
 
     assert fake.seen == ("Stopping", "Stopping")  # the record, as the hosts were being stopped
     assert journal.statuses() == ["InProgress", "Stopping", "Stopped"]
@@ -1529,7 +1530,7 @@ def statuses(doc: dict[str, Any]) -> list[str]:
 def test_a_spot_interruption_stops_every_host_and_starts_the_job_again_on_new_ones(
         spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend({h: exits(0, after=1.2) for h in ("algo-1", "algo-2", "algo-3")})
-    result, reporter = run(spec_of(SPOT), fake, inject=(runner.attempts.parse_injection("spot-interruption@0.4s"),))
+    result, reporter = run(spec_of(SPOT), fake, inject=(parse_injection("spot-interruption@0.4s"),))
 
     assert result.status == "Completed"
     assert len(fake.start_calls) == 2  # the first hosts, then new ones
@@ -1547,7 +1548,7 @@ def test_a_spot_interruption_stops_every_host_and_starts_the_job_again_on_new_on
 def test_a_platform_error_without_a_retry_strategy_fails_the_job_with_the_services_reason(
         spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
-    result, _ = run(spec_of(), fake, inject=(runner.attempts.parse_injection("platform-error@0.3s"),))
+    result, _ = run(spec_of(), fake, inject=(parse_injection("platform-error@0.3s"),))
 
     assert result.status == "Failed"
     assert result.failure_reason == runner.INTERNAL_ERROR
@@ -1558,7 +1559,7 @@ def test_a_platform_error_without_a_retry_strategy_fails_the_job_with_the_servic
 
 def test_a_retry_strategy_starts_the_job_again_until_its_attempts_run_out(spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
-    faults = tuple(runner.attempts.parse_injection(f"platform-error@{t}s") for t in (0.3, 0.6, 0.9))
+    faults = tuple(parse_injection(f"platform-error@{t}s") for t in (0.3, 0.6, 0.9))
     result, _ = run(spec_of(HETERO + "max_retry_attempts: 2\n"), fake, inject=faults)
 
     assert result.status == "Failed" and result.failure_reason == runner.INTERNAL_ERROR
@@ -1569,7 +1570,7 @@ def test_a_retry_strategy_starts_the_job_again_until_its_attempts_run_out(spec_o
 def test_a_retried_job_that_then_runs_through_completes(spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend({h: exits(0, after=1.0) for h in ("algo-1", "algo-2", "algo-3")})
     result, _ = run(spec_of(HETERO + "max_retry_attempts: 1\n"), fake,
-                    inject=(runner.attempts.parse_injection("platform-error@0.3s"),))
+                    inject=(parse_injection("platform-error@0.3s"),))
     assert result.status == "Completed"
     assert len(fake.start_calls) == 2
 
@@ -1578,7 +1579,7 @@ def test_a_spot_job_past_its_max_wait_is_stopped_with_the_services_status(spec_o
     # MaxWait counts the restarts too: 3 s after the first start the hosts have run less than max_run.
     spec = spec_of(HETERO.replace("max_run: 60", "max_run: 3\nuse_spot_instances: true\nmax_wait: 3"))
     fake = FakeBackend({h: runs_until_stopped() for h in ("algo-1", "algo-2", "algo-3")})
-    result, _ = run(spec, fake, inject=(runner.attempts.parse_injection("spot-interruption@1s"),))
+    result, _ = run(spec, fake, inject=(parse_injection("spot-interruption@1s"),))
 
     assert result.status == "Stopped"
     assert result.secondary_status == "MaxWaitTimeExceeded"
@@ -1589,9 +1590,9 @@ def test_an_interruption_the_service_could_not_make_is_refused_before_anything_s
         spec_of: Callable[..., JobSpec]) -> None:
     fake = FakeBackend({})
     with pytest.raises(UsageError, match="only a managed spot training job is interrupted"):
-        run(spec_of(), fake, inject=(runner.attempts.parse_injection("spot-interruption@5s"),))
+        run(spec_of(), fake, inject=(parse_injection("spot-interruption@5s"),))
     with pytest.raises(UsageError, match="max_run is 60 s"):
-        run(spec_of(SPOT), fake, inject=(runner.attempts.parse_injection("spot-interruption@90s"),))
+        run(spec_of(SPOT), fake, inject=(parse_injection("spot-interruption@90s"),))
     assert fake.created == []
 
 

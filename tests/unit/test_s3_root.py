@@ -14,8 +14,7 @@ import yaml
 
 from emulator import api
 from emulator.errors import SpecError
-from emulator.jobspec import JobSpec, s3
-from emulator.planning import contract
+from emulator.jobspec import JobSpec, hyperparameters, s3
 from emulator.planning.plan import make_plan
 
 Raw = dict[str, Any]
@@ -229,7 +228,7 @@ def test_an_s3_sourcedir_archive_is_the_code(project: Path, valid_raw: Raw, tmp_
     assert spec.source_dir == (project / "s3" / "my-bucket" / "src" / "sourcedir.tar.gz").resolve()
     # The toolkit finds the code already in /opt/ml/code and does not download it
     # (sagemaker_training/files.py download_and_extract skips a non-empty folder).
-    assert contract.hyperparameters(spec, "job")["sagemaker_submit_directory"] == '"/opt/ml/code"'
+    assert hyperparameters.encoded(spec, "job")["sagemaker_submit_directory"] == '"/opt/ml/code"'
     out = tmp_path / "render"
     api.render(spec, out)
     for host in ("algo-1", "algo-2", "algo-3"):

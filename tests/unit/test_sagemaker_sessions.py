@@ -87,8 +87,8 @@ def test_the_sessions_inject_reaches_every_jobs_run_and_is_checked_against_each_
 
     from emulator.errors import UsageError
     from emulator.jobs.ticket import DriverTicket
+    from emulator.jobspec.faults import Injection
     from emulator.options import RunOptions
-    from emulator.run.attempts import Injection
     from emulator.sagemaker import EmulatorSession
 
     monkeypatch.setenv("HETERO_EMU_STATE_DIR", str(tmp_path / "state"))

@@ -1,4 +1,5 @@
-"""SageMaker Debugger's files and uploads (emulator/run/sm_debugger.py, docs/service-features.md#sagemaker-debugger).
+"""SageMaker Debugger's files and uploads (emulator/planning/sm_debugger.py,
+docs/service-features.md#sagemaker-debugger).
 
 A request's DebugHookConfig and ProfilerConfig reach every host as /opt/ml/input/config/debughookconfig.json
 and profilerconfig.json, checked byte for byte against the hand-written files in tests/unit/golden/debugger/
@@ -21,8 +22,9 @@ from emulator.api import load
 from emulator.errors import SpecError
 from emulator.jobspec import validate
 from emulator.jobspec.request import request_from_spec
+from emulator.planning import sm_debugger
 from emulator.planning.plan import make_plan
-from emulator.run import checkpoints, sm_debugger
+from emulator.run import checkpoints
 
 GOLDEN = Path(__file__).parent / "golden" / "debugger"
 # The CollectionConfigurations and HookParameters of a DebuggerHookConfig, and the ProfilerConfig

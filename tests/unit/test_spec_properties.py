@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.errors import EmulatorError, SpecError
-from emulator.jobspec import JobSpec, load_spec_file, parse_yaml, validate
+from emulator.jobspec import JobSpec, hyperparameters, load_spec_file, parse_yaml, validate
 from emulator.planning import compose, contract
 from emulator.planning.plan import job_name_from, make_plan, summary
 
@@ -285,7 +285,7 @@ def check_everything_downstream(spec: JobSpec, host_order: str, seed: int) -> No
         for name, content in host.files.items():
             assert name.endswith(".json")
             json.loads(content)
-    json.dumps(contract.hyperparameters(spec, job_name))
+    json.dumps(hyperparameters.encoded(spec, job_name))
     json.dumps(contract.describe_resource_config(spec))
     json.dumps(contract.describe_input_data_config(spec))
     project = compose.compose_project(plan)

@@ -20,13 +20,13 @@ from emulator.defaults import DEFAULT_IMAGE
 from emulator.errors import SpecError, WheelhouseError
 from emulator.jobspec import JobSpec
 from emulator.jobspec.requirements import MAX_BYTES
-from emulator.planning import compose
+from emulator.planning import compose, wheelhouse_mount
 from emulator.planning.plan import Mount, make_plan, summary
 from emulator.reports.console import RecordingReporter
 from emulator.run import wheelhouse
 from emulator.run.runner import run_job
 
-PIP_VARS = {"PIP_FIND_LINKS": wheelhouse.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
+PIP_VARS = {"PIP_FIND_LINKS": wheelhouse_mount.CONTAINER_PATH, "PIP_NO_INDEX": "1"}
 IMAGE = "hetero-emu/pytorch-training:1.11.0-py39"
 
 @pytest.fixture
@@ -48,12 +48,12 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_cache_key_is_the_image_and_the_files_hash() -> None:
     digest = hashlib.sha256(b"tabulate==0.9.0\n").hexdigest()
-    key = wheelhouse.cache_key(digest, IMAGE)
+    key = wheelhouse_mount.cache_key(digest, IMAGE)
     assert key == f"hetero-emu_pytorch-training_1.11.0-py39-{digest[:16]}" and "/" not in key
     other_file = hashlib.sha256(b"tabulate==0.8.10\n").hexdigest()
-    assert wheelhouse.cache_key(other_file, IMAGE) != key
-    assert wheelhouse.cache_key(digest, DEFAULT_IMAGE) != key
-    assert wheelhouse.cache_key(digest, IMAGE, package=True) == f"{key}-setuptools"
+    assert wheelhouse_mount.cache_key(other_file, IMAGE) != key
+    assert wheelhouse_mount.cache_key(digest, DEFAULT_IMAGE) != key
+    assert wheelhouse_mount.cache_key(digest, IMAGE, package=True) == f"{key}-setuptools"
 
 
 def test_the_digest_covers_every_file_the_requirements_include() -> None:
@@ -68,7 +68,7 @@ def test_the_digest_covers_every_file_the_requirements_include() -> None:
 
 
 def test_the_cache_lives_under_xdg_cache_home(cache: Path) -> None:
-    assert wheelhouse.cache_root() == cache
+    assert wheelhouse_mount.cache_root() == cache
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_a_package_with_setup_py_installs_requirements_whatever_its_entry_point(
     requirements = load({**valid_raw, "entry_point": "run"}).requirements
     assert requirements is not None and requirements.package
     # Its wheelhouse holds setuptools too (pip's isolated build of "."): a key of its own.
-    assert wheelhouse.location(requirements, Path("/c"), IMAGE).name.endswith("-setuptools")
+    assert wheelhouse_mount.location(requirements, Path("/c"), IMAGE).name.endswith("-setuptools")
 
 
 def test_a_sourcedir_archive_is_read_for_its_requirements(
@@ -189,10 +189,10 @@ def test_the_plan_mounts_the_wheelhouse_read_only_on_every_host(
 ) -> None:
     spec = load(valid_raw)
     plan = make_plan(spec, "job", wheel_cache=tmp_path / "wheels")
-    folder = str(tmp_path / "wheels" / wheelhouse.cache_key(spec.requirements.digest, spec.image_uri))  # type: ignore[union-attr]
+    folder = str(tmp_path / "wheels" / wheelhouse_mount.cache_key(spec.requirements.digest, spec.image_uri))  # type: ignore[union-attr]
     assert plan.wheelhouse == folder
     for host in plan.hosts:
-        assert Mount(folder, wheelhouse.CONTAINER_PATH, read_only=True) in host.container.mounts
+        assert Mount(folder, wheelhouse_mount.CONTAINER_PATH, read_only=True) in host.container.mounts
         assert {k: host.container.environment[k] for k in PIP_VARS} == PIP_VARS
     # Pure: the same arguments, an equal plan.
     assert plan == make_plan(spec, "job", wheel_cache=tmp_path / "wheels")
@@ -204,7 +204,7 @@ def test_without_requirements_no_mount_and_no_pip_variables(
     plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels")
     assert plan.wheelhouse is None
     for host in plan.hosts:
-        assert all(m.target != wheelhouse.CONTAINER_PATH for m in host.container.mounts)
+        assert all(m.target != wheelhouse_mount.CONTAINER_PATH for m in host.container.mounts)
         assert not set(PIP_VARS) & set(host.container.environment)
 
 
@@ -213,17 +213,17 @@ def test_the_specs_own_pip_variables_win(
 ) -> None:
     plan = make_plan(load({**valid_raw, "environment": {"PIP_NO_INDEX": "0"}}), "job")
     assert plan.hosts[0].container.environment["PIP_NO_INDEX"] == "0"
-    assert plan.hosts[0].container.environment["PIP_FIND_LINKS"] == wheelhouse.CONTAINER_PATH
+    assert plan.hosts[0].container.environment["PIP_FIND_LINKS"] == wheelhouse_mount.CONTAINER_PATH
 
 
 def test_render_and_compose_show_the_mount_and_the_variables(
     load: Callable[[dict[str, Any]], JobSpec], valid_raw: dict[str, Any], with_requirements: Path, tmp_path: Path
 ) -> None:
     plan = make_plan(load(valid_raw), "job", wheel_cache=tmp_path / "wheels")
-    assert (f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse.CONTAINER_PATH} (read-only), "
+    assert (f"  wheels   requirements.txt: {plan.wheelhouse} -> {wheelhouse_mount.CONTAINER_PATH} (read-only), "
             "PIP_FIND_LINKS=/opt/hetero-emu/wheelhouse PIP_NO_INDEX=1") in summary(plan).splitlines()
     for service in compose.compose_project(plan)["services"].values():
-        assert f"{plan.wheelhouse}:{wheelhouse.CONTAINER_PATH}:ro" in service["volumes"]
+        assert f"{plan.wheelhouse}:{wheelhouse_mount.CONTAINER_PATH}:ro" in service["volumes"]
         assert {k: service["environment"][k] for k in PIP_VARS} == PIP_VARS
 
 
@@ -379,7 +379,8 @@ def test_render_builds_the_wheelhouse_compose_yaml_mounts(
     plan = api.render(load(valid_raw), tmp_path / "rendered", progress=lines.append)
     assert plan.wheelhouse is not None
     assert (Path(plan.wheelhouse) / "tabulate-0.9.0-py3-none-any.whl").is_file()
-    assert f"{plan.wheelhouse}:{wheelhouse.CONTAINER_PATH}:ro" in (tmp_path / "rendered" / "compose.yaml").read_text()
+    rendered = (tmp_path / "rendered" / "compose.yaml").read_text()
+    assert f"{plan.wheelhouse}:{wheelhouse_mount.CONTAINER_PATH}:ro" in rendered
     assert lines[0].startswith("requirements.txt: resolving")
 
 

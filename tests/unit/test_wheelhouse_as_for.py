@@ -28,6 +28,7 @@ from emulator.backend import pip_output
 from emulator.backend.index_container import _RESOLVE
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobspec import JobSpec
+from emulator.planning import wheelhouse_mount
 from emulator.planning.plan import make_plan
 from emulator.run import wheelhouse
 from emulator.training_images.ecr_images import python_note, with_image
@@ -99,11 +100,11 @@ def test_other_images_resolve_for_their_own_python(
 
 def test_the_cache_key_names_the_python_resolved_for() -> None:
     digest = hashlib.sha256(b"transformers\n").hexdigest()
-    key = wheelhouse.cache_key(digest, STAND_IN)
-    assert wheelhouse.cache_key(digest, STAND_IN, as_python="3.8") == f"{key}-as-py38"
+    key = wheelhouse_mount.cache_key(digest, STAND_IN)
+    assert wheelhouse_mount.cache_key(digest, STAND_IN, as_python="3.8") == f"{key}-as-py38"
     # What it was resolved keeping is part of it: a layer allowed to move is another resolution.
-    held = wheelhouse.cache_key(digest, STAND_IN, as_python="3.8", kept=(*KEEP, "", *KEEP))
-    assert held.startswith(f"{key}-as-py38-") and held != wheelhouse.cache_key(
+    held = wheelhouse_mount.cache_key(digest, STAND_IN, as_python="3.8", kept=(*KEEP, "", *KEEP))
+    assert held.startswith(f"{key}-as-py38-") and held != wheelhouse_mount.cache_key(
         digest, STAND_IN, as_python="3.8", kept=(*KEEP, "datasets==1.16.1", "", *KEEP))
 
 
@@ -117,7 +118,7 @@ def test_ensure_asks_the_build_to_resolve_as_for_and_routes_its_warnings(tmp_pat
         asked.append(json.loads((out / wheelhouse.AS_FOR_FILE).read_text()))
         progress("requirements.txt: for Python 3.8 pip chooses transformers==4.46.3")
         progress(pip_output.WARNING + "requirements.txt: x==1, pip's choice for Python 3.8, does not install")
-        (out / wheelhouse.CONSTRAINTS).write_text("transformers==4.46.3\n")
+        (out / wheelhouse_mount.CONSTRAINTS).write_text("transformers==4.46.3\n")
 
     infos: list[str] = []
     warnings: list[str] = []
@@ -212,7 +213,7 @@ def wheels(out: Path) -> list[str]:
 
 
 def constraints(out: Path) -> list[str]:
-    return [line for line in (out / wheelhouse.CONSTRAINTS).read_text().splitlines() if not line.startswith("#")]
+    return [line for line in (out / wheelhouse_mount.CONSTRAINTS).read_text().splitlines() if not line.startswith("#")]
 
 
 FOR_38 = {"transformers": "4.46.3", "tokenizers": "0.20.3"}
@@ -293,7 +294,7 @@ def test_without_the_request_the_script_resolves_for_its_own_python_only(tmp_pat
     assert not any(line.startswith("ASFOR") for line in lines)
     assert all("--python-version" not in call["args"] for call in pip_calls(tmp_path))
     assert wheels(out) == ["tokenizers-0.22.1-py3-none-any.whl", "transformers-4.57.1-py3-none-any.whl"]
-    assert not (out / wheelhouse.CONSTRAINTS).exists()
+    assert not (out / wheelhouse_mount.CONSTRAINTS).exists()
 
 
 # --------------------------------------------------------------------------------------------------

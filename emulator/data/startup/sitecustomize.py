@@ -43,7 +43,7 @@ CODE_DIR = "/opt/ml/code"
 CPUS_VARIABLE = "HETERO_EMU_CPU_COUNT"
 # The console script the service runs (`train`, the image's CMD): its path is the main script.
 TOOLKIT_COMMAND = "train"
-# Set by the emulator's plan (emulator/run/debugger.py) on the debugged host only.
+# Set by the emulator's plan (emulator/planning/debug_host.py) on the debugged host only.
 PORT_VARIABLE = "HETERO_EMU_DEBUGPY_PORT"
 WAIT_VARIABLE = "HETERO_EMU_DEBUGPY_WAIT"
 ENTRY_VARIABLE = "HETERO_EMU_DEBUGPY_ENTRY_POINT"

@@ -1,5 +1,5 @@
 """Byte sizes as people write them for Docker (512m, 2g, 1.5g, 1gib): `--memory`, `--shm-size` and the
-spec's `shm_size`. Pure."""
+spec's `shm_size`, and the bounds the spec's rules hold them to. Pure."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import math
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 # The engine stores sizes as signed 64-bit numbers; nothing real comes near this.
 MAX_SIZE = 2**62
+# Below this no process can use /dev/shm at all (one DataLoader batch, one NCCL/gloo buffer).
+MIN_SHM = 1024**2
 
 
 def parse_size(text: str) -> int:

@@ -1,5 +1,4 @@
-"""The process that runs one job asked for with CreateTrainingJob (`python -m emulator.aws.driver
-TICKET`).
+"""The process that runs one job asked for with CreateTrainingJob (`python -m emulator.driver TICKET`).
 
 On the service a training job runs on its own, whatever becomes of the program that asked for it:
 `fit(wait=False)` returns, the notebook may close, and `describe_training_job`, `stop_training_job`
@@ -9,7 +8,8 @@ as `hetero-emu run` does; StopTrainingJob sends it SIGTERM, which stops the job 
 `hetero-emu run` (the hosts get SIGTERM and the grace period; the job ends Stopped).
 
 The ticket (`emulator.jobs.ticket.DriverTicket`, written by `emulator.jobs.service`) holds the
-request, how to read it and the run's options.
+request, how to read it and the run's options. A front end like the CLI (it runs the library's
+`api.run`), so it sits at the top beside them, not in `emulator.aws` beneath `api`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from emulator.planning.catalog import InstanceType, catalog, lookup, suggest
+from emulator.jobspec.instance_types import InstanceType, catalog, lookup, suggest
 
 REQUIRED_SIZES: dict[str, list[str]] = {
     "ml.c5": ["xlarge", "2xlarge", "4xlarge", "9xlarge", "18xlarge"],

@@ -13,6 +13,9 @@ the SDK reads both back there (sagemaker/estimator.py `latest_job_debugger_artif
 read the tensors as they arrive, so here they go as TensorBoard's files do (emulator/run/checkpoints.py).
 Every host's files go to the one prefix, as on the service: smdebug names its files per worker
 (`<step>_<worker>.tfevents`, `<worker>_collections.json`).
+
+Pure: the plan mounts the folders outside /opt/ml (`mounted`); the run stages and uploads them
+(`uploads`, emulator/run/staging.py and emulator/run/checkpoints.py).
 """
 
 from __future__ import annotations
