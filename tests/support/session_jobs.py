@@ -1,7 +1,7 @@
 """Jobs of the SDK sessions on the fake engine, and a fake engine that ends a job in each of its final
 states (`ending`).
 
-A CreateTrainingJob's driver (emulator.aws.driver) is a process of its own (emulator/jobs/service.py),
+A CreateTrainingJob's driver (emulator.driver) is a process of its own (emulator/jobs/service.py),
 which could not reach an engine registered in the test's process (the fake one,
 tests/support/fake_backend.py). `install` runs it in a thread of the test's process instead: the same
 `main`, on the same ticket; only the process around it is the test's. SDK v3's user code in
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from fake_backend import FakeBackend, exits, runs_until_stopped
 
-from emulator.aws import driver
+from emulator import driver
 from emulator.backend import Backend, registry
 from emulator.defaults import DEFAULT_IMAGE
 from emulator.jobs import service
@@ -63,7 +63,7 @@ class ThreadDriver:
     def wait(self, timeout: float | None = None) -> int | None:
         self.thread.join(timeout)
         if self.thread.is_alive():
-            raise subprocess.TimeoutExpired("emulator.aws.driver", timeout or 0)
+            raise subprocess.TimeoutExpired("emulator.driver", timeout or 0)
         return self.returncode
 
     def poll(self) -> int | None:
