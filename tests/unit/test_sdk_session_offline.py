@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from sagemaker.exceptions import UnexpectedStatusException
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
+from test_toolkit_fold import COMMAND, toolkit_block
 
 from emulator.errors import UsageError
 from emulator.sagemaker import EmulatorSession
@@ -228,3 +229,20 @@ def test_a_waiting_session_tells_a_change_of_the_jobs_record_before_its_poll_int
     job_records.record("pause-job", tmp_path / "job", Status.COMPLETED)
     paused.join(5)
     assert not paused.is_alive() and time.monotonic() - started < 5
+
+
+def test_fit_shows_the_toolkits_dump_as_one_line_and_a_progress_bar_at_its_last_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `hetero-emu run`'s console shows them, not 150 lines per host and every state of a bar: a
+    notebook's cell keeps every line it is given."""
+    logs = tmp_path / "job" / "logs"
+    logs.mkdir(parents=True)
+    block = toolkit_block()
+    text = "\n".join([*block, "epoch 1", " 10%|#   |\r 50%|#####   |\r100%|########|\r", "done"]) + "\n"
+    (logs / "algo-1.log").write_bytes(text.encode())
+    session = _answering(EmulatorSession(s3_root=tmp_path), tmp_path, ENDED["instance groups"])
+    session.logs_for_job("job", wait=True)
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("algo-1 (?) |")]
+    assert shown == [f"algo-1 (?) | [toolkit environment: {len(block) - 2} lines, in {logs / 'algo-1.log'}] "
+                     f"invoking: {COMMAND}", "algo-1 (?) | epoch 1", "algo-1 (?) | 100%|########|",
+                     "algo-1 (?) | done"]
