@@ -34,6 +34,7 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.jobs.service import FINAL, driver_log
+from emulator.planning import contract
 from emulator.reports.console import ConsoleReporter
 from emulator.run import prebuild
 from emulator.run.tail import LogTail
@@ -122,7 +123,8 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         shown = description
         _say(secondary_training_status_message(description, None))
         record_dir = Path(self.training.found(job).job_dir)
-        tail = LogTail(record_dir / "logs", _GroupOf(record_dir))
+        group_of = _GroupOf(record_dir)
+        tail = LogTail(record_dir / "logs", group_of)
         shown_lines = _ShownLines(record_dir / "logs")
         # The job's own warnings (a spec warning, an injected fault, a flood, a model file two hosts
         # wrote) are said by its driver, in another process: its log file is where they reach fit().
@@ -136,7 +138,7 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
                 print(line, flush=True)
             if logs:
                 final = ended or not wait
-                self._print(printer, shown_lines(tail.poll(final=final), final=final))
+                self._print(printer, shown_lines(tail.poll(final=final), final=final), group_of.groups)
             if ended or not wait:
                 break
             if end is not None and time.monotonic() > end:
@@ -162,10 +164,12 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         self.training.wait(job, timeout=self.poll_seconds, for_change=True)
 
     @staticmethod
-    def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]]) -> None:
-        hosts = sorted({(host, group) for host, group, _ in lines})
-        if hosts:
-            printer.set_hosts(hosts)
+    def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]], groups: Mapping[str, str]) -> None:
+        # Every host of the job, not only those of this batch: a host's prefix keeps its width and
+        # colour from one poll to the next.
+        hosts = {host: group for host, group, _ in lines} | dict(groups)
+        if lines:
+            printer.set_hosts(sorted(hosts.items(), key=lambda pair: contract.host_sort_key(pair[0])))
         for host, group, line in lines:
             printer.log_line(host, group, line)
 

@@ -5,6 +5,7 @@ ends with are the SDK's own."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,7 @@ from sagemaker.pytorch import PyTorch
 from test_toolkit_fold import COMMAND, toolkit_block
 
 from emulator.errors import UsageError
+from emulator.reports.console import ConsoleReporter
 from emulator.sagemaker import EmulatorSession
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
@@ -246,3 +248,15 @@ def test_fit_shows_the_toolkits_dump_as_one_line_and_a_progress_bar_at_its_last_
     assert shown == [f"algo-1 (?) | [toolkit environment: {len(block) - 2} lines, in {logs / 'algo-1.log'}] "
                      f"invoking: {COMMAND}", "algo-1 (?) | epoch 1", "algo-1 (?) | 100%|########|",
                      "algo-1 (?) | done"]
+
+
+def test_a_hosts_prefix_keeps_its_width_and_colour_from_one_poll_to_the_next() -> None:
+    """Each poll prints only the hosts that wrote since the last: the prefixes are those of every host of
+    the job, as `hetero-emu run` aligns them, not of that poll's hosts."""
+    out = io.StringIO()
+    printer = ConsoleReporter(out=out, err=io.StringIO(), colour=True)
+    groups = {"algo-1": "data_group", "algo-2": "data_group", "algo-3": "train_group"}
+    EmulatorSession._print(printer, [("algo-2", "data_group", "first")], groups)
+    EmulatorSession._print(printer, [("algo-3", "train_group", "x"), ("algo-2", "data_group", "second")], groups)
+    first, _, second = out.getvalue().splitlines()
+    assert first.split(" first")[0] == second.split(" second")[0] == "\x1b[33malgo-2 (data_group)  |\x1b[0m"
