@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, TextIO
 
-from emulator.reports.progress import LogFile, StepPrinter, Task
+from emulator.reports.progress import LogFile, StepPrinter, Task, in_notebook
 
 # docker compose's palette order: easy to tell neighbours apart.
 _COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
@@ -44,8 +44,9 @@ class Reporter(Protocol):
 
 
 def use_colour(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
-    if os.environ.get("NO_COLOR"):
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org) nor in a
+    notebook's cell, whatever FORCE_COLOR says (`in_notebook`)."""
+    if os.environ.get("NO_COLOR") or in_notebook(stream):
         return False
     if os.environ.get("FORCE_COLOR"):
         return True
@@ -70,9 +71,10 @@ class ConsoleReporter:
         self.err = err or sys.stderr
         self.colour = use_colour(self.out) if colour is None else colour
         self.quiet = quiet
-        # On a terminal a progress bar is redrawn in place; elsewhere (a file, CI's log) each shown
+        # On a terminal a progress bar is redrawn in place; elsewhere (a file, CI's log, a notebook) each shown
         # state is a line of its own, so fewer are shown.
-        self.live = bool(getattr(self.out, "isatty", lambda: False)()) if live is None else live
+        self.live = bool(getattr(self.out, "isatty", lambda: False)()) and not in_notebook(self.out) \
+            if live is None else live
         self.progress_interval = 0.1 if self.live else 2.0
         # Live progress bars, one line per host, drawn below the log lines (as pip, cargo or
         # `docker compose pull` draw theirs); `_drawn` lines of the terminal hold them right now.

@@ -40,8 +40,18 @@ _CLEAR_LINE = "\r\x1b[K"
 
 
 def is_terminal(stream: TextIO) -> bool:
-    """A terminal that can redraw a line (not TERM=dumb, as Emacs' shell sets)."""
-    return bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
+    """A terminal that can redraw a line (not TERM=dumb, as Emacs' shell sets, nor a notebook's cell)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb" \
+        and not in_notebook(stream)
+
+
+def in_notebook(stream: TextIO) -> bool:
+    """Whether `stream` is a Jupyter kernel's output (ipykernel's `OutStream`, which is `sys.stdout` and
+    `sys.stderr` in a notebook). A cell's output is not a terminal: it keeps every line, shows no cursor
+    movement, and the kernel sets FORCE_COLOR=1 for the programs it runs, not for its own output, whose
+    escape codes would stay in the saved notebook and in anything converted from it. So it gets plain
+    lines. Told by the stream's class, so ipykernel is never imported here."""
+    return type(stream).__module__.split(".")[0] == "ipykernel"
 
 
 class StepReporter(Protocol):

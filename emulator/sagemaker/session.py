@@ -34,15 +34,16 @@ from sagemaker.utils import secondary_training_status_changed, secondary_trainin
 
 from emulator.defaults import DEFAULT_ENGINE
 from emulator.jobs.service import FINAL, driver_log
+from emulator.planning import contract
 from emulator.reports.console import ConsoleReporter
 from emulator.run import prebuild
 from emulator.run.tail import LogTail
+from emulator.run.toolkit_fold import EnvironmentFold
 from emulator.sagemaker.local import DriverWarnings, local_aws, telemetry_off
 
 # The SDK prints a dot per status poll while it waits without logs; one every few seconds, as on the
 # service, whatever the poll interval.
 DOT_SECONDS = 5.0
-# Colour codes, in case the driver's reporter wrote any.
 
 
 class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is untyped
@@ -122,7 +123,9 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         shown = description
         _say(secondary_training_status_message(description, None))
         record_dir = Path(self.training.found(job).job_dir)
-        tail = LogTail(record_dir / "logs", _GroupOf(record_dir))
+        group_of = _GroupOf(record_dir)
+        tail = LogTail(record_dir / "logs", group_of)
+        shown_lines = _ShownLines(record_dir / "logs")
         # The job's own warnings (a spec warning, an injected fault, a flood, a model file two hosts
         # wrote) are said by its driver, in another process: its log file is where they reach fit().
         warnings = DriverWarnings(driver_log(job))
@@ -134,7 +137,8 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
             for line in warnings.poll():
                 print(line, flush=True)
             if logs:
-                self._print(printer, tail.poll(final=ended or not wait))
+                final = ended or not wait
+                self._print(printer, shown_lines(tail.poll(final=final), final=final), group_of.groups)
             if ended or not wait:
                 break
             if end is not None and time.monotonic() > end:
@@ -160,10 +164,12 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         self.training.wait(job, timeout=self.poll_seconds, for_change=True)
 
     @staticmethod
-    def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]]) -> None:
-        hosts = sorted({(host, group) for host, group, _ in lines})
-        if hosts:
-            printer.set_hosts(hosts)
+    def _print(printer: ConsoleReporter, lines: list[tuple[str, str, str]], groups: Mapping[str, str]) -> None:
+        # Every host of the job, not only those of this batch: a host's prefix keeps its width and
+        # colour from one poll to the next.
+        hosts = {host: group for host, group, _ in lines} | dict(groups)
+        if lines:
+            printer.set_hosts(sorted(hosts.items(), key=lambda pair: contract.host_sort_key(pair[0])))
         for host, group, line in lines:
             printer.log_line(host, group, line)
 
@@ -226,6 +232,31 @@ def _sdk_lookups_once() -> None:
 
         resolver_once.hetero_emu_once = True  # type: ignore[attr-defined]
         sagemaker.utils._botocore_resolver = resolver_once
+
+
+class _ShownLines:
+    """The hosts' log lines as `fit()` shows them, as `hetero-emu run`'s console does
+    (`emulator.run.logs`): a line rewritten with `\\r` (a progress bar) as its last state, and the
+    training toolkit's ~150-line environment dump as one line per host naming the log file that keeps
+    it (`emulator.run.toolkit_fold`). Otherwise a notebook's cell, which keeps every line, would hold
+    each bar's every state and 150 lines of each host before its first word."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.folds: dict[str, EnvironmentFold] = {}
+        self.groups: dict[str, str] = {}
+
+    def __call__(self, lines: list[tuple[str, str, str]], *, final: bool) -> list[tuple[str, str, str]]:
+        """The lines to print for `lines`, new since the last call; `final`: the hosts have no more."""
+        shown: list[tuple[str, str, str]] = []
+        for host, group, line in lines:
+            self.groups[host] = group
+            fold = self.folds.setdefault(host, EnvironmentFold(str(self.log_dir / f"{host}.log")))
+            shown.extend((host, group, text) for text in fold.feed(line.rpartition("\r")[2]))
+        if final:
+            for host, fold in self.folds.items():
+                shown.extend((host, self.groups[host], text) for text in fold.flush())
+        return shown
 
 
 class _GroupOf:

@@ -11,6 +11,7 @@ import pytest
 from emulator.jobspec import validate
 from emulator.planning.plan import make_plan
 from emulator.reports.console import ConsoleReporter, RecordingReporter, use_colour
+from emulator.reports.progress import is_terminal
 from emulator.run.logs import LogCollector
 
 
@@ -49,6 +50,36 @@ def test_no_colour_when_not_a_terminal_or_no_color(monkeypatch: pytest.MonkeyPat
     assert use_colour(io.StringIO()) is True
     monkeypatch.setenv("NO_COLOR", "1")
     assert use_colour(io.StringIO()) is False
+
+
+class _CellOutput(io.StringIO):
+    """Stands for ipykernel's OutStream, a notebook's sys.stdout and sys.stderr: told by its class's
+    module; said to be a terminal, as the kernel may be configured to say."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+_CellOutput.__module__ = "ipykernel.iostream"
+
+
+def test_a_notebooks_cell_gets_plain_lines_whatever_the_kernel_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No escape code (colour, cursor movement) and no redrawn bar in a cell: it would stay in the saved
+    notebook. The kernel sets FORCE_COLOR=1 and TERM=xterm-color for the programs it runs."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out, err = _CellOutput(), _CellOutput()
+    assert not use_colour(out) and not is_terminal(out)
+    reporter = ConsoleReporter([("algo-1", "a"), ("algo-2", "b")], out=out, err=err)
+    assert reporter.live is False
+    with reporter.task("starting hosts"):
+        reporter.progress("algo-1", "a", "10%")
+        reporter.log_line("algo-1", "a", "100%")
+    reporter.warn("careful")
+    assert out.getvalue() == "algo-1 (a) | 10%\nalgo-1 (a) | 100%\n"
+    assert "\x1b" not in out.getvalue() + err.getvalue() and "\r" not in err.getvalue()
+    assert err.getvalue().splitlines()[-1] == "warning: careful"
 
 
 def test_log_collector_splits_chunks_into_lines_and_saves_raw_bytes(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ ends with are the SDK's own."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,8 +16,10 @@ from botocore.exceptions import ClientError
 from sagemaker.exceptions import UnexpectedStatusException
 from sagemaker.instance_group import InstanceGroup
 from sagemaker.pytorch import PyTorch
+from test_toolkit_fold import COMMAND, toolkit_block
 
 from emulator.errors import UsageError
+from emulator.reports.console import ConsoleReporter
 from emulator.sagemaker import EmulatorSession
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
@@ -228,3 +231,32 @@ def test_a_waiting_session_tells_a_change_of_the_jobs_record_before_its_poll_int
     job_records.record("pause-job", tmp_path / "job", Status.COMPLETED)
     paused.join(5)
     assert not paused.is_alive() and time.monotonic() - started < 5
+
+
+def test_fit_shows_the_toolkits_dump_as_one_line_and_a_progress_bar_at_its_last_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `hetero-emu run`'s console shows them, not 150 lines per host and every state of a bar: a
+    notebook's cell keeps every line it is given."""
+    logs = tmp_path / "job" / "logs"
+    logs.mkdir(parents=True)
+    block = toolkit_block()
+    text = "\n".join([*block, "epoch 1", " 10%|#   |\r 50%|#####   |\r100%|########|\r", "done"]) + "\n"
+    (logs / "algo-1.log").write_bytes(text.encode())
+    session = _answering(EmulatorSession(s3_root=tmp_path), tmp_path, ENDED["instance groups"])
+    session.logs_for_job("job", wait=True)
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("algo-1 (?) |")]
+    assert shown == [f"algo-1 (?) | [toolkit environment: {len(block) - 2} lines, in {logs / 'algo-1.log'}] "
+                     f"invoking: {COMMAND}", "algo-1 (?) | epoch 1", "algo-1 (?) | 100%|########|",
+                     "algo-1 (?) | done"]
+
+
+def test_a_hosts_prefix_keeps_its_width_and_colour_from_one_poll_to_the_next() -> None:
+    """Each poll prints only the hosts that wrote since the last: the prefixes are those of every host of
+    the job, as `hetero-emu run` aligns them, not of that poll's hosts."""
+    out = io.StringIO()
+    printer = ConsoleReporter(out=out, err=io.StringIO(), colour=True)
+    groups = {"algo-1": "data_group", "algo-2": "data_group", "algo-3": "train_group"}
+    EmulatorSession._print(printer, [("algo-2", "data_group", "first")], groups)
+    EmulatorSession._print(printer, [("algo-3", "train_group", "x"), ("algo-2", "data_group", "second")], groups)
+    first, _, second = out.getvalue().splitlines()
+    assert first.split(" first")[0] == second.split(" second")[0] == "\x1b[33malgo-2 (data_group)  |\x1b[0m"
