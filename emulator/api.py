@@ -1,7 +1,8 @@
 """The library API: what every front end (the `hetero-emu` CLI, the Python `Job`, the SDK session and
 the pytest plugin) does with a job, in one place. Front ends parse their input and print;
 this module loads and checks specs, picks the engine by name from `emulator.backend.registry`, and
-runs, renders, describes, stops, lists and cleans.
+runs, renders, describes, stops, lists and cleans; it builds images, and saves and loads them for
+a CI cache (`image_key`, `save_image`, `load_image`: docs/ci.md).
 
 Engine-facing calls take `engine=` (a registered name, "docker" by default). A job is named either by
 its job name (found by the engine's labels while its containers exist, else in the local record of

@@ -93,7 +93,7 @@ class LocalImages:
         """`docker save` of the image by its name (so a load tags it again), streamed to `archive`."""
         api = self._client().api
         with _archive_errors(f"save image {image}", f"write {archive}", refused=EnvironmentProblem, hint=None):
-            if not self.present(image):
+            if self._inspect_labels(image) is None:  # not present(): it keeps the labels for a run
                 raise ImageMissing(f"the Docker engine has no image {image} to save",
                                    hint="build it first: hetero-emu image build")
             # Gigabytes are written as the engine reads its layers: no read limit while it does.

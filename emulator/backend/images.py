@@ -1,6 +1,7 @@
 """The image capability: what an engine's images answer (whether one is there, its labels, id and size)
 and what they build (the default image, a framework image, an image of a recipe of images/, a job's
-wheelhouse), apart from what the engine is (`emulator.backend.Backend`: networks, containers, exec,
+wheelhouse), and their archives for a CI cache (an image's key, `docker save` and `docker load` of
+it), apart from what the engine is (`emulator.backend.Backend`: networks, containers, exec,
 logs). An engine gives its images as `Backend.images`; both engines over docker-py give this
 machine's engine's (`emulator.backend.docker_images.LocalImages`: the swarm copies an image from
 there to its nodes), and tests/support/fake_backend.py gives an in-memory one.
