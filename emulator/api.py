@@ -696,7 +696,8 @@ def load_image(path: Path | str, *, variant: str = DEFAULT_VARIANT, framework: s
     `path` is that archive (a .tar file), or the folder `save_image` wrote into, where the archive of
     this key is taken and none is a cache miss, said and not failed (the folder may not exist: a
     cache that restored nothing). The image loaded carries the label a build puts on it, so `image
-    build` finds it up to date and builds nothing. UsageError for a missing or wrong file."""
+    build` finds it up to date and builds nothing. UsageError for a missing or wrong file (one that
+    does not hold this image)."""
     started = time.monotonic()
     steps = as_step_reporter(progress, False)
     target = _image_target(variant, framework, python, steps)
@@ -717,8 +718,9 @@ def load_image(path: Path | str, *, variant: str = DEFAULT_VARIANT, framework: s
     loaded = images.load(archive)
     up_to_date = key.up_to_date(images.labels(key.image))
     if key.image not in loaded:
-        steps.info(f"{archive} held {', '.join(loaded) or 'no named image'}, not {key.image}")
-    elif not up_to_date:
+        raise UsageError(f"{archive} holds {', '.join(loaded) or 'no named image'}, not {key.image}",
+                         hint="load it with the options it was saved with (`image key` with them names its file)")
+    if not up_to_date:
         steps.info(f"{key.image} from {archive} is of another recipe than this hetero-emu's: "
                    "`hetero-emu image build` builds it again")
     return LoadedImage(key, archive, loaded, up_to_date, time.monotonic() - started)

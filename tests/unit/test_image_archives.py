@@ -155,6 +155,15 @@ def test_an_archive_of_another_recipe_loads_but_is_said_not_up_to_date(
     assert api.build_image().built  # and the build does
 
 
+def test_an_archive_of_another_image_is_a_wrong_file(fake: FakeBackend, tmp_path: Path) -> None:
+    """Saved with --framework, loaded without it: exit 2, saying what it holds."""
+    fake.images.save(DEFAULT_IMAGE, tmp_path / "default.tar")
+    result = invoke("image", "load", tmp_path / "default.tar", "--framework", "pytorch:2.1.0", "--python", "py310")
+    assert result.returncode == 2
+    assert f"error: {tmp_path / 'default.tar'} holds {DEFAULT_IMAGE}, not hetero-emu/pytorch-training:" in result.stderr
+    assert "hint: load it with the options it was saved with" in result.stderr
+
+
 def test_archive_problems_are_said_before_the_engine_is_asked(tmp_path: Path) -> None:
     text = tmp_path / "notes.tar"
     text.write_text("not a tar")
