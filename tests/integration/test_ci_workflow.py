@@ -14,16 +14,20 @@ build step finds it up to date; a cold build's time is images' benchmark, docs/b
 second run the image's tag is taken off first (the image is kept by another tag), so only the load can
 put it back, and the build that follows must find it up to date. The times of every step of both runs
 are printed (docs/benchmarks.md, CI cache).
+
+examples/ci/gitlab-ci.yml's script lines run the same way, once, from an empty cache.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shlex
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.serial, pytest.m
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
+GITLAB = ROOT / "examples" / "ci" / "gitlab-ci.yml"
 EXAMPLE = ROOT / "examples" / "testing-your-script"
 #: A clean Debian bookworm with its Python 3.11 (images/README.md): no registry is reachable to pull one.
 RUNNER_IMAGE = "hetero-emu/base:training"
@@ -105,37 +110,57 @@ def keep_default_image(docker_client: Any) -> Iterator[str]:
         docker_client.images.remove(spare, noprune=True)
 
 
-def run_workflow(docker_client: Any, repo: Path, cache: Path, source: Path, *,
-                 before_load: Any = None) -> list[Step]:
-    """Every step of the workflow's job in a fresh container: its `run:` lines timed one by one."""
-    doc = workflow()
-    env = {**{k: str(v) for k, v in doc["env"].items()}, "HETERO_EMU": SOURCE, "CI": "true",
-           "GITHUB_WORKSPACE": str(repo), "GITHUB_OUTPUT": "/tmp/github-output",
-           "PATH": "/opt/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    if CA.is_file():
-        env["PIP_CERT"] = env["REQUESTS_CA_BUNDLE"] = str(CA)
+PATH = "/opt/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@contextlib.contextmanager
+def runner(docker_client: Any, repo: Path, cache: Path, cache_path: str, source: Path,
+           env: dict[str, str]) -> Iterator[tuple[Any, Step]]:
+    """A fresh runner container: the repository at its own path (the engine bind-mounts the jobs'
+    folders by their paths in here), the cache folder at `cache_path` in it, the engine's socket,
+    the checkout at SOURCE and pip's cache; its Python set up as a venv on PATH (the step it took)."""
     pip_cache = Path.home() / ".cache" / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
     volumes = {
         "/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
-        # At the same path: the engine bind-mounts the jobs' folders by their paths in here.
         str(repo): {"bind": str(repo), "mode": "rw"},
-        str(cache): {"bind": str(repo / ".hetero-emu-images"), "mode": "rw"},
+        str(cache): {"bind": str(repo / cache_path), "mode": "rw"},
         str(source): {"bind": SOURCE, "mode": "rw"},
         str(pip_cache): {"bind": "/root/.cache/pip", "mode": "rw"},
         **({str(CA): {"bind": str(CA), "mode": "ro"}} if CA.is_file() else {}),
     }
+    if CA.is_file():
+        env.update(PIP_CERT=str(CA), REQUESTS_CA_BUNDLE=str(CA))
     container = docker_client.containers.run(RUNNER_IMAGE, ["sleep", "infinity"], detach=True, volumes=volumes,
                                              working_dir=str(repo), labels={"hetero-emu-test": "ci-workflow"})
-    steps: list[Step] = []
     try:
         started = time.monotonic()
         code, out = container.exec_run(["sh", "-c", f"python3 -m venv /opt/python && printf %s {shlex.quote(SUDO)} "
                                         "> /usr/local/bin/sudo && chmod +x /usr/local/bin/sudo"], environment=env)
         assert code == 0, out
-        steps.append(Step("actions/setup-python (a venv here)", time.monotonic() - started, code, out.decode()))
-        hit = False
-        failed = False
+        yield container, Step("setup-python's stand-in (a venv)", time.monotonic() - started, code, out.decode())
+    finally:
+        container.remove(force=True)
+
+
+def run_line(container: Any, name: str, script: str, env: dict[str, str], repo: Path) -> Step:
+    """One `run:` (or script line) as the CI runs it: bash -eo pipefail, in the repository's folder."""
+    started = time.monotonic()
+    code, (out, err) = container.exec_run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                                          environment=env, workdir=str(repo), demux=True)
+    text = (out or b"").decode(errors="replace") + (err or b"").decode(errors="replace")
+    return Step(name, time.monotonic() - started, code, text)
+
+
+def run_workflow(docker_client: Any, repo: Path, cache: Path, source: Path, *,
+                 before_load: Callable[[], None] | None = None) -> list[Step]:
+    """Every step of the workflow's job in a fresh container: its `run:` lines timed one by one."""
+    doc = workflow()
+    env = {**{k: str(v) for k, v in doc["env"].items()}, "HETERO_EMU": SOURCE, "CI": "true",
+           "GITHUB_WORKSPACE": str(repo), "GITHUB_OUTPUT": "/tmp/github-output", "PATH": PATH}
+    with runner(docker_client, repo, cache, doc["env"]["HETERO_EMU_IMAGES"], source, env) as (container, setup):
+        steps = [setup]
+        hit = failed = False
         for raw in doc["jobs"]["test"]["steps"]:
             name = raw.get("name") or raw.get("uses")
             condition = str(raw.get("if", ""))
@@ -150,15 +175,26 @@ def run_workflow(docker_client: Any, repo: Path, cache: Path, source: Path, *,
                 continue
             if before_load is not None and "image load" in raw["run"]:
                 before_load()
-            started = time.monotonic()
-            code, (out, err) = container.exec_run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
-                                                   raw["run"]], environment=env, workdir=str(repo), demux=True)
-            text = (out or b"").decode(errors="replace") + (err or b"").decode(errors="replace")
-            steps.append(Step(name, time.monotonic() - started, code, text))
-            if code != 0:
-                failed = True
-    finally:
-        container.remove(force=True)
+            steps.append(run_line(container, name, raw["run"], env, repo))
+            failed = failed or steps[-1].exit_code != 0
+    return steps
+
+
+def run_gitlab_job(docker_client: Any, repo: Path, cache: Path, source: Path) -> list[Step]:
+    """The GitLab job's script lines in a fresh container (its `image:`, python:3.11-bookworm, is this
+    bookworm's Python 3.11 in a venv), stopping at the first that fails, as GitLab does."""
+    job = yaml.safe_load(GITLAB.read_text())["training-tests"]
+    env = {"CI": "true", "CI_PROJECT_DIR": str(repo), "PATH": PATH}
+    for name, value in job["variables"].items():  # GitLab expands the variables defined before
+        env[name] = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), ""), str(value))
+    # The checkout instead of PyPI's; GitLab's pip cache is this machine's, mounted.
+    env.update(HETERO_EMU=SOURCE, PIP_CACHE_DIR="/root/.cache/pip")
+    with runner(docker_client, repo, cache, job["variables"]["HETERO_EMU_IMAGES"], source, env) as (container, setup):
+        steps = [setup]
+        for line in job["script"]:
+            steps.append(run_line(container, line[:60], line, env, repo))
+            if steps[-1].exit_code != 0:
+                break
     return steps
 
 
@@ -216,8 +252,33 @@ def test_the_github_workflow_builds_once_then_loads_from_its_cache(
     assert list((repo / "hetero-emu-jobs").glob("test_fails_on_purpose*/**/logs/algo-1.log")), kept
     assert by_name(second, "Keep the failed").exit_code == 0  # the artifact step runs on failure
 
-    print("\nthe workflow's steps, seconds (docs/benchmarks.md):")
+    show_times("the workflow's steps", report)
+
+
+def show_times(what: str, report: dict[str, list[Step]]) -> None:
+    print(f"\n{what}, seconds (docs/benchmarks.md):")
     for run, steps in report.items():
         for step in steps:
             print(f"  {run:6} {'skipped' if step.exit_code is None else f'{step.seconds:7.1f}'}  {step.name}")
         print(f"  {run:6} {sum(s.seconds for s in steps):7.1f}  in all")
+
+
+def test_the_gitlab_job_installs_the_tools_builds_and_saves_from_an_empty_cache(
+        docker_client: Any, tmp_path: Path) -> None:
+    """The job's script from an empty cache folder: the build's tools installed (no archive of the
+    key), the image found up to date on this engine, saved under its key; the tests pass and leave no
+    folder of theirs. The line that decides the tools names the archive as `image save` writes it."""
+    source = checkout_copy(tmp_path / "src")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", "output"))
+    shutil.copy2(GITLAB, repo / ".gitlab-ci.yml")
+    steps = run_gitlab_job(docker_client, repo, cache, source)
+    show_times("the GitLab job's script", {"empty": steps})
+    assert all(step.exit_code == 0 for step in steps), [(s.name, s.output[-2000:]) for s in steps if s.exit_code]
+    assert len(steps) == 1 + len(yaml.safe_load(GITLAB.read_text())["training-tests"]["script"])
+    tools = by_name(steps, "test -e")
+    assert "mmdebstrap" in tools.output  # installed: the cache held no archive of the key
+    assert [p.name for p in cache.iterdir()] == [api.image_key().file_name]
+    assert not [p for p in (repo / "hetero-emu-jobs").iterdir() if p.name.startswith("test_")]
