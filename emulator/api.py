@@ -1,7 +1,8 @@
 """The library API: what every front end (the `hetero-emu` CLI, the Python `Job`, the SDK session and
 the pytest plugin) does with a job, in one place. Front ends parse their input and print;
 this module loads and checks specs, picks the engine by name from `emulator.backend.registry`, and
-runs, renders, describes, stops, lists and cleans.
+runs, renders, describes, stops, lists and cleans; it builds images, and saves and loads them for
+a CI cache (`image_key`, `save_image`, `load_image`: docs/ci.md).
 
 Engine-facing calls take `engine=` (a registered name, "docker" by default). A job is named either by
 its job name (found by the engine's labels while its containers exist, else in the local record of
@@ -23,11 +24,12 @@ from typing import Any
 
 from emulator.aws import services
 from emulator.backend import Backend, ExecIO, Resource
+from emulator.backend.images import ImageKey, archive_problem
 from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
 from emulator.backend.registry import engine
 from emulator.defaults import DEFAULT_ENGINE
-from emulator.errors import DockerUnavailable, EmulatorError, NotRunning, UsageError
+from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing, NotRunning, UsageError
 from emulator.jobs.control import stop as stop
 from emulator.jobs.service import TrainingJobs, job_json_text
 from emulator.jobspec import (
@@ -567,15 +569,141 @@ def build_image(*, variant: str = DEFAULT_VARIANT, rebuild: bool = False,
         return prebuild.build_for(load(for_file, s3_root=s3_root).image_uri, rebuild=rebuild, progress=progress,
                                   verbose=verbose)
     steps = as_step_reporter(progress, verbose)
+    target = _image_target(variant, framework, python, steps)
+    if isinstance(target, str):
+        return prebuild.engine_images().build_recipe_image(target, steps, rebuild=rebuild)
+    return prebuild.engine_images().build_framework_image(target, steps, rebuild=rebuild)
+
+
+def _image_target(variant: str, framework: str | None, python: str | None,
+                  steps: StepReporter | None = None) -> str | frameworks.FrameworkImage:
+    """The image `image build` options name: a recipe's variant, or the framework image of `framework`
+    on the Python nearest `python` (said to `steps`). Usage errors before the engine is asked."""
     if framework is not None:
-        # Usage errors before the engine is asked; huggingface-pytorch:4.36 is a Hugging Face image.
+        # huggingface-pytorch:4.36 is a Hugging Face image.
         target = huggingface.build_target(framework, python) or frameworks.choose(
             *frameworks.parse_framework(framework), python)
         for line in (target.python_note() if target.substituted else None, target.horovod_missing()):
-            if line is not None:
+            if line is not None and steps is not None:
                 steps.info(line)
-        return prebuild.engine_images().build_framework_image(target, steps, rebuild=rebuild)
+        return target
     if python is not None:
         raise UsageError("--python goes with --framework", hint="e.g. --framework pytorch:1.11 --python py38")
-    load_recipe(variant)  # an unknown variant is a usage error before the engine is asked
-    return prebuild.engine_images().build_recipe_image(variant, steps, rebuild=rebuild)
+    load_recipe(variant)  # an unknown variant is a usage error
+    return variant
+
+
+def image_key(*, variant: str = DEFAULT_VARIANT, framework: str | None = None, python: str | None = None,
+              engine_name: str = DEFAULT_ENGINE) -> ImageKey:
+    """The cache key of the image `build_image` with these options builds: its tag and its recipe's
+    hash, from the recipe files alone (the engine is not asked, nothing is built), so a CI job knows
+    which saved archive it needs before it restores its cache."""
+    return engine(engine_name).images.key(_image_target(variant, framework, python))
+
+
+@dataclass(frozen=True)
+class SavedImage:
+    """What `save_image` did: `archive` (named by `key`) was written, or was there already (`written`
+    False); `removed` are the archives of the same image under older keys it deleted."""
+
+    key: ImageKey
+    archive: Path
+    written: bool
+    size_bytes: int
+    seconds: float
+    removed: tuple[Path, ...]
+
+
+def save_image(folder: Path | str, *, variant: str = DEFAULT_VARIANT, framework: str | None = None,
+               python: str | None = None, progress: StepReporter | Callable[[str], None] = lambda message: None,
+               engine_name: str = DEFAULT_ENGINE) -> SavedImage:
+    """Save the image `build_image` with these options builds into `folder`, as `<key>.tar`
+    (`image_key`), for a CI cache to keep: nothing to write when that file is there already (a cache
+    restored under this key), and the same image's archives of older keys removed so the cache holds
+    one. ImageMissing unless the engine has the image up to date (build it first)."""
+    started = time.monotonic()
+    steps = as_step_reporter(progress, False)
+    target = _image_target(variant, framework, python, steps)
+    images = prebuild.engine_images(engine_name)
+    key = images.key(target)
+    if not key.up_to_date(images.labels(key.image)):
+        raise ImageMissing(f"the Docker engine has no up-to-date {key.image} to save (recipe {key.recipe[:12]})",
+                           hint="build it first: hetero-emu image build" + _options_text(variant, framework, python))
+    out = Path(folder)
+    archive = out / key.file_name
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stale = tuple(sorted(p for p in out.iterdir() if key.stale_name(p.name)))
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot use {out} as the folder of saved images: {exc.strerror}") from None
+    for old in stale:
+        old.unlink(missing_ok=True)
+        steps.info(f"removed {old.name}: {key.image} of an older recipe")
+    if archive.is_file():
+        steps.info(f"{archive} is there already (key {key.text}): nothing to write")
+        return SavedImage(key, archive, False, archive.stat().st_size, time.monotonic() - started, stale)
+    # Written beside and renamed: a job killed mid-save leaves no archive a later load would take.
+    partial = archive.with_name(archive.name + ".partial")
+    try:
+        size = images.save(key.image, partial)
+        partial.replace(archive)
+    finally:
+        partial.unlink(missing_ok=True)
+    return SavedImage(key, archive, True, size, time.monotonic() - started, stale)
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """What `load_image` did: `archive` None when the folder had none of this key (a cache miss); else
+    the images it held (`loaded`), and whether the image of `key` is now up to date (`image build` then
+    has nothing to do)."""
+
+    key: ImageKey
+    archive: Path | None
+    loaded: tuple[str, ...]
+    up_to_date: bool
+    seconds: float
+
+
+def load_image(path: Path | str, *, variant: str = DEFAULT_VARIANT, framework: str | None = None,
+               python: str | None = None, progress: StepReporter | Callable[[str], None] = lambda message: None,
+               engine_name: str = DEFAULT_ENGINE) -> LoadedImage:
+    """Load the image `build_image` with these options builds, from an archive `save_image` wrote.
+    `path` is that archive (a .tar file), or the folder `save_image` wrote into, where the archive of
+    this key is taken and none is a cache miss, said and not failed (the folder may not exist: a
+    cache that restored nothing). The image loaded carries the label a build puts on it, so `image
+    build` finds it up to date and builds nothing. UsageError for a missing or wrong file (one that
+    does not hold this image)."""
+    started = time.monotonic()
+    steps = as_step_reporter(progress, False)
+    target = _image_target(variant, framework, python, steps)
+    given = Path(path)
+    images = engine(engine_name).images
+    key = images.key(target)
+    if given.is_dir() or (given.suffix != ".tar" and not given.exists()):
+        archive = given / key.file_name
+        if not archive.is_file():
+            steps.info(f"no saved {key.image} of key {key.text} in {given}: `hetero-emu image build` builds it")
+            return LoadedImage(key, None, (), False, time.monotonic() - started)
+    else:
+        archive = given
+    problem = archive_problem(archive)
+    if problem is not None:
+        raise UsageError(problem, hint="give an archive `hetero-emu image save` wrote, or the folder it wrote into")
+    images = prebuild.engine_images(engine_name)
+    loaded = images.load(archive)
+    up_to_date = key.up_to_date(images.labels(key.image))
+    if key.image not in loaded:
+        raise UsageError(f"{archive} holds {', '.join(loaded) or 'no named image'}, not {key.image}",
+                         hint="load it with the options it was saved with (`image key` with them names its file)")
+    if not up_to_date:
+        steps.info(f"{key.image} from {archive} is of another recipe than this hetero-emu's: "
+                   "`hetero-emu image build` builds it again")
+    return LoadedImage(key, archive, loaded, up_to_date, time.monotonic() - started)
+
+
+def _options_text(variant: str, framework: str | None, python: str | None) -> str:
+    """The `image build` options that name the same image, for a hint."""
+    given = [("--variant", variant if variant != DEFAULT_VARIANT else None), ("--framework", framework),
+             ("--python", python)]
+    return "".join(f" {option} {value}" for option, value in given if value is not None)

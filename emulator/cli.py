@@ -57,7 +57,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-image_app = typer.Typer(help="Build the training images from their recipes in images/ (offline).",
+image_app = typer.Typer(help="Build the training images from their recipes in images/ (offline); save and "
+                        "load them for a CI cache.",
                         no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
@@ -472,27 +473,31 @@ def render_cmd(
     typer.echo(f"\nwrote {out}/plan.json, {out}/compose.yaml, {out}/hosts/ and {pictures}")
 
 
+VariantOpt = Annotated[str, typer.Option(
+    "--variant", metavar="NAME",
+    help=f"The recipe to build, a folder of images/: {', '.join(variant_names()) or DEFAULT_VARIANT}.")]
+FrameworkOpt = Annotated[str | None, typer.Option(
+    "--framework", metavar="FRAMEWORK:VERSION",
+    help="Build the image of a framework version instead, as AWS's training image of it: pytorch:1.11 "
+    "(torch, torchvision, torchaudio, sagemaker-pytorch-training) or tensorflow:2.9 (TensorFlow, Horovod "
+    "with MPI, sagemaker-tensorflow-training). A Hugging Face image is huggingface-pytorch:TRANSFORMERS or "
+    "huggingface-tensorflow:TRANSFORMERS (transformers_version, e.g. huggingface-pytorch:4.36: the framework "
+    "image the SDK lists beside it plus transformers, datasets, accelerate... as AWS's image has them), "
+    "with :VERSION after it for the PyTorch/TensorFlow version where the SDK lists several "
+    "(huggingface-pytorch:4.6.1:1.8). Jobs build the one they need on their own.")]
+PythonOpt = Annotated[str | None, typer.Option(
+    "--python", metavar="PY_VERSION",
+    help="With --framework: the estimator's py_version (py38, py310). The image runs it where Debian has "
+    "it (3.9, 3.11, 3.13), else the nearest Python the framework has wheels for, and says so.")]
+
+
 @image_app.command("build")
 def image_build(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Build again even if the image is up to date.")]
     = False,
-    variant: Annotated[str, typer.Option(
-        "--variant", metavar="NAME",
-        help=f"The recipe to build, a folder of images/: {', '.join(variant_names()) or DEFAULT_VARIANT}.")]
-    = DEFAULT_VARIANT,
-    framework: Annotated[str | None, typer.Option(
-        "--framework", metavar="FRAMEWORK:VERSION",
-        help="Build the image of a framework version instead, as AWS's training image of it: pytorch:1.11 "
-        "(torch, torchvision, torchaudio, sagemaker-pytorch-training) or tensorflow:2.9 (TensorFlow, Horovod "
-        "with MPI, sagemaker-tensorflow-training). A Hugging Face image is huggingface-pytorch:TRANSFORMERS or "
-        "huggingface-tensorflow:TRANSFORMERS (transformers_version, e.g. huggingface-pytorch:4.36: the framework "
-        "image the SDK lists beside it plus transformers, datasets, accelerate... as AWS's image has them), "
-        "with :VERSION after it for the PyTorch/TensorFlow version where the SDK lists several "
-        "(huggingface-pytorch:4.6.1:1.8). Jobs build the one they need on their own.")] = None,
-    python: Annotated[str | None, typer.Option(
-        "--python", metavar="PY_VERSION",
-        help="With --framework: the estimator's py_version (py38, py310). The image runs it where Debian has "
-        "it (3.9, 3.11, 3.13), else the nearest Python the framework has wheels for, and says so.")] = None,
+    variant: VariantOpt = DEFAULT_VARIANT,
+    framework: FrameworkOpt = None,
+    python: PythonOpt = None,
     for_file: Annotated[Path | None, typer.Option(
         "--for", metavar="FILE", show_default=False,
         help="Build the image the job of FILE (a YAML spec, or a CreateTrainingJob request) would run, its "
@@ -512,6 +517,66 @@ def image_build(
     else:
         verb = "built" if report.built else "up to date:"
         typer.echo(f"{verb} {report.image} ({report.size_bytes / 1e6:.0f} MB, {report.seconds:.1f} s)")
+
+
+@image_app.command("key")
+def image_key(variant: VariantOpt = DEFAULT_VARIANT, framework: FrameworkOpt = None, python: PythonOpt = None,
+              as_json: JsonOpt = False) -> None:
+    """Print the cache key of the image `image build` with these options builds: its name and its recipe's
+    hash, from the recipe files alone (no engine is asked, nothing is built). A CI cache keyed by it is
+    restored before the build, and the archive `image save` writes is named by it (docs/ci.md)."""
+    key = api.image_key(variant=variant, framework=framework, python=python)
+    if as_json:
+        _emit_json({"image": key.image, "recipe": key.recipe, "key": key.text, "file": key.file_name})
+    else:
+        typer.echo(key.text)
+
+
+FolderArg = Annotated[Path, typer.Argument(metavar="FOLDER", show_default=False,
+                                           help="The folder of saved images (a CI cache's path).")]
+
+
+@image_app.command("save")
+def image_save(folder: FolderArg, variant: VariantOpt = DEFAULT_VARIANT, framework: FrameworkOpt = None,
+               python: PythonOpt = None, as_json: JsonOpt = False) -> None:
+    """Save the image `image build` with these options built into FOLDER as KEY.tar (`image key`), as
+    `docker save` does; nothing to write when that file is there, and the archives of the same image
+    under older keys are removed. Exit 3 when the image is missing or out of date: build it first."""
+    saved = api.save_image(folder, variant=variant, framework=framework, python=python,
+                           progress=StepPrinter(sys.stderr))
+    if as_json:
+        _emit_json({"image": saved.key.image, "key": saved.key.text, "archive": str(saved.archive),
+                    "written": saved.written, "size_bytes": saved.size_bytes, "seconds": round(saved.seconds, 1),
+                    "removed": [str(p) for p in saved.removed]})
+    else:
+        verb = "saved" if saved.written else "already saved:"
+        typer.echo(f"{verb} {saved.key.image} in {saved.archive} ({saved.size_bytes / 1e6:.0f} MB, "
+                   f"{saved.seconds:.1f} s)")
+
+
+@image_app.command("load")
+def image_load(
+    path: Annotated[Path, typer.Argument(metavar="PATH", show_default=False,
+                                         help="An archive `image save` wrote, or the folder it wrote into.")],
+    variant: VariantOpt = DEFAULT_VARIANT, framework: FrameworkOpt = None, python: PythonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Load the image `image build` with these options builds from PATH: an archive `image save` wrote,
+    or its folder (the archive of the image's current key is taken; none there is a cache miss, said
+    with exit 0, and `image build` builds it). A loaded image is up to date exactly as a built one: `image
+    build` then does nothing. Exit 2 for a missing or wrong file, 3 without an engine."""
+    loaded = api.load_image(path, variant=variant, framework=framework, python=python,
+                            progress=StepPrinter(sys.stderr))
+    if as_json:
+        _emit_json({"image": loaded.key.image, "key": loaded.key.text,
+                    "archive": None if loaded.archive is None else str(loaded.archive), "loaded": list(loaded.loaded),
+                    "up_to_date": loaded.up_to_date, "seconds": round(loaded.seconds, 1)})
+    elif loaded.archive is None:
+        typer.echo(f"not saved: {loaded.key.image} (key {loaded.key.text})")
+    else:
+        state = "up to date" if loaded.up_to_date else "not up to date"
+        typer.echo(f"loaded {', '.join(loaded.loaded) or 'nothing named'} from {loaded.archive} ({state}, "
+                   f"{loaded.seconds:.1f} s)")
 
 
 @app.command()

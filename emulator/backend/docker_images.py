@@ -11,14 +11,18 @@ is decided here, so that neither imports the other back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import docker
 import docker.errors
 
 from emulator.backend.calls import first_line
-from emulator.errors import EnvironmentProblem
+from emulator.backend.docker_http import read_timeout
+from emulator.backend.images import ImageKey
+from emulator.errors import EmulatorError, EnvironmentProblem, ImageMissing, UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -68,6 +72,52 @@ class LocalImages:
 
         return image_size(self._client(), image)
 
+    def key(self, image: str | FrameworkImage) -> ImageKey:
+        """The tag and recipe hash a build of `image` (a variant name or a framework image) labels it
+        with, from the recipe files alone (the builders' own hash functions, so the two cannot differ)."""
+        if isinstance(image, str):
+            from emulator.backend.image_build import recipe_hash
+            from emulator.training_images.image_recipes import load_recipe
+
+            recipe = load_recipe(image)
+            return ImageKey(recipe.tag, recipe_hash(recipe))
+        if image.huggingface is not None:
+            from emulator.backend import huggingface_build
+
+            return ImageKey(image.tag, huggingface_build.recipe_hash(image))
+        from emulator.backend import framework_build
+
+        return ImageKey(image.tag, framework_build.recipe_hash(image))
+
+    def save(self, image: str, archive: Path) -> int:
+        """`docker save` of the image by its name (so a load tags it again), streamed to `archive`."""
+        api = self._client().api
+        with _archive_errors(f"save image {image}", f"write {archive}", refused=EnvironmentProblem, hint=None):
+            if self._inspect_labels(image) is None:  # not present(): it keeps the labels for a run
+                raise ImageMissing(f"the Docker engine has no image {image} to save",
+                                   hint="build it first: hetero-emu image build")
+            # Gigabytes are written as the engine reads its layers: no read limit while it does.
+            with read_timeout(api, None), archive.open("wb") as out:
+                for chunk in api.get_image(image):
+                    out.write(chunk)
+        return archive.stat().st_size
+
+    def load(self, archive: Path) -> tuple[str, ...]:
+        """`docker load` of `archive`, streamed from the file (a framework image's gigabytes are never
+        held in memory); the names the engine says it loaded."""
+        api = self._client().api
+        loaded: list[str] = []
+        hint = "give an archive `hetero-emu image save` wrote"
+        with (_archive_errors(f"load {archive}", f"read {archive}", refused=UsageError, hint=hint),
+              read_timeout(api, None), archive.open("rb") as data):
+            for event in api.load_image(data):
+                if event.get("error"):
+                    raise UsageError(f"the Docker engine cannot load {archive}: {event['error']}", hint=hint)
+                found = re.match(r"Loaded image(?: ID)?: (\S+)", str(event.get("stream", "")).strip())
+                if found:
+                    loaded.append(found.group(1))
+        return tuple(loaded)
+
     def build_wheelhouse(self, image: str, code: Path, out: Path, progress: Callable[[str], None],
                          shown: str) -> None:
         """Resolve a job's requirements.txt in a container of its image that reaches the package index,
@@ -101,3 +151,18 @@ class LocalImages:
         from emulator.training_images.image_recipes import load_recipe
 
         return build_image(self._client(), load_recipe(variant), rebuild=rebuild, progress=progress)
+
+
+@contextlib.contextmanager
+def _archive_errors(doing: str, file_doing: str, *, refused: type[EmulatorError], hint: str | None) -> Iterator[None]:
+    """A save's or a load's failures as EmulatorErrors: the engine refusing (`refused`: a load refuses a
+    wrong file, the user's; a save's refusal is the engine's), the engine gone, the file unreadable or
+    unwritable (`file_doing`)."""
+    try:
+        yield
+    except docker.errors.APIError as err:
+        raise refused(f"the Docker engine cannot {doing}: {first_line(err)}", hint=hint) from None
+    except docker.errors.DockerException as err:
+        raise EnvironmentProblem(f"cannot {doing}: {first_line(err)}") from None
+    except OSError as exc:
+        raise refused(f"cannot {file_doing}: {exc.strerror}", hint=hint) from None

@@ -42,7 +42,9 @@ import requests
 
 from emulator.backend.docker_http import read_timeout
 
-# What every build returns, part of the image capability's contract; its name stays importable here.
+# What every build returns, and the label it puts on the image, are the image capability's contract
+# (a loaded image is up to date by the same label); their names stay importable here.
+from emulator.backend.images import RECIPE_LABEL as RECIPE_LABEL
 from emulator.backend.images import BuildReport as BuildReport
 from emulator.defaults import default_cache_dir
 from emulator.errors import ImageBuildError
@@ -64,8 +66,6 @@ Progress = Callable[[str], None]
 #: The repository of the imported Debian rootfs of a recipe, tagged with the recipe's name
 #: (`hetero-emu/base:training`); the Dockerfile gets it as the build argument BASE_IMAGE.
 BASE_REPOSITORY = "hetero-emu/base"
-#: Label on a built image: sha256 of its recipe (every file of its folder, rootfs recipe, base's hash).
-RECIPE_LABEL = "hetero-emu.image.recipe"
 #: Label on the base image: the key of the rootfs recipe it was made from.
 ROOTFS_LABEL = "hetero-emu.image.rootfs"
 #: Label the Dockerfile puts on its first stage, so that stage can be pruned after the build.

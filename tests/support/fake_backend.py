@@ -27,6 +27,10 @@ runner (starting twice, creating a container before the network) raises Assertio
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import json
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.backend import Capabilities, ContainerState, ExecIO, LineSink, Resource
-from emulator.backend.images import BuildReport
+from emulator.backend.images import RECIPE_LABEL, BuildReport, ImageKey
 from emulator.backend.networks import NetworkStuck
 from emulator.defaults import DEFAULT_IMAGE
-from emulator.errors import DockerUnavailable, EnvironmentProblem, UsageError
+from emulator.errors import DockerUnavailable, EnvironmentProblem, ImageMissing, UsageError
 from emulator.planning.container import Ulimit
 from emulator.planning.hardware import Machine
 from emulator.planning.plan import LABEL_JOB, LABEL_MANAGED, HostPlan, Plan
@@ -49,6 +53,13 @@ from emulator.training_images.image_recipes import load_recipe
 SIGTERM_EXIT = 143
 FAKE_IMAGE_SIZE = 1000  # bytes: what `images.size` says of every image the fake engine has
 SIGKILL_EXIT = 137
+#: The member of a fake engine's image archive that holds the image's name and labels.
+FAKE_ARCHIVE_MEMBER = "fake-image.json"
+
+
+def fake_recipe_hash(image: str) -> str:
+    """The recipe hash the fake engine's `images.key` gives an image (hex, as a sha256 is)."""
+    return hashlib.sha256(f"fake recipe of {image}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,9 @@ class StopCall:
 class FakeImages:
     """Implements emulator.backend.images.Images in memory: the images a FakeBackend has (`names`; `add`
     one as a build or a `docker load` would) and their labels, the builds and wheelhouses asked for.
-    Every call goes to the engine's call log (`record`), named `images.<member>`."""
+    Every call goes to the engine's call log (`record`), named `images.<member>`. A build labels its
+    image with the fake recipe hash `key` gives (`fake_recipe_hash`); `save` writes a small real tar
+    archive (manifest.json and the image's name and labels) that `load` reads back."""
 
     def __init__(self, names: Iterable[str], labels_of: Mapping[str, Mapping[str, str]], builds: bool,
                  record: Callable[..., None]) -> None:
@@ -156,6 +169,34 @@ class FakeImages:
                 progress(f"  Collecting {line.strip()}")
                 (out / f"{name}-{version}-py3-none-any.whl").write_text("wheel")
 
+    def key(self, image: str | FrameworkImage) -> ImageKey:
+        self._record("images.key", image)
+        tag = load_recipe(image).tag if isinstance(image, str) else image.tag
+        return ImageKey(tag, fake_recipe_hash(tag))
+
+    def save(self, image: str, archive: Path) -> int:
+        self._record("images.save", image)
+        if image not in self.names:
+            raise ImageMissing(f"the Docker engine has no image {image} to save")
+        record = json.dumps({"image": image, "labels": self.labels_of.get(image, {})}).encode()
+        with tarfile.open(archive, "w") as out:
+            for name, data in (("manifest.json", b"[]"), (FAKE_ARCHIVE_MEMBER, record)):
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                out.addfile(member, io.BytesIO(data))
+        return archive.stat().st_size
+
+    def load(self, archive: Path) -> tuple[str, ...]:
+        self._record("images.load", archive)
+        with tarfile.open(archive, "r:") as held:
+            member = held.extractfile(FAKE_ARCHIVE_MEMBER) if FAKE_ARCHIVE_MEMBER in held.getnames() else None
+            if member is None:
+                raise UsageError(f"the Docker engine cannot load {archive}: not an archive of the fake engine")
+            record = json.loads(member.read())
+        self.names.add(record["image"])
+        self.labels_of[record["image"]] = record["labels"]
+        return (record["image"],)
+
     def build_default_image(self, progress: StepReporter, *, rebuild: bool = False) -> BuildReport:
         return self._build(DEFAULT_IMAGE, rebuild)
 
@@ -167,14 +208,18 @@ class FakeImages:
         return self._build(load_recipe(variant).tag, rebuild)
 
     def _build(self, image: str, rebuild: bool) -> BuildReport:
-        """As a real build: only what is missing (or asked again with `rebuild`) is built."""
+        """As a real build: only what is missing or out of date (or asked again with `rebuild`) is built."""
         self._record("images.build", image)
         if not self.builds:
             raise UsageError("this fake engine builds no images (FakeBackend(builds_images=True) does)")
-        if image in self.names and not rebuild:
+        # Up to date as a real build decides it, by the recipe label (one loaded from an archive
+        # included); an image a test gives without that label counts as built here.
+        recipe = self.labels_of.get(image, {}).get(RECIPE_LABEL, fake_recipe_hash(image))
+        if image in self.names and recipe == fake_recipe_hash(image) and not rebuild:
             return BuildReport(image, False, 0.0, FAKE_IMAGE_SIZE, ())
         self.built.append(image)
         self.names.add(image)
+        self.labels_of[image] = {**self.labels_of.get(image, {}), RECIPE_LABEL: fake_recipe_hash(image)}
         return BuildReport(image, True, 0.0, FAKE_IMAGE_SIZE, (f"built {image}",))
 
 
