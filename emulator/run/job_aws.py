@@ -134,7 +134,10 @@ def _pointed(container: ContainerSpec, files: Path, hook_dir: str) -> ContainerS
     mounts = [*container.mounts, Mount(str(files / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)]
     if not any(m.target == hooks.TARGET for m in container.mounts):
         mounts.append(Mount(hook_dir, hooks.TARGET, read_only=True))
-    return replace(container, environment=hooks.on_pythonpath(environment), dns=(GATEWAY_HOST,), mounts=tuple(mounts))
+    # The gateway in /etc/hosts too: the hook finds its address there while it is not yet started, when
+    # Docker's resolver would ask the gateway itself for its own name (and wait 10 s for no answer).
+    return replace(container, environment=hooks.on_pythonpath(environment), dns=(GATEWAY_HOST,), mounts=tuple(mounts),
+                   extra_hosts=(*container.extra_hosts, GATEWAY_HOST))
 
 
 def without_aws(plan: Plan) -> Plan:
@@ -154,7 +157,8 @@ def without_aws(plan: Plan) -> Plan:
             del mounts[at + 1]
             given = environment.pop("PYTHONPATH", "").split(":")[1:]
             environment.update({"PYTHONPATH": ":".join(given)} if given else {})
-        return replace(container, environment=environment, dns=(), mounts=tuple(m for m in mounts if m != target))
+        return replace(container, environment=environment, dns=(), mounts=tuple(m for m in mounts if m != target),
+                       extra_hosts=tuple(h for h in container.extra_hosts if h != GATEWAY_HOST))
 
     hosts = tuple(replace(h, container=bare(h.container)) for h in plan.hosts)
     hooked = plan.hook_dir is not None and any(m.source.startswith(plan.hook_dir) for h in hosts

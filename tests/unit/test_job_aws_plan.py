@@ -78,6 +78,8 @@ def test_the_gateway_has_an_address_and_each_hosts_dns_is_it(plan: Any) -> None:
     addresses = host_addresses("172.16.5.0/24", "172.16.5.1", members)
     options = container_options(aws.hosts[0].container, "net", addresses, "driver")
     assert options.host_config["dns"] == [addresses[job_aws.GATEWAY_HOST]]
+    # In /etc/hosts as well: before it runs, Docker's resolver would ask the gateway for its own name.
+    assert options.host_config["extra_hosts"][job_aws.GATEWAY_HOST] == addresses[job_aws.GATEWAY_HOST]
     gateway = container_options(aws.aws.gateway.container, "net", addresses, "driver")
     assert gateway.endpoint["ipv4_address"] == addresses[job_aws.GATEWAY_HOST]
     assert gateway.host_config["dns"] is None

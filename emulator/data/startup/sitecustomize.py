@@ -128,8 +128,9 @@ def dns_query(name: str, ident: int) -> bytes:
 
 
 def gateway_answers(gateway: str, port: int = DNS_PORT, seconds: float = 0.2) -> bool:
-    """Whether the gateway answers a DNS query within `seconds` (its name resolves through Docker's
-    embedded resolver, which answers the job's container names itself, whether the gateway runs or not)."""
+    """Whether the gateway answers a DNS query within `seconds`. Its name is in the host's /etc/hosts
+    (emulator/run/job_aws.py `_pointed`): Docker's resolver, asked for it before the gateway runs,
+    forwards the question to the gateway's own address and gives up after 10 s."""
     import socket
 
     query = dns_query(PROBE_NAME, os.getpid() & 0xFFFF)
@@ -161,7 +162,7 @@ def await_gateway(seconds: float = GATEWAY_SECONDS, port: int = DNS_PORT, failed
             say_aws(f"the job's AWS gateway ({gateway}) did not answer within {seconds:.0f} s: going on; "
                     "AWS and names outside the job may not resolve")
             break
-        time.sleep(0.02)
+        time.sleep(0.01)
     with contextlib.suppress(OSError):
         os.close(os.open(waited, os.O_CREAT | os.O_WRONLY, 0o644))
 
