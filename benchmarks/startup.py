@@ -109,6 +109,7 @@ finally:
     if endpoint is not None:
         endpoint.close()
         os.unlink(job["socket"])
+        os.rmdir(os.path.dirname(job["socket"]))
 """
 
 # The "same" baseline's network is given a subnet (the emulator's containers have fixed addresses,

@@ -47,6 +47,11 @@ import importlib
 import multiprocessing
 import os
 import sys
+import time
+
+TYPE_CHECKING = False  # typing's own, without importing typing in every process of the host (mypy knows the name)
+if TYPE_CHECKING:
+    import socket
 
 CODE_DIR = "/opt/ml/code"
 # Set by the emulator's plan (emulator/planning/hardware.py) to the instance type's vCPUs.
@@ -68,6 +73,7 @@ WAITED = "/tmp/.hetero-emu-aws-gateway-waited"
 GATEWAY_SECONDS = 10.0  # job_aws.HOLD_SECONDS: the driver's own wait for the gateway's word
 DNS_PORT = 53
 PROBE_NAME = "sts.amazonaws.com"  # an AWS name: the gateway answers it itself, never asking upstream
+PROBE_SECONDS = 0.02  # a query is sent this often until one is answered
 # Interpreter options that take a value as the next argument (python --help).
 OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
@@ -127,21 +133,22 @@ def dns_query(name: str, ident: int) -> bytes:
     return ident.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + labels + b"\x00\x00\x01\x00\x01"
 
 
-def gateway_answers(gateway: str, port: int = DNS_PORT, seconds: float = 0.2) -> bool:
-    """Whether the gateway answers a DNS query within `seconds`. Its name is in the host's /etc/hosts
+def gateway_answers(probe: socket.socket, gateway: str, port: int, query: bytes) -> bool:
+    """Whether the gateway answers `query` (sent now) or an earlier one on `probe` before its timeout.
+    One socket for the whole wait: a query sent before the gateway's address existed is lost, and its
+    answer is not waited for; any later one counts. The gateway's name is in the host's /etc/hosts
     (emulator/run/job_aws.py `_pointed`): Docker's resolver, asked for it before the gateway runs,
     forwards the question to the gateway's own address and gives up after 10 s."""
     import socket
 
-    query = dns_query(PROBE_NAME, os.getpid() & 0xFFFF)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.settimeout(seconds)
-        try:
-            probe.connect((gateway, port))
-            probe.send(query)
-            return probe.recv(512)[:2] == query[:2]
-        except OSError:  # not yet listening (refused), no answer in time, or its name not yet known
-            return False
+    try:
+        probe.sendto(query, (socket.gethostbyname(gateway), port))
+        return probe.recv(512)[:2] == query[:2]
+    except socket.timeout:  # noqa: UP041 - an alias of TimeoutError only from Python 3.10; an image may be older
+        return False
+    except OSError:  # its name not yet known (a swarm's), no route to it yet
+        time.sleep(PROBE_SECONDS)
+        return False
 
 
 def await_gateway(seconds: float = GATEWAY_SECONDS, port: int = DNS_PORT, failed: str = GATEWAY_FAILED,
@@ -151,18 +158,20 @@ def await_gateway(seconds: float = GATEWAY_SECONDS, port: int = DNS_PORT, failed
     gateway = os.environ.get(GATEWAY_VARIABLE)
     if not gateway or os.path.exists(waited):
         return
-    import time
+    import socket
 
     deadline = time.monotonic() + seconds
-    while not gateway_answers(gateway, port):
-        if os.path.exists(failed):
-            say_aws("the job's AWS gateway did not start (the driver says why): going on without AWS")
-            break
-        if time.monotonic() > deadline:
-            say_aws(f"the job's AWS gateway ({gateway}) did not answer within {seconds:.0f} s: going on; "
-                    "AWS and names outside the job may not resolve")
-            break
-        time.sleep(0.01)
+    query = dns_query(PROBE_NAME, os.getpid() & 0xFFFF)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.settimeout(PROBE_SECONDS)
+        while not gateway_answers(probe, gateway, port, query):
+            if os.path.exists(failed):
+                say_aws("the job's AWS gateway did not start (the driver says why): going on without AWS")
+                break
+            if time.monotonic() > deadline:
+                say_aws(f"the job's AWS gateway ({gateway}) did not answer within {seconds:.0f} s: going on; "
+                        "AWS and names outside the job may not resolve")
+                break
     with contextlib.suppress(OSError):
         os.close(os.open(waited, os.O_CREAT | os.O_WRONLY, 0o644))
 
