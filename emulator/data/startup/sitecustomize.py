@@ -2,7 +2,7 @@
 AWS gateway, and debugpy in the debugged host's entry point (`--debug-host`).
 
 The emulator copies this folder into the job folder and mounts it read-only, first on PYTHONPATH, on
-the hosts that need either, so every Python process there imports this module at start-up
+the hosts that need it, so every Python process there imports this module at start-up
 (https://docs.python.org/3/library/site.html: "an attempt is made to import a module named
 sitecustomize"). It must cost nothing and never fail in any process: the toolkit's own `train`, its
 `pip install -r requirements.txt`, mpirun's helpers, torchrun, debugpy's own adapter. So it only reads
