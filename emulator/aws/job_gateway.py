@@ -27,16 +27,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
-import secrets
 import socket
 import socketserver
 import ssl
-import string
 import struct
 import sys
 import threading
 import time
+
+# What only the role's credentials need (json, secrets, string) is imported where they are
+# made: secrets (hmac, _hashlib) and json were ~20% of the gateway's imports, and every host's first
+# process waits for the gateway to answer (emulator/data/startup/sitecustomize.py).
 
 UPSTREAM_DNS = ("127.0.0.11", 53)  # Docker's embedded resolver, in every container on a user network
 UPSTREAM_SECONDS = 3.0  # how long the upstream resolver may take before a host gets SERVFAIL
@@ -198,6 +199,9 @@ def credentials(seconds: int = CREDENTIALS_SECONDS, now: datetime.datetime | Non
     """New temporary credentials in the form the container credentials provider answers (botocore's
     `ContainerProvider` reads AccessKeyId, SecretAccessKey, Token and Expiration, ISO 8601): an SDK
     refreshes them before they expire, as it refreshes a role's on the service."""
+    import secrets
+    import string
+
     now = now or datetime.datetime.now(datetime.timezone.utc)
     alphabet = string.ascii_uppercase + string.digits
     return {"AccessKeyId": "ASIA" + "".join(secrets.choice(alphabet) for _ in range(16)),
@@ -220,6 +224,8 @@ def credentials_handler() -> type[socketserver.BaseRequestHandler]:
             pass
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            import json
+
             body = json.dumps(credentials(self.server.seconds)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -286,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         # https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-sourcing-external.html: Version 1,
         # the session token as SessionToken; with an Expiration the SDK runs the process again before it.
         made = credentials(args.credentials_seconds)
+        import json
+
         print(json.dumps({"Version": 1, "AccessKeyId": made["AccessKeyId"], "SecretAccessKey": made["SecretAccessKey"],
                           "SessionToken": made["Token"], "Expiration": made["Expiration"]}))
         return 0

@@ -64,6 +64,10 @@ class Capabilities:
     # The gateway may run on another node than the driver: the endpoint's socket is in the job folder,
     # which every node sees (a swarm's), not in this machine's temporary folder.
     aws_socket_in_job_folder: bool = False
+    # A container's address on the job's network is known only once it runs (a swarm's overlay has no
+    # fixed addresses): the job's AWS gateway then runs before its hosts are made, as they are given its
+    # address. Elsewhere it is made and started beside them (emulator/run/runner.py `create_hosts`).
+    addresses_once_running: bool = False
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,7 @@ class SwarmBackend(SharedMembers):
     aimed at the manager. `memory` is where the ulimit verdicts are kept."""
 
     capabilities = Capabilities(builds_images=True, probes_ulimits=True, aws_gateway=True,
-                                aws_socket_in_job_folder=True)
+                                aws_socket_in_job_folder=True, addresses_once_running=True)
 
     def __init__(self, settings: SwarmSettings | None = None, client: docker.DockerClient | None = None,
                  memory: EngineMemory | None = None) -> None:

@@ -12,6 +12,9 @@ whatever SDK and version its image has:
 - it relays each connection (HTTPS with a certificate for AWS's names made for the job, and HTTP) to
   the job's endpoint, which the job's driver serves on a Unix socket (emulator/aws/job_endpoint.py):
   `hetero-emu serve`'s endpoint on the job's S3 root and region, S3 locations only;
+- the driver starts the gateway beside the hosts, not before them (it was most of what the emulator
+  added to a job's start); each host's Python start-up hook (emulator/data/startup/sitecustomize.py)
+  holds its first process until the gateway answers, so no name fails to resolve in between;
 - each host trusts the job's certificate authority (`AWS_CA_BUNDLE`, read by every botocore; and
   beside the public ones, through `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE` and `CURL_CA_BUNDLE`), and
   finds the role's credentials through `AWS_CONFIG_FILE`: a `credential_process` that prints new
@@ -44,6 +47,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulator.planning import hooks
 from emulator.planning.container import ContainerSpec, Mount
 from emulator.planning.plan import LABEL_PREFIX, HostPlan, JobAws, Plan, container_name
 
@@ -68,7 +72,12 @@ CERT_FILE, KEY_FILE = "cert.pem", "key.pem"
 SOCKET_NAME = "aws.sock"
 SOCKET_FOLDER = "run"  # the socket's folder in the job's aws/ folder, on an engine that wants it there
 GATEWAY_LOG = "gateway.log"  # what the gateway printed, in the job's aws/ folder
-READY_SECONDS = 30.0  # how long the gateway may take to say it is ready
+READY_SECONDS = 30.0  # how long the gateway may take to say it is ready, before the hosts are made
+# How long a host's start-up hook holds its first process for the gateway started beside it, and the
+# driver waits for the gateway's word (sitecustomize.py GATEWAY_SECONDS, which names it too).
+HOLD_SECONDS = 10.0
+GATEWAY_VARIABLE = "HETERO_EMU_AWS_GATEWAY"  # the gateway's name, for the hook (sitecustomize.py)
+FAILED_FILE = "gateway-failed"  # in the hosts' folder: the driver found the gateway did not start
 
 
 def socket_dir(job_dir: str) -> str:
@@ -106,25 +115,34 @@ def with_aws(plan: Plan, socket_in_job_folder: bool = False) -> Plan:
     )
     host = HostPlan(name=GATEWAY_HOST, group="", instance_type="", host_dir=str(files), channels=(), shards={},
                     files={}, pipes={}, container=gateway)
-    hosts = tuple(replace(h, container=_pointed(h.container, files)) for h in plan.hosts)
-    return replace(plan, hosts=hosts, aws=JobAws(host, str(files), sockets))
+    hook_dir = str(Path(plan.job_dir) / hooks.FOLDER)
+    hosts = tuple(replace(h, container=_pointed(h.container, files, hook_dir)) for h in plan.hosts)
+    return replace(plan, hosts=hosts, aws=JobAws(host, str(files), sockets), hook_dir=plan.hook_dir or hook_dir)
 
 
-def _pointed(container: ContainerSpec, files: Path) -> ContainerSpec:
+def _pointed(container: ContainerSpec, files: Path, hook_dir: str) -> ContainerSpec:
     """A host's container with the job's AWS: its DNS, the CA and the credentials; a variable the
-    job's own environment sets keeps the job's value."""
+    job's own environment sets keeps the job's value. The start-up hook (emulator/planning/hooks.py),
+    which holds the host's first Python process until the gateway answers, is mounted if the host did
+    not have it already."""
     # Not botocore alone: a script that downloads a public dataset over HTTPS from an S3 name (torchvision's
     # MNIST mirror, https://ossci-datasets.s3.amazonaws.com) reaches the job's S3 too, and trusts it
     # through the bundle of the public authorities and the job's that the standard variables name.
     environment = {"AWS_CA_BUNDLE": f"{HOSTS_TARGET}/{CA_FILE}", "AWS_CONFIG_FILE": f"{HOSTS_TARGET}/{CONFIG_FILE}",
                    **{name: f"{HOSTS_TARGET}/{BUNDLE_FILE}" for name in TRUST_VARIABLES},
-                   **container.environment}
-    return replace(container, environment=environment, dns=(GATEWAY_HOST,),
-                   mounts=(*container.mounts, Mount(str(files / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)))
+                   **container.environment, GATEWAY_VARIABLE: GATEWAY_HOST}
+    mounts = [*container.mounts, Mount(str(files / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)]
+    if not any(m.target == hooks.TARGET for m in container.mounts):
+        mounts.append(Mount(hook_dir, hooks.TARGET, read_only=True))
+    # The gateway in /etc/hosts too: the hook finds its address there while it is not yet started, when
+    # Docker's resolver would ask the gateway itself for its own name (and wait 10 s for no answer).
+    return replace(container, environment=hooks.on_pythonpath(environment), dns=(GATEWAY_HOST,), mounts=tuple(mounts),
+                   extra_hosts=(*container.extra_hosts, GATEWAY_HOST))
 
 
 def without_aws(plan: Plan) -> Plan:
-    """The plan as it was before `with_aws`: for a job whose gateway could not start."""
+    """The plan as it was before `with_aws`: for a job whose gateway could not start. The start-up hook
+    goes too where `with_aws` mounted it (right after the hosts' AWS folder)."""
     if plan.aws is None:
         return plan
     target = Mount(str(Path(plan.aws.files_dir) / HOSTS_FOLDER), HOSTS_TARGET, read_only=True)
@@ -132,11 +150,20 @@ def without_aws(plan: Plan) -> Plan:
     def bare(container: ContainerSpec) -> ContainerSpec:
         environment = {k: v for k, v in container.environment.items()
                        if not (k in ("AWS_CA_BUNDLE", "AWS_CONFIG_FILE", *TRUST_VARIABLES)
-                               and v.startswith(HOSTS_TARGET))}
-        return replace(container, environment=environment, dns=(),
-                       mounts=tuple(m for m in container.mounts if m != target))
+                               and v.startswith(HOSTS_TARGET)) and k != GATEWAY_VARIABLE}
+        mounts = list(container.mounts)
+        at = mounts.index(target) if target in mounts else len(mounts)
+        if mounts[at + 1:at + 2] and mounts[at + 1].target == hooks.TARGET:
+            del mounts[at + 1]
+            given = environment.pop("PYTHONPATH", "").split(":")[1:]
+            environment.update({"PYTHONPATH": ":".join(given)} if given else {})
+        return replace(container, environment=environment, dns=(), mounts=tuple(m for m in mounts if m != target),
+                       extra_hosts=tuple(h for h in container.extra_hosts if h != GATEWAY_HOST))
 
-    return replace(plan, hosts=tuple(replace(h, container=bare(h.container)) for h in plan.hosts), aws=None)
+    hosts = tuple(replace(h, container=bare(h.container)) for h in plan.hosts)
+    hooked = plan.hook_dir is not None and any(m.source.startswith(plan.hook_dir) for h in hosts
+                                               for m in h.container.mounts)
+    return replace(plan, hosts=hosts, aws=None, hook_dir=plan.hook_dir if hooked else None)
 
 
 def config_text() -> str:
@@ -167,6 +194,14 @@ def stage(plan: Plan) -> None:
     key = files / GATEWAY_FOLDER / KEY_FILE
     key.touch(mode=0o600)
     key.write_bytes(authority.key_pem)
+
+
+def tell_hosts_failed(plan: Plan) -> None:
+    """Say in the hosts' folder that the gateway did not start: each host's start-up hook then stops
+    holding its first process for it (sitecustomize.py GATEWAY_FAILED)."""
+    if plan.aws is not None:
+        with contextlib.suppress(OSError):
+            (Path(plan.aws.files_dir) / HOSTS_FOLDER / FAILED_FILE).touch()
 
 
 def public_authorities() -> bytes:

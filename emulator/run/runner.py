@@ -232,6 +232,7 @@ class Run:
         self.names = [h.container.name for h in plan.hosts]
         self.gateway: str | None = None  # the job's AWS gateway's container while it runs
         self.gateway_stopping: threading.Thread | None = None  # its kill, while it goes on (`stop_gateway`)
+        self.gateway_beside: job_aws.GatewayOutput | None = None  # made, to be started with the hosts
         self.masker = secrets.Masker(*(h.container.environment for h in plan.hosts))
         self.host_of = {h.container.name: h for h in plan.hosts}
         self.exit_codes: dict[str, int | None] = {}
@@ -471,15 +472,7 @@ class Run:
                            total=len(plan.hosts)) as creating:
             self.backend.create_network(plan)
             self.created_network = True
-            # The job's AWS gateway is made first, on its own, then started while the hosts are made
-            # (they need its address, not yet its answers): made beside the hosts, it waited for the
-            # engine behind their creates, and they then waited for it (benchmarks/startup.py).
             gateway = job_aws.GatewayOutput(Path(plan.aws.files_dir) / job_aws.GATEWAY_LOG) if plan.aws else None
-            starting: threading.Thread | None = None
-            if gateway is not None and self.create_gateway(gateway):
-                starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway",
-                                            daemon=True)
-                starting.start()
             made = threading.Lock()  # hosts are created concurrently (backend.create_containers)
 
             def created(name: str) -> None:
@@ -487,11 +480,32 @@ class Run:
                     self.created.append(name)
                     creating.advance()
 
-            # Each host's stream is attached before any host starts: every byte is read.
-            self.backend.create_containers(plan, plan.hosts, logs, created)
-            if starting is not None:
-                starting.join()
-            if gateway is not None and not self.gateway_ready(gateway):
+            # The job's AWS gateway is made beside the hosts and started with them (`start_hosts`): each
+            # host's start-up hook holds its first process until the gateway answers. Started before
+            # them and waited for, it was most of what the emulator added to a job's start
+            # (benchmarks/startup.py). An engine that tells a container's address only once it runs (a
+            # swarm) has it running first, on its own: the hosts are given its address.
+            first = gateway is not None and self.backend.capabilities.addresses_once_running
+            beside: threading.Thread | None = None
+            if gateway is not None and first and self.create_gateway(gateway):
+                beside = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway",
+                                          daemon=True)
+            elif gateway is not None and not first:
+                beside = threading.Thread(target=self.create_gateway, args=(gateway,), name="create-gateway",
+                                          daemon=True)
+            if beside is not None:
+                beside.start()
+            try:
+                # Each host's stream is attached before any host starts: every byte is read.
+                self.backend.create_containers(plan, plan.hosts, logs, created)
+            finally:
+                if beside is not None:
+                    beside.join()  # the gateway's name is known to the teardown, however the creates end
+            if gateway is None:
+                pass
+            elif self.gateway is not None and not first:
+                self.gateway_beside = gateway
+            elif self.gateway is None or not self.gateway_ready(gateway):
                 # No host has started: they are made again without the gateway as their DNS server,
                 # which would leave them no name beyond the job's (pypi.org, on a machine online).
                 self.reporter.warn(f"AWS inside the job is not available: its gateway did not start "
@@ -526,15 +540,27 @@ class Run:
         except EmulatorError as err:
             output.failed(err.message)
 
-    def gateway_ready(self, output: job_aws.GatewayOutput) -> bool:
-        """Whether the gateway said it is ready within READY_SECONDS; one that has ended (an image
-        without python3) is told at once, not after the wait."""
-        deadline = time.monotonic() + job_aws.READY_SECONDS
+    def gateway_ready(self, output: job_aws.GatewayOutput, seconds: float = job_aws.READY_SECONDS) -> bool:
+        """Whether the gateway said it is ready within `seconds`; one that has ended (an image without
+        python3) is told at once, not after the wait."""
+        deadline = time.monotonic() + seconds
         while not output.ready.wait(0.1):
             if time.monotonic() > deadline or self.gateway is None or not any(
                     state.running for state in self.backend.states([self.gateway])):
                 return output.ready.is_set()
         return True
+
+    def gateway_told(self, output: job_aws.GatewayOutput) -> None:
+        """The gateway started with the hosts has said it is ready, or it is stopped and the hosts are
+        told (their start-up hooks then stop holding them) and the user warned: the hosts run on with
+        no AWS and, their DNS server gone, no name outside the job. Waited for while the hosts run,
+        before they are watched: a gateway is ready within a few tenths of a second."""
+        if self.gateway_ready(output, job_aws.HOLD_SECONDS):
+            return
+        job_aws.tell_hosts_failed(self.plan)
+        self.reporter.warn(f"AWS inside the job is not available: its gateway did not start "
+                           f"({output.last_words()}); the hosts reach no AWS nor any name outside the job")
+        self.stop_gateway()
 
     def stop_gateway(self, wait: bool = True) -> None:
         """Stop the job's AWS gateway, if it runs: it serves no host once they have exited, and its
@@ -573,7 +599,17 @@ class Run:
             # while this process waits for the engine to start the hosts, not after.
             threading.Thread(target=importlib.import_module, args=("emulator.reports.timeline",),
                              name="preload-timeline", daemon=True).start()
-            self.backend.start(self.names)
+            # The gateway made beside the hosts starts with them, its errors its own (`gateway_told`).
+            gateway, self.gateway_beside = self.gateway_beside, None
+            starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway",
+                                        daemon=True) if gateway is not None else None
+            if starting is not None:
+                starting.start()
+            try:
+                self.backend.start(self.names)
+            finally:
+                if starting is not None:
+                    starting.join()
         ran.t0 = time.monotonic()
         ran.start = self.now()  # the hosts of this attempt run
         if self.first_t0 is None:
@@ -581,6 +617,8 @@ class Run:
             self.journal.training_start = ran.start  # TrainingStartTime, in the record from now on
         self.journal.transition(SecondaryStatus.TRAINING, "Training image download completed. Training in progress.",
                         at=ran.start)
+        if gateway is not None:
+            self.gateway_told(gateway)
         if plan.debug is not None and plan.debug.wait:
             reporter.info(f"waiting for a debugger on {debug_host.LOCALHOST}:{plan.debug.port} "
                           f"({self.host_label(plan.host(plan.debug.host).container.name)})")

@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,11 +259,99 @@ def test_the_certificate_names_every_region_botocore_knows_and_no_pseudo_region(
 
 def test_the_gateway_starts_without_http_server(tmp_path: Path) -> None:
     """Every host waits for the gateway to be ready: its start leaves out http.server (~20 ms in a
-    container), which only `--credentials-only` needs."""
+    container), which only `--credentials-only` needs, and what only the credentials need."""
     import subprocess
     import sys
 
     program = (f"import runpy, sys; runpy.run_path({job_gateway.__file__!r}); "
-               "print(sorted(m for m in sys.modules if m.startswith(('http', 'email'))))")
+               "print(sorted(m for m in sys.modules if m.startswith(('http', 'email'))"
+               " or m in ('json', 'secrets', 'hmac')))")
     done = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------------
+# The hosts' start-up hook holds a host's first process until the gateway started beside it answers
+# (emulator/data/startup/sitecustomize.py).
+
+
+@pytest.fixture
+def hook(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The hook's module, loaded under another name (it does nothing without its variables)."""
+    import importlib.util
+
+    from emulator.planning.hooks import SOURCES
+
+    monkeypatch.delenv("HETERO_EMU_AWS_GATEWAY", raising=False)
+    found = importlib.util.spec_from_file_location("hetero_emu_gateway_hook", SOURCES["sitecustomize.py"])
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def test_the_hook_and_the_driver_name_the_same_files_variable_and_wait(hook: Any) -> None:
+    from emulator.run import job_aws
+
+    assert hook.GATEWAY_VARIABLE == job_aws.GATEWAY_VARIABLE
+    failed = f"{job_aws.HOSTS_TARGET}/{job_aws.FAILED_FILE}"
+    assert failed == hook.GATEWAY_FAILED
+    assert hook.GATEWAY_SECONDS == job_aws.HOLD_SECONDS
+    # The gateway reads the hook's query and answers it itself, never asking upstream.
+    reply = job_gateway.answer(hook.dns_query(hook.PROBE_NAME, 0x4321), "172.16.9.254")
+    assert reply is not None and reply[:2] == b"\x43\x21"
+
+
+def test_the_first_process_waits_until_the_gateway_answers_and_the_next_ones_not(
+        hook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The gateway's DNS server comes up 0.3 s after the process started, on a port known beforehand.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    servers: list[job_gateway.DnsServer] = []
+
+    def late() -> None:
+        servers.append(job_gateway.DnsServer(("127.0.0.1", port), "172.16.9.254"))
+        threading.Thread(target=servers[0].serve_forever, args=(POLL,), daemon=True).start()
+
+    monkeypatch.setenv("HETERO_EMU_AWS_GATEWAY", "127.0.0.1")
+    waited = tmp_path / "waited"
+    timer = threading.Timer(0.3, late)
+    timer.start()
+    try:
+        began = time.monotonic()
+        hook.await_gateway(seconds=5, port=port, failed=str(tmp_path / "failed"), waited=str(waited))
+        assert 0.25 < time.monotonic() - began < 2
+        assert waited.exists() and capsys.readouterr().err == ""
+        began = time.monotonic()
+        hook.await_gateway(seconds=5, port=port + 1, failed=str(tmp_path / "failed"), waited=str(waited))
+        assert time.monotonic() - began < 0.05  # the mark: no query at all
+    finally:
+        timer.join()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+def test_the_wait_ends_when_the_driver_says_the_gateway_failed_or_at_its_bound_and_says_so(
+        hook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:  # bound, never answers
+        silent.bind(("127.0.0.1", 0))
+        port = silent.getsockname()[1]
+        monkeypatch.setenv("HETERO_EMU_AWS_GATEWAY", "127.0.0.1")
+        failed = tmp_path / "failed"
+        failed.touch()
+        began = time.monotonic()
+        hook.await_gateway(seconds=5, port=port, failed=str(failed), waited=str(tmp_path / "waited-1"))
+        assert time.monotonic() - began < 1
+        assert "did not start" in capsys.readouterr().err
+        began = time.monotonic()
+        hook.await_gateway(seconds=0.5, port=port, failed=str(tmp_path / "none"), waited=str(tmp_path / "waited-2"))
+        assert 0.5 < time.monotonic() - began < 2
+        assert "did not answer within" in capsys.readouterr().err
+        assert (tmp_path / "waited-2").exists()
+
+
+def test_a_host_without_the_gateways_variable_is_never_held(hook: Any, tmp_path: Path) -> None:
+    hook.await_gateway(seconds=5, port=1, failed=str(tmp_path / "failed"), waited=str(tmp_path / "waited"))
+    assert not (tmp_path / "waited").exists()

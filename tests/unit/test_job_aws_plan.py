@@ -16,6 +16,8 @@ from cryptography import x509
 
 from emulator.backend.docker import container_options
 from emulator.jobspec import JobSpec
+from emulator.planning import hooks
+from emulator.planning.hardware import Hardware
 from emulator.planning.plan import LABEL_HOST, host_addresses, make_plan, network_members
 from emulator.run import job_aws
 
@@ -47,6 +49,10 @@ def test_every_host_is_pointed_at_the_gateway_which_runs_the_jobs_image(plan: An
         added = [m for m in container.mounts if m.target == job_aws.HOSTS_TARGET]
         assert len(added) == 1 and added[0].read_only
         assert not any(m.source.endswith(job_aws.GATEWAY_FOLDER) for m in container.mounts)  # not its key
+        # The start-up hook that holds the host's first process until the gateway answers.
+        assert container.environment[job_aws.GATEWAY_VARIABLE] == job_aws.GATEWAY_HOST
+        assert container.environment["PYTHONPATH"].split(":")[0] == hooks.TARGET
+        assert [m.source for m in container.mounts if m.target == hooks.TARGET] == [aws.hook_dir]
 
 
 def test_an_isolated_job_gets_no_aws(load: Load, valid_raw: dict[str, Any], tmp_path: Path) -> None:
@@ -54,8 +60,15 @@ def test_an_isolated_job_gets_no_aws(load: Load, valid_raw: dict[str, Any], tmp_
     assert job_aws.with_aws(plan) == plan and job_aws.with_aws(plan).aws is None
 
 
-def test_without_aws_gives_the_plan_back(plan: Any) -> None:
+def test_without_aws_gives_the_plan_back(plan: Any, load: Load, valid_raw: dict[str, Any], tmp_path: Path) -> None:
+    assert plan.hook_dir is None  # the hook mounted for AWS alone goes with it
     assert job_aws.without_aws(job_aws.with_aws(plan)) == plan
+    hooked = make_plan(load({**valid_raw, "environment": {"PYTHONPATH": "/mine"}}), "hooked",
+                       job_dir=tmp_path / "hooked", hardware=Hardware(cpus="instance"))
+    assert hooked.hook_dir is not None  # the vCPU count's hook, which stays
+    aws = job_aws.with_aws(hooked)
+    assert aws.hosts[0].container.environment["PYTHONPATH"] == f"{hooks.TARGET}:/mine"
+    assert job_aws.without_aws(aws) == hooked
 
 
 def test_the_gateway_has_an_address_and_each_hosts_dns_is_it(plan: Any) -> None:
@@ -65,6 +78,8 @@ def test_the_gateway_has_an_address_and_each_hosts_dns_is_it(plan: Any) -> None:
     addresses = host_addresses("172.16.5.0/24", "172.16.5.1", members)
     options = container_options(aws.hosts[0].container, "net", addresses, "driver")
     assert options.host_config["dns"] == [addresses[job_aws.GATEWAY_HOST]]
+    # In /etc/hosts as well: before it runs, Docker's resolver would ask the gateway for its own name.
+    assert options.host_config["extra_hosts"][job_aws.GATEWAY_HOST] == addresses[job_aws.GATEWAY_HOST]
     gateway = container_options(aws.aws.gateway.container, "net", addresses, "driver")
     assert gateway.endpoint["ipv4_address"] == addresses[job_aws.GATEWAY_HOST]
     assert gateway.host_config["dns"] is None
