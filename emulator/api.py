@@ -170,7 +170,7 @@ def run(spec: JobSpec, options: RunOptions | None = None, *, engine_name: str = 
     for problem in spec_warnings(spec):
         reporter.warn(str(problem))
     # The endpoint a job's hosts reach AWS through (aws: in the spec), starting jobs on the same engine.
-    aws_endpoint = functools.partial(services.job_endpoint, engine_name=engine_name)
+    aws_endpoint = functools.partial(services.serve_job_endpoint, engine_name=engine_name)
     return run_job(spec, options or RunOptions(), backend=backend, image_builder=builder, reporter=reporter,
                    aws_endpoint=aws_endpoint)
 

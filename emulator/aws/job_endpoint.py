@@ -4,24 +4,22 @@ On the service a job's code calls AWS with its role's temporary credentials: bot
 TensorFlow toolkit asking S3 where the SDK's default `model_dir` bucket is, the AWS CLI. Here each
 job's hosts reach the very endpoint `hetero-emu serve` answers with (emulator/aws/endpoint.py: S3 on
 the job's S3 root, STS, IAM, CloudWatch, Logs, SageMaker), through the job's gateway container
-(emulator/aws/job_gateway.py), which resolves AWS's names to itself and relays each connection here.
+(emulator/run/job_gateway.py), which resolves AWS's names to itself and relays each connection here.
 
 A job may name only what a remote client of `serve` may: S3 locations, never this machine's paths
 (`HostPaths.only(())`). The endpoint is served on a Unix socket in a folder of its own, which only the
 gateway container mounts: nothing on the machine's network listens for it.
 
 The endpoint does not check signatures (neither does a loopback `serve` without --credentials): the
-temporary credentials the hosts are given (emulator/aws/job_gateway.py `credentials`) are there so
+temporary credentials the hosts are given (emulator/run/job_gateway.py `credentials`) are there so
 that code which needs credentials finds some, as on the service.
 
-The TLS certificate the gateway shows is made here for each job (`Authority`): AWS's names under a
-certificate authority of the job's own, whose certificate the hosts are given (AWS_CA_BUNDLE).
+The TLS certificate the gateway shows is made for each job by the run (emulator/run/job_ca.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import http.server
 import logging
 import os
@@ -30,79 +28,21 @@ import socketserver
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from emulator.aws.wire import HttpRequest, HttpResponse
 from emulator.aws.wire.chunked import aws_chunked, unchunk
 
 if TYPE_CHECKING:
-    # Only named here: staging a job imports this module for `Authority`, and the endpoint's
-    # modules (botocore's session and models, ~40 ms) load when a host first calls AWS, if ever.
+    # Only named here: the endpoint's modules (botocore's session and models, ~40 ms) load when a
+    # host first calls AWS, if ever.
     from emulator.aws.endpoint import Endpoint
 
 # The largest request body read: S3's largest single PUT is 5 GiB; SDKs go multipart far below.
 BODY_LIMIT = 1024**3
 log = logging.getLogger(__name__)
-CERTIFICATE_DAYS = 30
-
-
-@dataclass(frozen=True)
-class Authority:
-    """A job's certificate authority (its certificate, PEM) and the gateway's certificate and key for
-    AWS's names in `regions`, signed by it."""
-
-    ca_pem: bytes
-    cert_pem: bytes
-    key_pem: bytes
-
-    @classmethod
-    def make(cls, regions: Iterable[str], extra_names: Iterable[str] = ()) -> Authority:
-        now = dt.datetime.now(dt.timezone.utc)
-        start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=CERTIFICATE_DAYS)
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hetero-emu job CA")])
-        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-              .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(start).not_valid_after(end)
-              .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-              .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                           content_commitment=False, key_encipherment=False,
-                                           data_encipherment=False, key_agreement=False,
-                                           encipher_only=False, decipher_only=False), critical=True)
-              .sign(ca_key, hashes.SHA256()))
-        key = ec.generate_private_key(ec.SECP256R1())
-        names = [x509.DNSName(n) for n in dict.fromkeys([*aws_names(regions), *extra_names])]
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "amazonaws.com")]))
-                .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(start).not_valid_after(end)
-                .add_extension(x509.SubjectAlternativeName(names), critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        return cls(ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM),
-                   key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()))
-
-
-def aws_names(regions: Iterable[str]) -> list[str]:
-    """The names a certificate must hold for AWS's endpoints: a wildcard covers one label only, so
-    each form of host the SDKs build has its own (https://docs.aws.amazon.com/general/latest/gr/rande.html;
-    S3's virtual-hosted and dual-stack forms:
-    https://docs.aws.amazon.com/AmazonS3/latest/userguide/VirtualHosting.html)."""
-    names = ["amazonaws.com", "*.amazonaws.com", "*.s3.amazonaws.com"]
-    for region in dict.fromkeys(regions):
-        names += [f"*.{region}.amazonaws.com", f"*.s3.{region}.amazonaws.com", f"*.s3-{region}.amazonaws.com",
-                  f"*.s3.dualstack.{region}.amazonaws.com", f"*.sagemaker.{region}.amazonaws.com"]
-    return names
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

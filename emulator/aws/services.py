@@ -1,9 +1,12 @@
 """The AWS services the emulator answers, put together: for a job's own hosts (`job_endpoint`, which
-the job's driver serves while the hosts run: emulator/run/job_aws.py). The library's `api.run` hands it to
-the runner, so the runner never reaches up to the services that start jobs themselves."""
+the job's driver serves on the job's socket while the hosts run: `serve_job_endpoint`,
+emulator/run/job_aws.py). The library's `api.run` hands `serve_job_endpoint` to the runner, so the
+runner never reaches up to the services that start jobs themselves."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,3 +31,13 @@ def job_endpoint(s3_root: Path, region: str, engine_name: str) -> Endpoint:
     training = SageMakerTraining(s3_root, region=region, engine_name=engine_name, s3_origin="the job's S3 root",
                                  host_paths=HostPaths.only(()))
     return Endpoint([training, S3(s3_root, region=region), STS(), IAM(), Logs(region=region), CloudWatch()], region)
+
+
+@contextlib.contextmanager
+def serve_job_endpoint(s3_root: Path, region: str, folder: Path, *, engine_name: str) -> Iterator[Path]:
+    """The job's endpoint (`job_endpoint`, made at a host's first call) answering on the Unix socket in
+    `folder` while the block runs; the socket's path."""
+    from emulator.aws.job_endpoint import serving
+
+    with serving(lambda: job_endpoint(s3_root, region, engine_name), folder) as path:
+        yield path

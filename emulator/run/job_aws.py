@@ -7,7 +7,7 @@ is not kept from the network (`enable_network_isolation`) reaches the emulator's
 whatever SDK and version its image has:
 
 - a **gateway** container of the job's own image on the job's network (`gateway.py`, which is
-  emulator/aws/job_gateway.py: the standard library only) is each host's DNS server: AWS's names
+  emulator/run/job_gateway.py: the standard library only) is each host's DNS server: AWS's names
   resolve to it, every other name is asked of Docker's resolver as before;
 - it relays each connection (HTTPS with a certificate for AWS's names made for the job, and HTTP) to
   the job's endpoint, which the job's driver serves on a Unix socket (emulator/aws/job_endpoint.py):
@@ -43,16 +43,13 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from emulator.planning import hooks
 from emulator.planning.container import ContainerSpec, Mount
 from emulator.planning.plan import LABEL_PREFIX, HostPlan, JobAws, Plan, container_name
-
-if TYPE_CHECKING:
-    from emulator.aws.endpoint import Endpoint
 
 FOLDER = "aws"  # under the job folder
 HOSTS_FOLDER = "hosts"  # what every host mounts: the CA's certificate, the config, the credential process
@@ -178,10 +175,12 @@ def stage(plan: Plan) -> None:
     global endpoints are, and any other a script may call) for the gateway alone."""
     if plan.aws is None:
         return
-    from emulator.aws import job_gateway
-    from emulator.aws.job_endpoint import Authority
-
     files = Path(plan.aws.files_dir)
+    # Imported here: cryptography costs ~35 ms, paid only by a job that reaches AWS (and preloaded by
+    # the runner while the engine answers).
+    from emulator.run import job_gateway
+    from emulator.run.job_ca import Authority
+
     authority = Authority.make([plan.spec.region, "us-east-1", *aws_regions()])
     program = Path(job_gateway.__file__)
     for folder in (files / HOSTS_FOLDER, files / GATEWAY_FOLDER):
@@ -256,35 +255,34 @@ def unstage(plan: Plan) -> None:
         shutil.rmtree(Path(plan.job_dir) / FOLDER / folder, ignore_errors=True)
 
 
-# What makes a job's endpoint: (the job's S3 root, its region) -> the endpoint its hosts reach
-# (emulator/aws/services.py `job_endpoint`, which `api.run` hands the runner).
-EndpointFactory = Callable[[Path, str], "Endpoint"]
+# What serves a job's endpoint: (the job's S3 root, its region, the folder of its socket) -> a context
+# in which the endpoint its hosts reach answers on that socket (emulator/aws/services.py
+# `serve_job_endpoint`, which `api.run` hands the runner: the run never reaches up to the services).
+EndpointServer = Callable[[Path, str, Path], AbstractContextManager[object]]
 
 
 @contextlib.contextmanager
-def endpoint(plan: Plan, make: EndpointFactory | None) -> Iterator[None]:
+def endpoint(plan: Plan, serve: EndpointServer | None) -> Iterator[None]:
     """The job's AWS endpoint served on its socket while the block runs (nothing for a job without)."""
     if plan.aws is None:
         yield
         return
     # A plan gets AWS only when its run was handed an endpoint (emulator/run/runner.py `run_job`).
-    assert make is not None, "a plan with AWS from a run without an endpoint"
-    from emulator.aws.job_endpoint import serving
+    assert serve is not None, "a plan with AWS from a run without an endpoint"
     from emulator.jobspec.s3 import default_root
 
-    root = plan.spec.s3_root or default_root()
-    with serving(lambda: make(root, plan.spec.region), Path(plan.aws.socket_dir)):
+    with serve(plan.spec.s3_root or default_root(), plan.spec.region, Path(plan.aws.socket_dir)):
         yield
 
 
 class GatewayOutput:
     """The gateway's output stream (a `LineSink`): kept in its log file, and `ready` set once it says
-    it is (emulator/aws/job_gateway.py READY)."""
+    it is (emulator/run/job_gateway.py READY)."""
 
     def __init__(self, path: Path) -> None:
-        from emulator.aws.job_gateway import READY
-
         self.path = path
+        from emulator.run.job_gateway import READY
+
         self.marker = READY.encode()
         self.ready = threading.Event()
         self.seen = b""

@@ -147,7 +147,7 @@ def run_job(
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     image_builder: Callable[[Reporter], object] | None = None,
     framework_builder: Callable[[FrameworkImage, Reporter], object] | None = None,
-    aws_endpoint: job_aws.EndpointFactory | None = None,
+    aws_endpoint: job_aws.EndpointServer | None = None,
 ) -> JobResult:
     """Plan and run one job as `options` say (`emulator.options.RunOptions`; default: `hetero-emu run`'s
     defaults); returns its JobResult (the caller maps status to an exit code). A debug target with an
@@ -168,7 +168,7 @@ def run_job(
     if backend.capabilities.aws_gateway and aws_endpoint is not None and not spec.enable_network_isolation:
         # Staging the job's AWS files makes its certificates with cryptography, ~35 ms to import:
         # imported while the engine answers what it has (below) instead of while staging.
-        threading.Thread(target=importlib.import_module, args=("emulator.aws.job_endpoint",),
+        threading.Thread(target=importlib.import_module, args=("emulator.run.job_ca",),
                          name="preload-job-aws", daemon=True).start()
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.images.present)
@@ -219,7 +219,7 @@ class Run:
         now: Callable[[], datetime],
         image_builder: Callable[[Reporter], object] | None = None,
         framework_builder: Callable[[FrameworkImage, Reporter], object] | None = None,
-        aws_endpoint: job_aws.EndpointFactory | None = None,
+        aws_endpoint: job_aws.EndpointServer | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend

@@ -1,4 +1,4 @@
-"""AWS inside a job: the gateway's DNS answers and TLS relay (emulator/aws/job_gateway.py), the job's
+"""AWS inside a job: the gateway's DNS answers and TLS relay (emulator/run/job_gateway.py), the job's
 endpoint on its Unix socket (emulator/aws/job_endpoint.py), and the role's credentials, each driven in
 this process on loopback addresses with real boto3 clients."""
 
@@ -19,9 +19,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from emulator.aws import job_gateway
-from emulator.aws.job_endpoint import Authority, serving
+from emulator.aws.job_endpoint import serving
 from emulator.aws.services import job_endpoint
+from emulator.run import job_gateway
+from emulator.run.job_ca import Authority
 
 REGION = "us-west-2"
 # The servers' threads look for shutdown() this often (socketserver's default is 0.5 s, each teardown's wait).

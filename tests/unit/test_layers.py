@@ -40,15 +40,9 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("job", "pytest_plugin", "cli", "driver", "__init__", "__main__"),  # the front ends
 )
 
-# Upward imports still allowed, each to go: they are being moved on other branches of issue 32 (the
-# image builds, the job record, AWS inside a job). Empty this as they land; an entry that is no
-# longer needed fails `test_every_known_upward_import_still_exists`.
-KNOWN: frozenset[tuple[str, str]] = frozenset({
-    # AWS inside a job
-    ("emulator.run.job_aws", "emulator.aws.endpoint"),
-    ("emulator.run.job_aws", "emulator.aws.job_endpoint"),
-    ("emulator.run.job_aws", "emulator.aws.job_gateway"),
-})
+# Upward imports allowed for a while, each with why and when it goes: none. An entry that is no longer
+# needed fails `test_every_known_upward_import_still_exists`.
+KNOWN: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ in one warning either way, and the job goes on."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fake_backend import FakeBackend, HostScript, exits, runs_until_stopped
 
-from emulator.aws.job_gateway import READY
 from emulator.backend import Capabilities
 from emulator.jobspec import load_spec_file
 from emulator.options import RunOptions
@@ -20,6 +20,7 @@ from emulator.planning import hooks
 from emulator.reports.console import RecordingReporter
 from emulator.result import JobResult
 from emulator.run import job_aws, runner
+from emulator.run.job_gateway import READY
 from emulator.run.runner import run_job
 
 JOB = "gw-job"
@@ -51,8 +52,10 @@ def run(tmp_path: Path, gateway: HostScript, swarm: bool = False) -> tuple[JobRe
     fake.capabilities = Capabilities(aws_gateway=True, aws_socket_in_job_folder=swarm, addresses_once_running=swarm)
     reporter = RecordingReporter()
 
-    def endpoint(root: Path, region: str) -> Any:
-        raise AssertionError("no host calls AWS here")
+    @contextlib.contextmanager
+    def endpoint(root: Path, region: str, folder: Path) -> Iterator[Path]:
+        folder.mkdir(parents=True, exist_ok=True)  # as the real one makes it, with its socket
+        yield folder  # no host calls AWS here: nothing answers on the socket
 
     result = run_job(load_spec_file(tmp_path / "job.yaml"), RunOptions(grace=2.5), backend=fake, reporter=reporter,
                      aws_endpoint=endpoint)
