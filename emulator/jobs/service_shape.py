@@ -16,9 +16,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import botocore.session
-from botocore.validate import ParamValidator
-
 OPERATION = "DescribeTrainingJob"
 
 # What the service returns for every job, when the request did not say otherwise: false for each flag
@@ -31,6 +28,10 @@ ALWAYS_FALSE = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption
 @functools.lru_cache(maxsize=1)
 def output_shape() -> Any:
     """botocore's StructureShape of DescribeTrainingJob's output (loading the model takes ~0.3 s, once)."""
+    # Imported here: botocore's session costs ~50 ms to import, which every `hetero-emu` command paid
+    # through the jobs layer though only an answer to boto3 needs the model.
+    import botocore.session
+
     model = botocore.session.get_session().get_service_model("sagemaker")
     return model.operation_model(OPERATION).output_shape
 
@@ -88,6 +89,8 @@ def problems(answer: Mapping[str, Any]) -> list[str]:
     """Where `answer` breaks botocore's DescribeTrainingJob output shape: a member the model does not
     name, a type it does not allow, a required member missing, a value outside an enum. Empty when
     the answer is the service's. (botocore checks requests, not answers; its validator walks any shape.)"""
+    from botocore.validate import ParamValidator
+
     report = ParamValidator().validate(dict(answer), output_shape())
     found = [line.strip() for line in report.generate_report().splitlines() if line.strip()] \
         if report.has_errors() else []
