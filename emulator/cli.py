@@ -61,8 +61,11 @@ image_app = typer.Typer(help="Build the training images from their recipes in im
                         no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEMO_SPEC = EXAMPLES / "data-offload" / "job.yaml"
+_PACKAGE = Path(__file__).resolve().parent
+#: Where `hetero-emu demo`'s job is: the wheel carries examples/data-offload as emulator/demo
+#: (pyproject.toml: package-dir), so an installed hetero-emu runs it from anywhere; a checkout that
+#: was never installed has only the examples folder itself.
+DEMO_SPECS = (_PACKAGE / "demo" / "job.yaml", _PACKAGE.parent / "examples" / "data-offload" / "job.yaml")
 
 
 class HostOrder(str, Enum):
@@ -389,9 +392,11 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the data-offload example: a CPU group serves preprocessed batches to a GPU group's trainer."""
-    if not DEMO_SPEC.is_file():
-        raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
-    spec = _load(DEMO_SPEC, None, output_path, as_json=as_json)
+    found = [path for path in DEMO_SPECS if path.is_file()]
+    if not found:
+        raise UsageError(f"the demo example is not here: {' nor '.join(map(str, DEMO_SPECS))}",
+                         hint="reinstall hetero-emu; the demo's job is part of the package")
+    spec = _load(found[0], None, output_path, as_json=as_json)
     result = _run(spec, RunOptions(keep=keep), as_json=as_json, quiet=False)
     raise typer.Exit(result.exit_code)
 
