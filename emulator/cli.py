@@ -53,7 +53,7 @@ app = typer.Typer(
     help="Run SageMaker heterogeneous-cluster training jobs locally on Docker, offline.\n\n"
     "Each instance group becomes containers algo-1..N with the /opt/ml files the service writes.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -953,7 +953,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, _raise_interrupt)
     args, _State.debug = _without_debug(sys.argv[1:])
     try:
-        code = app(args=args, standalone_mode=False)
+        # The program's name, however it was started (`python -m emulator` too): shell completion
+        # reads it into its variable, _HETERO_EMU_COMPLETE, and the script it installs completes it.
+        code = app(args=args, prog_name="hetero-emu", standalone_mode=False)
     except EmulatorError as err:
         _fail(err)
     except KeyboardInterrupt:
