@@ -3,8 +3,9 @@
 `python -m build` makes the sdist and, from it, the wheel (so a file the sdist lacks is missing from
 the wheel too), once for this module; `twine check` passes both. The wheel ships the image recipes,
 the compose template and the demo's job, and its module lookups find them when it is the only copy of
-`emulator` on the path. Installed into a fresh venv (pip, from its cache where it can) it runs
-`hetero-emu demo` in an empty folder, and `serve` and the pytest plugin are there.
+`emulator` on the path. Installed into a fresh venv (pip, from its cache where it can) it finds the
+default image up to date from its own recipes and runs `hetero-emu demo` in an empty folder, and
+`serve` and the pytest plugin are there.
 
 Building fetches the build backend from the package index, hence an integration test; only the demo
 and `serve` need the engine.
@@ -172,6 +173,11 @@ def test_the_installed_package_runs_the_demo_from_an_empty_folder(installed: Pat
     from importlib import metadata
 
     assert version.stdout == f"hetero-emu {metadata.version('hetero-emu')}\n", version.stderr
+    # The packaged recipes agree with the checkout's: the image the suite built is up to date for it.
+    built = subprocess.run(["hetero-emu", "image", "build"], capture_output=True, text=True, env=env, cwd=empty,
+                           timeout=600, stdin=subprocess.DEVNULL)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert "hetero-emu/training:py311 is up to date" in built.stdout + built.stderr
     done = subprocess.run(["hetero-emu", "demo"], capture_output=True, text=True, env=env, cwd=empty,
                           timeout=600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
