@@ -53,7 +53,7 @@ app = typer.Typer(
     help="Run SageMaker heterogeneous-cluster training jobs locally on Docker, offline.\n\n"
     "Each instance group becomes containers algo-1..N with the /opt/ml files the service writes.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -62,8 +62,11 @@ image_app = typer.Typer(help="Build the training images from their recipes in im
                         no_args_is_help=True)
 app.add_typer(image_app, name="image")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEMO_SPEC = EXAMPLES / "data-offload" / "job.yaml"
+_PACKAGE = Path(__file__).resolve().parent
+#: Where `hetero-emu demo`'s job is: the wheel carries examples/data-offload as emulator/demo
+#: (pyproject.toml: package-dir), so an installed hetero-emu runs it from anywhere; a checkout that
+#: was never installed has only the examples folder itself.
+DEMO_SPECS = (_PACKAGE / "demo" / "job.yaml", _PACKAGE.parent / "examples" / "data-offload" / "job.yaml")
 
 
 class HostOrder(str, Enum):
@@ -390,9 +393,11 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the data-offload example: a CPU group serves preprocessed batches to a GPU group's trainer."""
-    if not DEMO_SPEC.is_file():
-        raise UsageError(f"the demo example is not here: {DEMO_SPEC}", hint="run the demo from a clone of the repo")
-    spec = _load(DEMO_SPEC, None, output_path, as_json=as_json)
+    found = [path for path in DEMO_SPECS if path.is_file()]
+    if not found:
+        raise UsageError(f"the demo example is not here: {' nor '.join(map(str, DEMO_SPECS))}",
+                         hint="reinstall hetero-emu; the demo's job is part of the package")
+    spec = _load(found[0], None, output_path, as_json=as_json)
     result = _run(spec, RunOptions(keep=keep), as_json=as_json, quiet=False)
     raise typer.Exit(result.exit_code)
 
@@ -1013,7 +1018,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, _raise_interrupt)
     args, _State.debug = _without_debug(sys.argv[1:])
     try:
-        code = app(args=args, standalone_mode=False)
+        # The program's name, however it was started (`python -m emulator` too): shell completion
+        # reads it into its variable, _HETERO_EMU_COMPLETE, and the script it installs completes it.
+        code = app(args=args, prog_name="hetero-emu", standalone_mode=False)
     except EmulatorError as err:
         _fail(err)
     except KeyboardInterrupt:

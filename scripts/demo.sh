@@ -4,5 +4,5 @@
 # data-offload example (`hetero-emu demo`). Extra arguments go to `hetero-emu demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh
+source scripts/setup-demo.sh
 exec .venv/bin/hetero-emu demo "$@"

@@ -32,7 +32,8 @@ FOLDER_MARKS: dict[str, tuple[str, ...]] = {
 #: the serial tests so that no two of them overlap (scripts/test.sh keeps every other Docker test
 #: out of their pass), the swarm tests so that one worker makes the session's cluster, not each.
 SERIAL_GROUP, SWARM_GROUP = "serial", "swarm"
-#: Files of those folders that need no engine: the wheel test only builds and unpacks a wheel.
+#: Files of those folders that need no engine but where a test is marked so: the package tests build,
+#: check and unpack the sdist and the wheel without one, and only run the demo and `serve` with one.
 NO_ENGINE = {"integration/test_package_data.py"}
 TESTS = Path(__file__).resolve().parent
 

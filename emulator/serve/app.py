@@ -52,7 +52,8 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
         from emulator.serve import guard, limits, page, server
     except ImportError as err:
         raise UsageError(f"`serve` needs the serve extra ({err.name} is not installed)",
-                         hint="from a clone: pip install -e '.[serve]' (hetero-emu is not on PyPI yet)") from None
+                         hint="pip install 'hetero-emu[serve]' (or from a wheel: 'WHEEL[serve]'; from a clone: "
+                         "pip install -e '.[serve]')") from None
     credentials = credentials or os.environ.get("HETERO_EMU_CREDENTIALS") or None
     try:
         local_only = host == "localhost" or ipaddress.ip_address(host).is_loopback

@@ -79,14 +79,17 @@ _SHORT_HEADS = ("import functools, sys\n"
 
 @contextlib.contextmanager
 def running_server(tmp: Path, args: Sequence[str] = (), *, env: dict[str, str] | None = None,
-                   region: str = "us-west-2", header_seconds: float | None = None) -> Iterator[Server]:
+                   region: str = "us-west-2", header_seconds: float | None = None,
+                   program: Sequence[str] | None = None) -> Iterator[Server]:
+    """A server of this checkout, or of `program` (an installed `hetero-emu`, for instance)."""
     state = tmp / "state"
     root = tmp / "s3"
     root.mkdir(parents=True, exist_ok=True)
     environ = {**os.environ, "HETERO_EMU_STATE_DIR": str(state), "AWS_REGION": region, **(env or {})}
-    command = ["-m", "emulator"] if header_seconds is None else ["-c", _SHORT_HEADS, str(header_seconds)]
+    command = ([sys.executable, "-m", "emulator"] if header_seconds is None
+               else [sys.executable, "-c", _SHORT_HEADS, str(header_seconds)])
     process = subprocess.Popen(
-        [sys.executable, *command, "serve", "--port", "0", "--s3-root", str(root), *args],
+        [*(program or command), "serve", "--port", "0", "--s3-root", str(root), *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ)
     lines: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT

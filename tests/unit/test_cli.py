@@ -285,7 +285,7 @@ def test_instance_types_unknown_family_lists_the_known_ones() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# --version, --debug
+# --version, shell completion, --debug
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
@@ -295,6 +295,36 @@ def test_version(flag: str) -> None:
     proc = invoke(flag)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"hetero-emu {metadata.version('hetero-emu')}\n"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_show_completion_prints_a_script_that_completes_hetero_emu(shell: str) -> None:
+    # Started as `python -m emulator.cli`: the script still names the installed command, hetero-emu.
+    proc = hetero_emu("--show-completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    assert "_HETERO_EMU_COMPLETE" in proc.stdout and "hetero-emu" in proc.stdout
+    assert "python" not in proc.stdout.lower()
+
+
+@pytest.mark.parametrize(("words", "cword", "expected"), [
+    ("hetero-emu im", 1, {"image"}),
+    ("hetero-emu de", 1, {"demo", "describe"}),
+    ("hetero-emu run --host-o", 2, {"--host-order"}),
+])
+def test_completion_answers_the_installed_script(words: str, cword: int, expected: set[str]) -> None:
+    """What the script of --show-completion bash asks the command (its variables) and what it answers."""
+    env = {"_HETERO_EMU_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    proc = hetero_emu(env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert set(proc.stdout.split()) == expected
+
+
+def test_install_completion_writes_the_script_and_sources_it(tmp_path: Path) -> None:
+    proc = hetero_emu("--install-completion", "bash", env={"HOME": str(tmp_path), "SHELL": "/bin/bash"})
+    assert proc.returncode == 0, proc.stderr
+    script = tmp_path / ".bash_completions" / "hetero-emu.sh"
+    assert "complete -o default -F _hetero_emu_completion hetero-emu" in script.read_text()
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

@@ -250,14 +250,30 @@ def test_pyproject_lists_every_package_and_maps_images() -> None:
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     on_disk = set(find_packages(str(ROOT), include=["emulator*"]))
-    assert set(config["packages"]) == on_disk | {"emulator.images", "emulator.compose_templates"}
-    assert config["package-dir"] == {"emulator.images": "images", "emulator.compose_templates": "compose-templates"}
+    assert set(config["packages"]) == on_disk | {"emulator.images", "emulator.compose_templates", "emulator.demo"}
+    assert config["package-dir"] == {"emulator.images": "images", "emulator.compose_templates": "compose-templates",
+                                     "emulator.demo": "examples/data-offload"}
     # Every package-data glob matches a file: a glob that matches nothing ships nothing, silently.
     folders = {**{name: ROOT / name.replace(".", "/") for name in config["packages"]},
                **{name: ROOT / path for name, path in config["package-dir"].items()}}
     for package, globs in config["package-data"].items():
         for glob in globs:
             assert any(p.is_file() for p in folders[package].glob(glob)), f"{package}: {glob}"
+
+
+def test_the_wheel_ships_every_file_of_the_demo_example() -> None:
+    """examples/data-offload is the one copy of `hetero-emu demo`'s job; the wheel carries it as
+    emulator/demo through package-data globs, so a file added to the example that no glob matches
+    would be missing from an installed demo (tests/integration/test_package_data.py compares the
+    wheel's copy byte for byte)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    example = ROOT / config["package-dir"]["emulator.demo"]
+    files = {p for p in example.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    shipped = {p for glob in config["package-data"]["emulator.demo"] for p in example.glob(glob) if p.is_file()}
+    assert files == shipped, sorted(str(p.relative_to(example)) for p in files ^ shipped)
+    from emulator.cli import DEMO_SPECS
+
+    assert example / "job.yaml" in DEMO_SPECS
 
 
 def test_image_recipes_in_a_folder_the_user_may_not_enter_are_none_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
