@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE_DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tests" / "README-promises.md"]
 PACKAGES = ["emulator", "emulator/planning", "emulator/run", "emulator/training_images", "emulator/reports",
             "emulator/state", "emulator/jobspec", "emulator/backend", "emulator/aws", "emulator/aws/wire",
-            "emulator/sagemaker", "emulator/serve", "emulator/jobs"]
+            "emulator/sagemaker", "emulator/serve", "emulator/jobs",
+            "emulator/tuning"]
 
 
 def test_every_link_outside_the_docs_folder_leads_to_a_file_and_a_heading() -> None:

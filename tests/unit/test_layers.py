@@ -34,6 +34,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("backend",),  # the engines
     ("run",),  # running a plan on an engine
     ("jobs",),  # the jobs layer over runs
+    ("tuning",),  # hyperparameter tuning: the ranges, the strategies, the trials' names
     ("aws",),  # the emulated AWS services
     ("sagemaker", "serve"),  # the SDK sessions and the HTTP server over the services
     ("api",),  # the library API

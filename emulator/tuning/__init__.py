@@ -1,0 +1,1 @@
+"""Hyperparameter tuning jobs: the request's parameter ranges, the search strategies, the trials' names."""
