@@ -1,1 +1,2 @@
-"""Hyperparameter tuning jobs: the request's parameter ranges, the search strategies, the trials' names."""
+"""Hyperparameter tuning jobs: the request checked by the service's rules, its parameter ranges, the
+search strategies that propose trials, the trials' names."""
