@@ -168,8 +168,11 @@ def run_job(
     if backend.capabilities.aws_gateway and aws_endpoint is not None and not spec.enable_network_isolation:
         # Staging the job's AWS files makes its certificates with cryptography, ~35 ms to import:
         # imported while the engine answers what it has (below) instead of while staging.
+        # Not a daemon: a run that fails at once (no engine, a port in use) must not leave the interpreter
+        # to end under a thread inside cryptography's native import, which then aborts the process
+        # ("FATAL: exception not rethrown", exit -6); the exit waits for the import instead (~35 ms).
         threading.Thread(target=importlib.import_module, args=("emulator.run.job_ca",),
-                         name="preload-job-aws", daemon=True).start()
+                         name="preload-job-aws").start()
     images = DEFAULT_IMAGE_MAP if options.images is None else options.images
     spec = with_image(spec, images, backend.images.present)
     seed = choose_seed(options.host_order, options.seed)
@@ -598,7 +601,7 @@ class Run:
             # What only the end of the run needs (the timeline's SVG writer) is imported
             # while this process waits for the engine to start the hosts, not after.
             threading.Thread(target=importlib.import_module, args=("emulator.reports.timeline",),
-                             name="preload-timeline", daemon=True).start()
+                             name="preload-timeline").start()  # not a daemon either: see preload-job-aws
             # The gateway made beside the hosts starts with them, its errors its own (`gateway_told`).
             gateway, self.gateway_beside = self.gateway_beside, None
             starting = threading.Thread(target=self.start_gateway, args=(gateway,), name="start-gateway",

@@ -95,3 +95,41 @@ def test_on_a_swarm_a_gateway_that_does_not_start_leaves_hosts_made_again_withou
     assert fake.start_calls[-1] == tuple(HOSTS)
     for host in ("algo-1", "algo-2"):  # made again: without the AWS files
         assert job_aws.HOSTS_TARGET not in fake.mounts_seen[host]
+
+
+def test_the_imports_a_run_starts_ahead_are_waited_for_at_exit(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fails at once (here: the engine does not answer) ends the process while the thread
+    importing cryptography for the job's certificates may still be in its native code; as a daemon
+    thread it was cut there at the interpreter's end and the process aborted ("FATAL: exception not
+    rethrown", exit -6 instead of 3, one in three under load). The preloads are not daemons."""
+    import threading
+
+    from emulator.errors import DockerUnavailable
+
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def recording_start(self: threading.Thread) -> None:
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "job.yaml").write_text(SPEC)
+    fake = FakeBackend({})
+    fake.capabilities = Capabilities(aws_gateway=True)
+    fake.engine_up = False
+
+    @contextlib.contextmanager
+    def endpoint(root: Path, region: str, folder: Path) -> Iterator[Path]:
+        yield folder
+
+    with pytest.raises(DockerUnavailable):
+        run_job(load_spec_file(tmp_path / "job.yaml"), RunOptions(), backend=fake, reporter=RecordingReporter(),
+                aws_endpoint=endpoint)
+    preloads = [t for t in started if t.name.startswith("preload-")]
+    assert preloads and not any(t.daemon for t in preloads)
+    for thread in preloads:
+        thread.join(10)
