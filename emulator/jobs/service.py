@@ -41,7 +41,7 @@ from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec import faults, request, s3
 from emulator.jobspec.faults import Injection
 from emulator.jobspec.hardware_modes import CpuMode, GpuMode
-from emulator.jobspec.model import MAX_KEEP_ALIVE
+from emulator.jobspec.model import MAX_KEEP_ALIVE, JobSpec
 from emulator.options import RunOptions
 from emulator.planning import contract, described_request
 from emulator.result import SecondaryStatus, Status
@@ -50,7 +50,7 @@ from emulator.state import blocking, job_records
 
 # The record type the jobs layer hands its readers (the page types what it reads with it).
 from emulator.state.job_records import JobRecord as JobRecord
-from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, choose_image
+from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, ImageChoice, choose_image
 
 # The statuses a job ends in; text read from a DescribeTrainingJob answer compares equal to them.
 FINAL = frozenset(status for status in Status if status.is_final)
@@ -99,7 +99,9 @@ class TrainingJobs:
 
     # ----------------------------------------------------------------------------------------------
 
-    def create(self, params: dict[str, Any]) -> dict[str, Any]:
+    def create(self, params: dict[str, Any], *, tuning_job_arn: str | None = None) -> dict[str, Any]:
+        """CreateTrainingJob. `tuning_job_arn`: the tuning job that launches it (a trial), which
+        DescribeTrainingJob then names in `TuningJobArn`."""
         # One create at a time on this machine, from the name check to the job's record: two calls
         # with the same name a few ms apart (two notebooks, a retried call) must not both pass the
         # check before either has recorded its job (both were accepted, and the second driver
@@ -108,9 +110,9 @@ class TrainingJobs:
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / ".create.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._create(params, folder)
+            return self._create(params, folder, tuning_job_arn)
 
-    def _create(self, params: dict[str, Any], folder: Path) -> dict[str, Any]:
+    def _create(self, params: dict[str, Any], folder: Path, tuning_job_arn: str | None) -> dict[str, Any]:
         name = str(params.get("TrainingJobName"))
         arn = contract.training_job_arn(name, self.region)  # in the service's words below; the job's own follows
         earlier = job_records.find(name)
@@ -118,26 +120,9 @@ class TrainingJobs:
         if earlier is not None and (not earlier.status.is_final or (earlier.job_dir / "logs").exists()):
             raise ApiError("ResourceInUse", "Training job names must be unique within an AWS account and region, "
                            f"and a training job with this name already exists ({arn})")
-        raw = json.loads(json.dumps(params, default=str))
-        algorithm = raw.get("AlgorithmSpecification")
-        local = choice = None
-        if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
-            # Which image will run is decided again by the driver (it may have been built meanwhile);
-            # asked here too, an ECR name nothing stands in for is refused at once.
-            try:
-                choice = choose_image(algorithm["TrainingImage"], self.images, self.image_present)
-                local = choice.image
-            except EmulatorError as err:
-                raise ApiError("ValidationException", err.message + (f" ({err.hint})" if err.hint else "")) from None
-        overrides = self.region_override(raw)
-        try:
-            with s3.given_root(self.s3_root, self.s3_origin):
-                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides,
-                                                host_paths=self.host_paths)
-        except SpecError as err:
-            raise ApiError("ValidationException", err.message) from None
-        if self.inject and (found := faults.problems(self.inject, spec.max_run, spec.use_spot_instances)):
-            raise ApiError("ValidationException", f"the session's inject: {found[0]}")
+        raw, spec, choice, overrides = self.validated(params)
+        name = str(raw.get("TrainingJobName"))
+        local = choice.image if choice is not None else None
         job_dir = spec.output_path / name
         if staging.folder_taken(job_dir, spec.output_s3_uri is not None):
             # Named as the request wrote it: the folder's path on this machine is the server's business.
@@ -156,17 +141,39 @@ class TrainingJobs:
                     CreationTime=created.isoformat(), SecondaryStatus=SecondaryStatus.STARTING,
                     SecondaryStatusTransitions=transitions, LocalImage=local,
                     # What stands in for the image, on which Python: described (and on serve's page) from now.
-                    ImageNotes=list(choice.notes(spec.requirements is not None)) if choice is not None else [])
-        # The driver imports this very copy of the emulator, installed or not (a script run from a checkout).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
-        with open(driver_log(name), "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "emulator.driver", str(ticket)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=env)
+                    ImageNotes=list(choice.notes(spec.requirements is not None)) if choice is not None else [],
+                    **({"TuningJobArn": tuning_job_arn} if tuning_job_arn else {}))
+        proc = spawn("emulator.driver", ticket, driver_log(name))
         self.drivers[name] = proc
         job_records.record(name, job_dir, Status.IN_PROGRESS, DriverPid=proc.pid)
         return {"TrainingJobArn": contract.training_job_arn(name, spec.region)}
+
+    def validated(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], JobSpec, ImageChoice | None,
+                                                          dict[str, Any]]:
+        """CreateTrainingJob's checks of `params` without creating the job: the request in plain JSON
+        types, the job it describes, the image that stands in for the one it names, and what the
+        service sets beside it (its region). A ValidationException naming the first problem. A tuning
+        job checks its trials' requests with it at its own create."""
+        raw = json.loads(json.dumps(params, default=str))
+        algorithm = raw.get("AlgorithmSpecification")
+        choice = None
+        if isinstance(algorithm, dict) and isinstance(algorithm.get("TrainingImage"), str):
+            # Which image will run is decided again by the driver (it may have been built meanwhile);
+            # asked here too, an ECR name nothing stands in for is refused at once.
+            try:
+                choice = choose_image(algorithm["TrainingImage"], self.images, self.image_present)
+            except EmulatorError as err:
+                raise ApiError("ValidationException", err.message + (f" ({err.hint})" if err.hint else "")) from None
+        overrides = self.region_override(raw)
+        try:
+            with s3.given_root(self.s3_root, self.s3_origin):
+                spec = request.validate_request(raw, self.base_dir, "CreateTrainingJob", overrides,
+                                                host_paths=self.host_paths)
+        except SpecError as err:
+            raise ApiError("ValidationException", err.message) from None
+        if self.inject and (found := faults.problems(self.inject, spec.max_run, spec.use_spot_instances)):
+            raise ApiError("ValidationException", f"the session's inject: {found[0]}")
+        return raw, spec, choice, overrides
 
     def image_present(self, name: str) -> bool:
         """Whether the engine has an image of this name; False when no engine answers (the driver then
@@ -258,7 +265,7 @@ class TrainingJobs:
         sort_key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(str(params.get("SortBy")),
                                                                                "CreationTime")
         summaries.sort(key=lambda s: s[sort_key], reverse=params.get("SortOrder") == "Descending")
-        start = _page_start(params.get("NextToken"), len(summaries))
+        start = page_start(params.get("NextToken"), len(summaries))
         size = int(params.get("MaxResults") or 10)
         page = summaries[start:start + size]
         out: dict[str, Any] = {"TrainingJobSummaries": [{k: v.isoformat() if isinstance(v, datetime) else v
@@ -335,16 +342,7 @@ class TrainingJobs:
         return job_records.end(record.job_name, Status.FAILED, f"the job's driver ended: {last_line(log)}") or record
 
     def driver_alive(self, name: str, pid: int) -> bool:
-        proc = self.drivers.get(name)
-        if proc is not None and proc.pid == pid:
-            return proc.poll() is None  # our child: poll() also reaps it
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return alive(self.drivers.get(name), pid)
 
     def description(self, record: job_records.JobRecord) -> dict[str, Any]:
         """DescribeTrainingJob's answer for the job, every part of it the caller's own. It is kept as JSON
@@ -380,6 +378,8 @@ class TrainingJobs:
                 if isinstance(ended, dict):
                     doc = described_request.merged(ended, asked)
         doc["TrainingJobArn"] = self.arn(record, doc)
+        if isinstance(record.doc.get("TuningJobArn"), str):  # a tuning job's trial
+            doc["TuningJobArn"] = record.doc["TuningJobArn"]
         if "TrainingJobStatus" not in doc or doc["TrainingJobStatus"] != record.status:
             for key in ("TrainingJobStatus", "SecondaryStatus", "SecondaryStatusTransitions", "CreationTime",
                         "LastModifiedTime", "FailureReason", "TrainingStartTime"):
@@ -461,13 +461,37 @@ def _kept_key(record: job_records.JobRecord) -> tuple[Any, ...] | None:
     return None if described is None else (record.version, described)
 
 
+def alive(proc: subprocess.Popen[bytes] | None, pid: int) -> bool:
+    """Whether the process `pid` (our child `proc`, if we started it) still runs."""
+    if proc is not None and proc.pid == pid:
+        return proc.poll() is None  # our child: poll() also reaps it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def spawn(module: str, ticket: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`python -m module TICKET` in a session of its own (a Ctrl-C in the caller's terminal does not
+    reach it), its output to `log`: a job's driver, a tuning job's loop. It imports this very copy of
+    the emulator, installed or not (a script run from a checkout)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", module, str(ticket)], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
 def driver_log(job: str) -> Path:
     """The log of a job's driver: its console, warnings included (EmulatorSession's fit() prints those)."""
     return job_records.state_dir() / "drivers" / f"{job}.log"
 
 
-def _page_start(token: Any, count: int) -> int:
-    """Where a page starts: its NextToken is the index ListTrainingJobs gave. Any other token is the
+def page_start(token: Any, count: int, operation: str = "ListTrainingJobs") -> int:
+    """Where a page starts: its NextToken is the index the List operation gave. Any other token is the
     service's ValidationException (its words as reported by users and mirrored by moto:
     https://github.com/getmoto/moto/pull/4256), never a failure of ours."""
     if token is None or token == "":
@@ -475,7 +499,7 @@ def _page_start(token: Any, count: int) -> int:
     if isinstance(token, str) and token.isascii() and token.isdigit() and int(token) <= count:
         return int(token)
     raise ApiError("ValidationException", f'Invalid pagination token because "{str(token)[:200]}" is not a '
-                   "NextToken this ListTrainingJobs returned.")
+                   f"NextToken this {operation} returned.")
 
 
 def _time(text: Any) -> datetime:

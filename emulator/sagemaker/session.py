@@ -86,6 +86,44 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         a dot now and then, its exception if the job did not complete)."""
         return self._watch(job, logs=False, wait=True, timeout=None)
 
+    def wait_for_tuning_job(self, job: str, poll: int = 5) -> dict[str, Any]:
+        """Wait for a hyperparameter tuning job to end, as `sagemaker.Session.wait_for_tuning_job` does
+        (a dot now and then, its last status sign, its exception if the tuning job did not complete),
+        asking every `poll_seconds` instead of every 5 s, and printing a line for each trial as it ends."""
+        describe = self.sagemaker_client.describe_hyper_parameter_tuning_job
+        signs = {"Completed": "!", "Failed": "*", "Stopped": "s"}
+        shown: set[str] = set()
+        last_dot = time.monotonic()
+        while True:
+            description: dict[str, Any] = describe(HyperParameterTuningJobName=job)
+            for line in self._ended_trials(job, shown):
+                print(("\n" if shown else "") + line, flush=True)
+            status = description["HyperParameterTuningJobStatus"]
+            if status in signs:
+                print(signs[status], flush=True)
+                break
+            if time.monotonic() - last_dot >= DOT_SECONDS:
+                print("." if status == "InProgress" else "_", end="", flush=True)
+                last_dot = time.monotonic()
+            time.sleep(self.poll_seconds)
+        _check_job_status(job, description, "HyperParameterTuningJobStatus")
+        return description
+
+    def _ended_trials(self, job: str, shown: set[str]) -> list[str]:
+        """A line for each trial of the tuning job that has ended since the last call."""
+        record = self.training.tuning.record(job) or {}
+        lines = []
+        for trial in record.get("Trials") or []:
+            name = str(trial.get("TrainingJobName"))
+            if name in shown or trial.get("TrainingJobStatus") in ("InProgress", "Stopping"):
+                continue
+            shown.add(name)
+            value = (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+            tuned = " ".join(f"{k}={v}" for k, v in sorted((trial.get("TunedHyperParameters") or {}).items()))
+            lines.append(f"{name}: {trial.get('TrainingJobStatus')}"
+                         + (f", objective {value:g}" if isinstance(value, (int, float)) else "") + f" ({tuned})")
+        return lines
+
     def logs_for_job(self, job_name: str, wait: bool = False, poll: int = 10, log_type: Any = "All",
                      timeout: int | None = None) -> dict[str, Any]:
         """Print a training job's host logs (following them until the job ends when `wait`), with the

@@ -26,6 +26,9 @@ class TrialResult:
 
     hyperparameters: Mapping[str, str]
     objective: float | None
+    number: int = 0
+    intermediate: tuple[float, ...] = ()
+    status: str = "Completed"
 
 
 class Strategy(Protocol):
@@ -84,3 +87,14 @@ class Grid:
         if combination is None:
             return None
         return {r.name: value for r, value in zip(self.ranges.categorical, combination, strict=True)}
+
+
+def make_strategy(config: Mapping[str, object], ranges: ParameterRanges, *, parents: Sequence[TrialResult] = (),
+                  static: Mapping[str, str] | None = None) -> Strategy:
+    """The strategy the request's HyperParameterTuningJobConfig names (interim: Random and Grid)."""
+    limits = config.get("ResourceLimits") or {}
+    seed = config.get("RandomSeed")
+    if config.get("Strategy") == "Grid":
+        most = limits.get("MaxNumberOfTrainingJobs") if isinstance(limits, Mapping) else None
+        return Grid(ranges, most if isinstance(most, int) else None)
+    return Random(ranges, seed if isinstance(seed, int) else None)

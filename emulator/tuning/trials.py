@@ -1,0 +1,179 @@
+"""A tuning job's trials as the service shows them, pure: the CreateTrainingJob request a trial is
+made from (its definition, its tuned hyperparameters), the trial's objective from its metrics, and the
+answers' counters and summaries (DescribeHyperParameterTuningJob, ListTrainingJobsForHyperParameterTuningJob).
+
+Each rule names the page that states it: API_* pages are the API reference's
+(https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_*.html).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from emulator.jobspec.metric_definitions import Sample
+
+# The members of a HyperParameterTrainingJobDefinition a trial's CreateTrainingJob takes as they are
+# (API_HyperParameterTrainingJobDefinition beside API_CreateTrainingJob).
+COPIED = ("RoleArn", "InputDataConfig", "VpcConfig", "OutputDataConfig", "StoppingCondition",
+          "EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining",
+          "CheckpointConfig", "RetryStrategy", "Environment")
+# What a trial's TrainingJobStatusCounters member is, by its status; a Failed trial is a
+# NonRetryableError (a client error: the script failed) unless its failure was the platform's
+# (`retryable`). API_TrainingJobStatusCounters.
+COUNTED = {"Completed": "Completed", "InProgress": "InProgress", "Stopping": "InProgress", "Stopped": "Stopped"}
+# The service's FailureReason when the first trials all failed (its words, as users met them:
+# https://github.com/aws/amazon-sagemaker-examples/issues/2437).
+FIRST_ATTEMPTS = 5
+ALL_FAILED = (f"No training job succeeded after {FIRST_ATTEMPTS} attempts. Please take a look at the training job "
+              "failures to get more details.")
+
+
+def definitions(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request's training job definitions: TrainingJobDefinitions, or TrainingJobDefinition alone."""
+    several = request.get("TrainingJobDefinitions")
+    if isinstance(several, list) and several:
+        return [dict(d) for d in several]
+    return [dict(request.get("TrainingJobDefinition") or {})]
+
+
+def objective_of(request: Mapping[str, Any], definition: Mapping[str, Any]) -> tuple[str, str]:
+    """The (MetricName, Type) a definition's trials are judged by: its TuningObjective, else the
+    config's HyperParameterTuningJobObjective."""
+    given = definition.get("TuningObjective") or \
+        (request.get("HyperParameterTuningJobConfig") or {}).get("HyperParameterTuningJobObjective") or {}
+    return str(given.get("MetricName", "")), str(given.get("Type", "Maximize"))
+
+
+def ranges_of(request: Mapping[str, Any], definition: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A definition's ParameterRanges: its HyperParameterRanges, else the config's ParameterRanges."""
+    return definition.get("HyperParameterRanges") or \
+        (request.get("HyperParameterTuningJobConfig") or {}).get("ParameterRanges") or {}
+
+
+def trial_request(definition: Mapping[str, Any], tuned: Mapping[str, str], name: str,
+                  tags: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The CreateTrainingJob request of the trial `name`: the definition's members, its static
+    hyperparameters with the tuned ones over them, and the tuning job's tags (API_CreateHyperParameterTuningJob,
+    Tags: "Tags that you specify for the tuning job are also added to all training jobs that the
+    tuning job launches")."""
+    algorithm = dict(definition.get("AlgorithmSpecification") or {})
+    # AlgorithmName names an algorithm resource or a Marketplace algorithm: the training job's own
+    # AlgorithmSpecification takes it as it is (no such resource is emulated: its create says so).
+    spec = {k: algorithm[k] for k in ("TrainingImage", "AlgorithmName", "TrainingInputMode", "MetricDefinitions")
+            if k in algorithm}
+    params: dict[str, Any] = {"TrainingJobName": name, "AlgorithmSpecification": spec,
+                              "HyperParameters": {**(definition.get("StaticHyperParameters") or {}), **tuned}}
+    for key in COPIED:
+        if key in definition:
+            params[key] = definition[key]
+    params["ResourceConfig"] = resource_config(definition)
+    checkpoint = params.get("CheckpointConfig")
+    if isinstance(checkpoint, Mapping) and isinstance(checkpoint.get("S3Uri"), str):
+        # Trials run at once: each resumes from and writes to a prefix of its own under the definition's,
+        # or one trial would resume from another's checkpoints. Ours: the service does not document it.
+        params["CheckpointConfig"] = {**checkpoint, "S3Uri": checkpoint["S3Uri"].rstrip("/") + "/" + name}
+    if tags:
+        params["Tags"] = [dict(t) for t in tags]
+    return params
+
+
+def resource_config(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's ResourceConfig: the definition's, else its HyperParameterTuningResourceConfig
+    (API_HyperParameterTuningResourceConfig), whose InstanceConfigs are instance types the service
+    may choose among: here the first one, always (this machine runs any type the same)."""
+    given = definition.get("ResourceConfig")
+    if isinstance(given, Mapping) and given:
+        return dict(given)
+    tuning = definition.get("HyperParameterTuningResourceConfig") or {}
+    configs = tuning.get("InstanceConfigs") or []
+    first = configs[0] if configs else tuning
+    out = {k: first[k] for k in ("InstanceType", "InstanceCount", "VolumeSizeInGB") if k in first}
+    if "VolumeKmsKeyId" in tuning:
+        out["VolumeKmsKeyId"] = tuning["VolumeKmsKeyId"]
+    out.setdefault("VolumeSizeInGB", 30)
+    return out
+
+
+def objective_values(samples: Sequence[Sample], metric: str) -> list[float]:
+    """The objective's values in the order the trial reported them, one per report (an "epoch" to
+    early stopping): those of the first host, in algo-N order, that reported it at all. Every host of
+    a data-parallel job prints the same epochs; counting them all would count each epoch N times."""
+    hosts = sorted({s.host for s in samples if s.name == metric}, key=_host_key)
+    if not hosts:
+        return []
+    return [s.value for s in sorted((s for s in samples if s.name == metric and s.host == hosts[0]),
+                                    key=lambda s: s.at)]
+
+
+def _host_key(host: str) -> tuple[int, str]:
+    number = host.rpartition("-")[2]
+    return (int(number), host) if number.isdigit() else (1 << 30, host)
+
+
+def retryable(reason: str | None) -> bool:
+    """Whether a Failed trial failed as the platform's fault (an internal error: the service retries
+    such jobs, API_RetryStrategy), not the script's."""
+    text = (reason or "").lower()
+    return "internalservererror" in text or "internal server error" in text or "platform" in text
+
+
+def counters(trials: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """TrainingJobStatusCounters and ObjectiveStatusCounters of the trials (API_TrainingJobStatusCounters,
+    API_ObjectiveStatusCounters): every member, zeros included, as the service answers them."""
+    status = {"Completed": 0, "InProgress": 0, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 0}
+    objective = {"Succeeded": 0, "Pending": 0, "Failed": 0}
+    for trial in trials:
+        state = str(trial.get("TrainingJobStatus"))
+        if state == "Failed":
+            status["RetryableError" if retryable(trial.get("FailureReason")) else "NonRetryableError"] += 1
+        else:
+            status[COUNTED.get(state, "InProgress")] += 1
+        objective[str(trial.get("ObjectiveStatus", "Pending"))] += 1
+    return status, objective
+
+
+def objective_status(status: str, value: float | None) -> str:
+    """A trial's ObjectiveStatus (API_HyperParameterTrainingJobSummary): Pending while it runs;
+    Succeeded once it ended (Completed, or Stopped: early stopping stops trials, and their last
+    objective counts) with an objective; Failed when it failed or never reported one."""
+    if status in ("InProgress", "Stopping"):
+        return "Pending"
+    return "Succeeded" if value is not None and status in ("Completed", "Stopped") else "Failed"
+
+
+def best(trials: Sequence[Mapping[str, Any]], minimize: bool) -> Mapping[str, Any] | None:
+    """The trial with the best final objective (BestTrainingJob) among those whose objective
+    Succeeded; of equal ones the first created."""
+    scored = [t for t in trials if t.get("ObjectiveStatus") == "Succeeded"
+              and isinstance((t.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value"), (int, float))]
+    if not scored:
+        return None
+    sign = 1.0 if minimize else -1.0
+    return min(scored, key=lambda t: (sign * float(t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]),
+                                      int(t.get("Number", 0))))
+
+
+def summary(trial: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial as HyperParameterTrainingJobSummary: the record's trial without what only the record keeps."""
+    return {k: v for k, v in trial.items() if k not in ("Number", "Intermediate")}
+
+
+def not_improving(results: Sequence[Any], minimize: bool) -> int:
+    """TuningJobCompletionDetails.NumberOfTrainingJobsObjectiveNotImproving: the trials since the last
+    one that improved the best objective by more than 1% ("not improving (1% or less)",
+    API_HyperParameterTuningJobCompletionDetails), in the order they were numbered. `results` are
+    TrialResults (their `objective`)."""
+    best: float | None = None
+    since = 0
+    for result in results:
+        value = result.objective
+        if value is None:
+            since += 1
+            continue
+        better = best is None or (value < best - abs(best) * 0.01 if minimize else value > best + abs(best) * 0.01)
+        if better:
+            best, since = value, 0
+        else:
+            since += 1
+    return since
