@@ -29,7 +29,17 @@ from emulator.backend.liveness import driver_alive
 from emulator.backend.networks import NetworkStuck
 from emulator.backend.registry import engine
 from emulator.defaults import DEFAULT_ENGINE
-from emulator.errors import DockerUnavailable, EmulatorError, EnvironmentProblem, ImageMissing, NotRunning, UsageError
+from emulator.errors import (
+    ApiError,
+    DockerUnavailable,
+    EmulatorError,
+    EnvironmentProblem,
+    ImageMissing,
+    NotRunning,
+    Problem,
+    SpecError,
+    UsageError,
+)
 from emulator.jobs.control import stop as stop
 from emulator.jobs.service import TrainingJobs, job_json_text
 from emulator.jobspec import (
@@ -69,6 +79,10 @@ from emulator.state import blocking, job_records
 from emulator.training_images import frameworks, huggingface
 from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
+from emulator.tuning import service as tuning_service
+from emulator.tuning import trials
+from emulator.tuning.from_spec import tuning_name, tuning_request
+from emulator.tuning.service import TuningJobs
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
 FOLLOW_INTERVAL = 0.25
@@ -707,3 +721,59 @@ def _options_text(variant: str, framework: str | None, python: str | None) -> st
     given = [("--variant", variant if variant != DEFAULT_VARIANT else None), ("--framework", framework),
              ("--python", python)]
     return "".join(f" {option} {value}" for option, value in given if value is not None)
+
+
+# -- hyperparameter tuning jobs (docs/tuning.md) ------------------------------------------------------
+
+
+def tuning_jobs(*, engine_name: str = DEFAULT_ENGINE, s3_root: Path | None = None, base_dir: Path | None = None,
+                max_parallel: int | None = None) -> TuningJobs:
+    """The tuning layer's service on this machine's jobs: the trials run on `engine_name`, S3 URIs
+    on `s3_root` (else the S3 root a spec would get), relative paths from `base_dir`."""
+    root = s3.choose_root(None).path if s3_root is None else s3_root
+    training = TrainingJobs(root, region=DEFAULT_REGION, engine_name=engine_name, base_dir=base_dir)
+    return TuningJobs(training, max_parallel=max_parallel)
+
+
+def tune(spec: JobSpec, config: Mapping[str, Any], *, warm_start: Mapping[str, Any] | None = None,
+         name: str | None = None, engine_name: str = DEFAULT_ENGINE, max_parallel: int | None = None) -> str:
+    """Start a tuning job of the spec's job (CreateHyperParameterTuningJob with the spec's job as its
+    TrainingJobDefinition and `config` as its HyperParameterTuningJobConfig); its name. It runs on its
+    own (`tuning_description` and `stop_tuning` find it by name). A request the service would refuse
+    is a SpecError naming the `tuning` section."""
+    name = name or tuning_name(spec, datetime.now(timezone.utc))
+    asked = tuning_request(spec, name, config, warm_start)
+    service = tuning_jobs(engine_name=engine_name, s3_root=spec.s3_root or s3.choose_root(None).path,
+                          base_dir=spec.spec_dir, max_parallel=max_parallel)
+    try:
+        service.create(asked)
+    except ApiError as err:
+        raise SpecError([Problem("tuning", err.message)]) from None
+    return name
+
+
+def tuning_description(name: str) -> dict[str, Any]:
+    """DescribeHyperParameterTuningJob's answer for the tuning job `name`, with its trials (each a
+    ListTrainingJobsForHyperParameterTuningJob row, in the order they were created) under
+    `TrainingJobSummaries`; UsageError if no tuning job of that name ran here."""
+    service = tuning_jobs()
+    record = service.record(name)
+    if record is None:
+        raise UsageError(f"no tuning job named {name!r} on this machine",
+                         hint="`hetero-emu tune SPEC` starts one; ListHyperParameterTuningJobs lists them")
+    described = tuning_service.description(record)
+    described["TrainingJobSummaries"] = [trials.summary(t) for t in record.get("Trials") or []]
+    return described
+
+
+def is_tuning_job(name: str) -> bool:
+    """Whether a tuning job of this name ran here."""
+    return tuning_jobs().record(name) is not None
+
+
+def stop_tuning(name: str) -> None:
+    """StopHyperParameterTuningJob: every running trial is stopped and the tuning job ends Stopped."""
+    try:
+        tuning_jobs().stop({"HyperParameterTuningJobName": name})
+    except ApiError as err:
+        raise UsageError(f"tuning job {name}: {err.message}") from None
