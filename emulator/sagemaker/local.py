@@ -45,7 +45,8 @@ class LocalAws:
 
 def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, region: str | None, engine: str,
               origin: str, gpus: str | None = None, cpus: str = "instance",
-              inject: Sequence[str] = (), host_paths: HostPaths = ANY_PATH) -> LocalAws:
+              inject: Sequence[str] = (), host_paths: HostPaths = ANY_PATH,
+              max_parallel_trials: int | None = None) -> LocalAws:
     """The S3 root (`s3_root`, else $HETERO_EMU_S3_ROOT, else the default root, made if missing; a
     named root must exist), the region (else $AWS_REGION, $AWS_DEFAULT_REGION, us-west-2) and the
     boto3 session. `origin` is how problems with the root name the argument (`EmulatorSession(s3_root=...)`).
@@ -53,7 +54,9 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     not one of theirs is a UsageError here, before any job. `inject` is every job's `--inject`
     (`spot-interruption@30s`, `platform-error@1m`; emulator/jobspec/faults.py), checked here as words and
     against each job when it is created. `host_paths`: which local paths a CreateTrainingJob may
-    name (any, for the user's own process; `hetero-emu serve` narrows it)."""
+    name (any, for the user's own process; `hetero-emu serve` narrows it). `max_parallel_trials`: the
+    most trials of a tuning job at once here (None: MaxParallelTrainingJobs, cut to what the machine
+    holds with a warning; emulator/tuning/loop.py)."""
     session = origin.split("(")[0]
     try:
         gpu_mode = None if gpus is None else parse_gpu_mode(gpus)
@@ -73,7 +76,7 @@ def local_aws(*, s3_root: Path | str | None, images: Mapping[str, str] | None, r
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     training = SageMakerTraining(root.path, region=region, images={**DEFAULT_IMAGE_MAP, **(images or {})},
                                  engine_name=engine, s3_origin=root.origin, gpus=gpu_mode, cpus=cpu_mode,
-                                 inject=injections, host_paths=host_paths)
+                                 inject=injections, host_paths=host_paths, max_parallel_trials=max_parallel_trials)
     boto_session = boto3.Session(aws_access_key_id="hetero-emu", aws_secret_access_key="hetero-emu",
                                  region_name=region)
     # Installed before any client exists: clients copy the session's handlers when they are made.

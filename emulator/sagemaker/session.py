@@ -55,7 +55,9 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     the region the SDK resolves images and names buckets for (default $AWS_REGION,
     $AWS_DEFAULT_REGION, else us-west-2). `gpus` and `cpus`: every job's `hetero-emu run --gpus` and
     `--cpus` (docs/gpus.md; `gpus="emulate"` shows GPU hosts their type's GPUs without CUDA). `inject`:
-    every job's `--inject`, e.g. `["spot-interruption@30s"]` (docs/service-features.md). Other
+    every job's `--inject`, e.g. `["spot-interruption@30s"]` (docs/service-features.md).
+    `max_parallel_trials`: the most trials of a hyperparameter tuning job run at once here, whatever
+    its MaxParallelTrainingJobs (default: that, cut to what this machine holds; docs/tuning.md). Other
     keyword arguments go to `sagemaker.Session`
     (`default_bucket`, `default_bucket_prefix`, ...).
     """
@@ -63,9 +65,10 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
     def __init__(self, *, s3_root: Path | str | None = None, images: Mapping[str, str] | None = None,
                  region: str | None = None, engine: str = DEFAULT_ENGINE, poll_seconds: float = 0.2,
                  gpus: str | None = None, cpus: str = "instance", inject: Sequence[str] = (),
-                 **session_args: Any) -> None:
+                 max_parallel_trials: int | None = None, **session_args: Any) -> None:
         aws = local_aws(s3_root=s3_root, images=images, region=region, engine=engine,
-                        origin="EmulatorSession(s3_root=...)", gpus=gpus, cpus=cpus, inject=inject)
+                        origin="EmulatorSession(s3_root=...)", gpus=gpus, cpus=cpus, inject=inject,
+                        max_parallel_trials=max_parallel_trials)
         self.s3_root = aws.s3_root
         self.training = aws.training
         self.poll_seconds = poll_seconds
@@ -113,6 +116,10 @@ class EmulatorSession(sagemaker.Session):  # type: ignore[misc]  # the SDK is un
         """A line for each trial of the tuning job that has ended since the last call."""
         record = self.training.tuning.record(job) or {}
         lines = []
+        for note in record.get("Notes") or []:  # the loop's warnings (fewer trials at once than asked)
+            if f"note:{note}" not in shown:
+                shown.add(f"note:{note}")
+                lines.append(f"warning: {note}")
         for trial in record.get("Trials") or []:
             name = str(trial.get("TrainingJobName"))
             if name in shown or trial.get("TrainingJobStatus") in ("InProgress", "Stopping"):
