@@ -329,8 +329,8 @@ class Hyperband(_Optuna):
     HyperbandPruner (reduction factor 3) between MinResource and MaxResource epochs.
 
     TPE, not random proposals as in the Hyperband paper: the service says its Hyperband uses both
-    intermediate and final results to allocate its resources, and Optuna's benchmarks found TPE the
-    sampler that works best with its HyperbandPruner. TPE reads a pruned trial by its last
+    intermediate and final results to allocate its resources, and Optuna's benchmarks found its
+    HyperbandPruner the pruner that works best with TPE. TPE reads a pruned trial by its last
     intermediate value.
 
     `should_stop` is asked as a trial runs. A trial it stopped comes back in `history` with status
