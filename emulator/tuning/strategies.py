@@ -313,10 +313,11 @@ class Bayesian(_Optuna):
     Bayesian optimization; the service models with a Gaussian process, docs/tuning-strategies.md).
 
     Its first trials (`startup_trials`, warm-start parents included) are random; later ones follow
-    the trials told. A Failed trial, or one without an objective, is told as failed: TPE avoids
-    nothing for it but counts it as tried. A trial Stopped by early stopping is told its final
-    objective, as the service counts it. Seeded by `seed` (a fresh one kept in `seed` if None): the
-    same seed, ranges and told objectives, in the same order, give the same trials. Never runs out.
+    the trials told. A Failed trial, or one without an objective, is told as failed: TPE leaves it
+    out of its model (a crash says nothing of how good its values are). A trial Stopped by early
+    stopping is told its final objective, as the service counts it. Seeded by `seed` (a fresh one
+    kept in `seed` if None): the same seed, ranges and told objectives, in the same order, give the
+    same trials. Never runs out.
     """
 
     def __init__(self, ranges: ParameterRanges, *, minimize: bool, seed: int | None = None,
