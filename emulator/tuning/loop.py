@@ -80,7 +80,7 @@ class Tuner:
         self.strategies: list[Strategy] = []
         for definition in self.definitions:
             ranges = parse_parameter_ranges(trials.ranges_of(request, definition))
-            self.strategies.append(make_strategy(self.config, ranges, parents=parents,
+            self.strategies.append(make_strategy(trials.config_for(request, definition), ranges, parents=parents,
                                                  static=definition.get("StaticHyperParameters") or {}))
         limits = self.config.get("ResourceLimits") or {}
         grid = self.config.get("Strategy") == "Grid"
@@ -150,7 +150,7 @@ class Tuner:
         if not trial.values:
             return False
         if self.early:
-            earlier = [list(result.intermediate) for _, result in self.ended if result.intermediate]
+            earlier = stopping.earlier_curves([result for _, result in self.ended])
             return stopping.median_rule_stops(trial.values, earlier, self.minimize)
         if self.hyperband:
             if self.max_resource is not None and len(trial.values) >= self.max_resource:

@@ -91,9 +91,21 @@ class IntegerParameterRange(_NumericRange):
             # Log-uniform over [low, high + 1), floored: each integer k is drawn with a weight of
             # log((k + 1) / k), the discrete form of the continuous range's density. The bound keeps
             # a float rounding up to high + 1 inside the range.
-            value = math.floor(math.exp(rng.uniform(math.log(low), math.log(high + 1))))
-            return str(min(max(value, low), high))
-        return str(rng.randint(low, high))
+            return self.text(math.floor(math.exp(rng.uniform(math.log(low), math.log(high + 1)))))
+        return self.text(rng.randint(low, high))
+
+    def text(self, value: int) -> str:
+        """`value` as a trial's training job gets it: a plain integer, held within the range."""
+        return str(min(max(value, self.low), self.high))
+
+    def parse(self, text: str) -> int | None:
+        """A trial's value (as `text` gives it) back as an integer, or None if it is not one of this
+        range's: a warm-start parent's value read against the current range."""
+        try:
+            value = int(text)
+        except ValueError:
+            return None
+        return value if self.low <= value <= self.high else None
 
 
 @dataclass(frozen=True)
@@ -127,8 +139,21 @@ class ContinuousParameterRange(_NumericRange):
             value = 1 - math.exp(rng.uniform(math.log(1 - high), math.log(1 - low)))
         else:
             value = rng.uniform(low, high)
+        return self.text(value)
+
+    def text(self, value: float) -> str:
+        """`value` as a trial's training job gets it: Python's shortest round-tripping float text."""
         # exp and log can step a hair outside the bounds; the service never gives a value outside them.
-        return repr(min(max(value, low), high))
+        return repr(min(max(float(value), self.low), self.high))
+
+    def parse(self, text: str) -> float | None:
+        """A trial's value (as `text` gives it) back as a number, or None if it is not within this
+        range: a warm-start parent's value read against the current range."""
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+        return value if self.low <= value <= self.high else None
 
 
 @dataclass(frozen=True)
@@ -148,6 +173,10 @@ class CategoricalParameterRange:
 
     def sample(self, rng: random.Random) -> str:
         return rng.choice(self.values)
+
+    def parse(self, text: str) -> str | None:
+        """`text` if it is one of this range's values, else None."""
+        return text if text in self.values else None
 
 
 ParameterRange = IntegerParameterRange | ContinuousParameterRange | CategoricalParameterRange

@@ -82,7 +82,7 @@ class TuningJobs:
         for definition in trials.definitions(raw):
             ranges = parse_parameter_ranges(trials.ranges_of(raw, definition))
             # Made once here for its checks (Grid's, the Optuna strategies'); the loop makes its own.
-            make_strategy(raw["HyperParameterTuningJobConfig"], ranges, parents=parents,
+            make_strategy(trials.config_for(raw, definition), ranges, parents=parents,
                           static=definition.get("StaticHyperParameters") or {})
             # A trial's request as the loop will make it, checked as CreateTrainingJob checks one: a
             # definition no trial could run is refused now, not after the tuning job has started.

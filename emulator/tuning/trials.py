@@ -45,6 +45,16 @@ def objective_of(request: Mapping[str, Any], definition: Mapping[str, Any]) -> t
     return str(given.get("MetricName", "")), str(given.get("Type", "Maximize"))
 
 
+def config_for(request: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The HyperParameterTuningJobConfig a definition's strategy works by: the request's, with the
+    definition's own TuningObjective, if it has one, as its objective (several definitions each have
+    their own: API_HyperParameterTrainingJobDefinition, TuningObjective)."""
+    config = dict(request.get("HyperParameterTuningJobConfig") or {})
+    if isinstance(definition.get("TuningObjective"), Mapping):
+        config["HyperParameterTuningJobObjective"] = dict(definition["TuningObjective"])
+    return config
+
+
 def ranges_of(request: Mapping[str, Any], definition: Mapping[str, Any]) -> Mapping[str, Any]:
     """A definition's ParameterRanges: its HyperParameterRanges, else the config's ParameterRanges."""
     return definition.get("HyperParameterRanges") or \
