@@ -33,6 +33,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from emulator.errors import Problem, SpecError
@@ -129,8 +130,41 @@ def read_tuning(reader: FieldReader, section: Any, where: str = "tuning") -> Tun
         config["StrategyConfig"] = {"HyperbandStrategyConfig": band}
     warm = _warm_start(reader, section.get("warm_start"), f"{where}.warm_start")
     if len(reader.problems) > before:
+        # The shared getters' type problems carry no hint: each gets what its key takes.
+        reader.problems[before:] = [p if p.hint else replace(p, hint=_HINTS.get(_last_key(p.path), "docs/tuning.md"))
+                                    for p in reader.problems[before:]]
         return None
     return TuningSection(name=name, config=config, warm_start=warm)
+
+
+# What each key takes, for the problems the shared getters record without a hint.
+_HINTS = {
+    "job_name": "the tuning job's name, at most 32 characters",
+    "strategy": f"one of {', '.join(STRATEGIES)}",
+    "objective_metric_name": "the Name of one of the spec's metric_definitions",
+    "objective_type": f"one of {', '.join(OBJECTIVE_TYPES)}",
+    "max_jobs": "how many training jobs in all, at least 1",
+    "max_parallel_jobs": "how many training jobs at once, at least 1",
+    "max_runtime_in_seconds": f"a whole number of seconds, {MIN_RUNTIME} to {MAX_RUNTIME}",
+    "early_stopping_type": f"one of {', '.join(EARLY_STOPPING_TYPES)}",
+    "random_seed": "a whole number, 0 or more",
+    "target_objective_metric_value": "the objective's value at which the tuning job ends, a number",
+    "max_number_of_training_jobs_not_improving": f"a whole number of training jobs, at least {MIN_NOT_IMPROVING}",
+    "complete_on_convergence": "true or false",
+    "min_resource": "a whole number, at least 1 (epochs, or what the script counts)",
+    "max_resource": "a whole number, at least 1 (epochs, or what the script counts)",
+    "min_value": "the range's bound, a number",
+    "max_value": "the range's bound, a number",
+    "scaling_type": f"one of {', '.join(SCALING_TYPES)}",
+    "type": "see docs/tuning.md for each section's types",
+    "values": "e.g. [adam, sgd]",
+    "parents": "the names of up to 5 earlier tuning jobs",
+}
+
+
+def _last_key(path: str) -> str:
+    """`tuning.hyperparameter_ranges.lr.values[1]` -> `values`."""
+    return path.rpartition(".")[2].partition("[")[0]
 
 
 def _name(reader: FieldReader, raw: Mapping[str, Any], key: str, path: str) -> str | None:
