@@ -377,6 +377,11 @@ def run(
     debug = _debug_target(debug_host, debug_port, debug_wait)
     labels = _placement(placement)
     spec = _load(spec_path, job_name, output_path, s3_root, shm_size, as_json=as_json)
+    if spec.tuning is not None and not quiet:
+        # Not a warning: one training job with the static hyperparameters is how a script is tried
+        # before it is tuned (docs/tuning.md); the note only says which command tunes.
+        typer.echo("note: run runs the training job once, with the spec's hyperparameters; its tuning: section "
+                   "is for `hetero-emu tune`", err=True)
     options = RunOptions(host_order=host_order.value, seed=seed, keep=keep, keep_on_failure=keep_on_failure,
                          grace=grace, memory=limit, build_image=not no_build, debug=debug, gpus=gpu_mode,
                          cpus=cpu_mode, inject=_injections(interrupt_at, inject))

@@ -16,6 +16,7 @@
 - `fields`: typed getters that record a problem per wrong field, named in the input's own words.
 - `rules`: the service's rules (`Validator`), from the internal mapping to the `JobSpec`.
 - `yaml_spec`: the YAML spec as input (`load_spec_file`, `validate`).
+- `yaml_tuning`: the spec's `tuning:` section as the tuning job's config (`parse_tuning`).
 - `wording`: how problems name values.
 - `advice`: warnings about what a valid spec allows but probably does not mean.
 - `placement`: an instance group's node labels: their rules, their swarm constraints, and

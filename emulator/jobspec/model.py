@@ -145,6 +145,7 @@ JOB_KEYS = (
     "keep_alive_period_in_seconds",
     "max_retry_attempts",
     "inject",
+    "tuning",
 )
 GROUP_KEYS = ("instance_group_name", "instance_type", "instance_count", "placement")
 # `placement` may be left out; every other group key is required.
@@ -244,6 +245,17 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class TuningSection:
+    """The spec's `tuning:` section (emulator/jobspec/yaml_tuning.py): a hyperparameter tuning job over
+    this training job, for `hetero-emu tune`. `config` is CreateHyperParameterTuningJob's
+    HyperParameterTuningJobConfig and `warm_start` its WarmStartConfig, both in botocore's shapes."""
+
+    name: str | None  # HyperParameterTuningJobName; None: the caller names the tuning job
+    config: dict[str, Any]
+    warm_start: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated job: every path absolute, every default filled in."""
 
@@ -331,6 +343,9 @@ class JobSpec:
     # The spot interruptions and platform errors this job is given on purpose (emulator/jobspec/faults.py).
     # Not a SageMaker field.
     inject: tuple[Injection, ...] = ()
+    # The spec's `tuning:` section: `hetero-emu tune` runs it; `run` and `render` run the one training
+    # job it tunes, with the spec's own hyperparameters. Not a CreateTrainingJob field.
+    tuning: TuningSection | None = None
 
     @property
     def host_count(self) -> int:

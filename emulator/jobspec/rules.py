@@ -82,6 +82,7 @@ from emulator.jobspec.requirements import Requirements
 from emulator.jobspec.sizes import MAX_SIZE, MIN_SHM, parse_size
 from emulator.jobspec.wording import did_you_mean, key_text, preview, type_name, with_article
 from emulator.jobspec.yaml_loader import MAX_YAML_DEPTH, MAX_YAML_NODES, Ambiguous
+from emulator.jobspec.yaml_tuning import read_tuning
 
 # What the SageMaker SDKs upload under <S3OutputPath>/<job>/ before the job: v2 the code
 # (`source/sourcedir.tar.gz`, sagemaker/fw_utils.py tar_and_upload_dir), v3 its code and driver
@@ -300,6 +301,7 @@ class Validator(FieldReader):
         region = self.string(raw, "region", "region") or DEFAULT_REGION
         if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
             self.fail("region", f"{preview(region)} is not an AWS region name", "e.g. us-east-1")
+        tuning = read_tuning(self, raw["tuning"], "tuning") if "tuning" in raw else None
 
         if self.problems or written.output_path is None:
             return None
@@ -343,6 +345,7 @@ class Validator(FieldReader):
             shm_size=shm_size,
             gpus=gpus,
             metric_definitions=definitions,
+            tuning=tuning,
             **managed,
         )
 

@@ -17,8 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from emulator.jobspec.metric_definitions import Sample
+from emulator.reports import svg as svg_file
 from emulator.reports.palette import group_colours
-from emulator.reports.timeline import FONT, GRID, MUTED, SVG_NS, TEXT, _n, _text, nice_step
+from emulator.reports.svg import FONT, GRID, MUTED, SVG_NS, TEXT, nice_step
+from emulator.reports.svg import number as _n
+from emulator.reports.svg import text as _text
 
 FILE_NAME = "metrics.svg"
 PANEL_WIDTH = 560
@@ -103,8 +106,4 @@ def _panel(svg: ET.Element, top: float, name: str, samples: Sequence[Sample], sp
 def write(path: Path, title: str, names: Sequence[str], samples: Sequence[Sample], host_groups: Mapping[str, str],
           groups: Sequence[str], zero: float) -> Path:
     """Write the chart to `path` (UTF-8 SVG)."""
-    tree = ET.ElementTree(build(title, names, samples, host_groups, groups, zero))
-    ET.indent(tree)
-    with path.open("wb") as out:
-        tree.write(out, encoding="utf-8", xml_declaration=True)
-    return path
+    return svg_file.write(path, build(title, names, samples, host_groups, groups, zero))

@@ -31,6 +31,11 @@ _PALETTE = (
     Colour("#cfd6dc", "#4d5b66"),  # grey
 )
 FAILURE = "#d62728"  # the first failing host's outline and label
+# tuning.svg's trials by how they ended: blue and orange of the palette (a stopped trial is a
+# completed one cut short, so a neighbouring hue), failure red, a trial still running grey.
+COMPLETED = _PALETTE[4].stroke
+STOPPED = _PALETTE[5].stroke
+RUNNING = _PALETTE[7].stroke
 
 
 def group_colours(groups: Sequence[str]) -> dict[str, Colour]:

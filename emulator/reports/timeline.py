@@ -19,28 +19,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.reports import svg
 from emulator.reports.palette import FAILURE, Colour, group_colours
+from emulator.reports.svg import FONT, FONT_SIZE, GRID, MUTED, SVG_NS, TEXT, nice_step, text_width
+from emulator.reports.svg import number as _n
+from emulator.reports.svg import text as _text
 
-SVG_NS = "http://www.w3.org/2000/svg"
 FILE_NAME = "timeline.svg"
 
-FONT = "DejaVu Sans, Verdana, Helvetica, Arial, sans-serif"
-FONT_SIZE = 13
-# DejaVu Sans' advance widths in em (its hmtx table), grouped: narrow, digits, wide; anything
-# else is taken as a lowercase letter. Rounded up, and scaled by WIDTH_SLACK for wider fonts.
-_NARROW = {**dict.fromkeys(" .,:;'|!", 0.32), **dict.fromkeys("ijl", 0.28), **dict.fromkeys("ftr()[]-", 0.41)}
-_WIDE = {**dict.fromkeys("mwMW", 0.98), **dict.fromkeys("ABCDEFGHIJKLNOPQRSTUVXYZ_", 0.76)}
-_DIGIT = 0.64
-_LOWER = 0.62
-WIDTH_SLACK = 1.06
 ROW = 30  # px per host row
 BAR = 18  # bar height
 PLOT_WIDTH = 620  # px of the time axis
 MARGIN = 16
 HEADER = 62  # title and subtitle above the rows
-GRID = "#e2e5e9"
-TEXT = "#1f2328"
-MUTED = "#5f6670"
 STRIPE = "#f5f6f8"
 
 
@@ -62,19 +53,6 @@ class Span:
 class Group:
     name: str
     instance_type: str
-
-
-def nice_step(total: float, ticks: int = 6) -> float:
-    """A tick interval of 1, 2 or 5 times a power of ten giving about `ticks` ticks over `total` s."""
-    raw = max(total, 1e-3) / ticks
-    power = 10.0 ** math.floor(math.log10(raw))
-    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-
-
-def text_width(text: str, size: float = FONT_SIZE) -> float:
-    """About how many px `text` takes at `size` px (a little more, never much less)."""
-    ems = sum(_NARROW.get(ch) or _WIDE.get(ch) or (_DIGIT if ch.isdigit() else _LOWER) for ch in text)
-    return ems * size * WIDTH_SLACK
 
 
 def _seconds(value: float) -> str:
@@ -237,37 +215,7 @@ def _tick(value: float) -> str:
     return f"{value:g}"
 
 
-def _n(value: float) -> str:
-    """A coordinate with no more digits than a screen can show."""
-    return f"{value:.1f}".rstrip("0").rstrip(".")
-
-
-def _text(parent: ET.Element, x: float, y: float, text: str, *, anchor: str = "start", fill: str = TEXT,
-          size: int = FONT_SIZE, weight: str = "normal", style: str = "normal", cls: str = "",
-          host: str = "") -> ET.Element:
-    attributes = {"x": _n(x), "y": _n(y), "fill": fill}
-    if anchor != "start":
-        attributes["text-anchor"] = anchor
-    if size != FONT_SIZE:
-        attributes["font-size"] = str(size)
-    if weight != "normal":
-        attributes["font-weight"] = weight
-    if style != "normal":
-        attributes["font-style"] = style
-    if cls:
-        attributes["class"] = cls
-    if host:
-        attributes["data-host"] = host
-    element = ET.SubElement(parent, "text", attributes)
-    element.text = text
-    return element
-
-
 def write(path: Path, title: str, status: str, spans: Sequence[Span], groups: Sequence[Group],
           first_failure: str | None = None) -> Path:
     """Write the chart to `path` (UTF-8 SVG)."""
-    tree = ET.ElementTree(build(title, status, spans, groups, first_failure))
-    ET.indent(tree)
-    with path.open("wb") as out:
-        tree.write(out, encoding="utf-8", xml_declaration=True)
-    return path
+    return svg.write(path, build(title, status, spans, groups, first_failure))
