@@ -116,6 +116,10 @@ class Tuner:
             if not self.running and (self.finish is not None or self._nothing_left()):
                 break
             time.sleep(LOOK_SECONDS)
+        if self.finish is None and self.ended and all(r.status == "Failed" for _, r in self.ended):
+            # It ran fewer trials than FIRST_ATTEMPTS, all failed: a Grid of few combinations
+            # (MaxNumberOfTrainingJobs, which `_all_failed` counts, is None with Grid).
+            self.finish = ("Failed", trials.ALL_FAILED)
         status, why = self.finish or ("Completed", None)
         self._end(status, why)
         return status

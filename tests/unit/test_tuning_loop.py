@@ -421,3 +421,21 @@ def test_grid_runs_every_combination_once_without_max_number_of_training_jobs(tm
     combinations = [(p["HyperParameters"]["optimizer"], p["HyperParameters"]["depth"]) for p in training.created()]
     assert sorted(combinations) == sorted(itertools.product(["sgd", "adam"], ["2", "4", "8"]))
     assert training.most_at_once <= 2
+
+
+def test_a_grid_whose_every_trial_failed_fails_though_it_ran_fewer_than_five(tmp_path: Path) -> None:
+    # Two combinations, both failing: every trial the tuning job runs failed, as with
+    # MaxNumberOfTrainingJobs 2 (the first trials "or all of them, if it runs fewer").
+    ranges = {"CategoricalParameterRanges": [{"Name": "optimizer", "Values": ["sgd", "adam"]}]}
+    training = fake(tmp_path, lambda n, _: Life((), Status.FAILED))
+    request = tuning_request(most=None, parallel=2, strategy="Grid", ranges=ranges, static={"epochs": "3"})
+    assert tune(request, training) == "Failed"
+    assert len(training.trials) == 2
+    assert record()["FailureReason"] == trials.ALL_FAILED
+
+
+def test_max_number_of_training_jobs_below_five_all_failing_fails_the_tuning_job(tmp_path: Path) -> None:
+    training = fake(tmp_path, lambda n, _: Life((), Status.FAILED))
+    assert tune(tuning_request(most=2, parallel=1), training) == "Failed"
+    assert len(training.trials) == 2
+    assert record()["FailureReason"] == trials.ALL_FAILED
