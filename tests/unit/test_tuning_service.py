@@ -460,6 +460,13 @@ def test_a_boto3_client_of_the_in_process_stub_describes_and_lists_tuning_jobs(t
     assert summaries[1]["Strategy"] == "Random"
     assert summaries[1]["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 4
     assert isinstance(summaries[0]["CreationTime"], datetime)
+    later = client.list_hyper_parameter_tuning_jobs(CreationTimeAfter=T0 + timedelta(hours=1))
+    assert [s["HyperParameterTuningJobName"] for s in later["HyperParameterTuningJobSummaries"]] == ["other"]
+
+    ranked = client.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="seen", SortBy="FinalObjectiveMetricValue")["TrainingJobSummaries"]
+    assert [t["TrainingJobName"] for t in ranked] == [trials[1]["TrainingJobName"], trials[0]["TrainingJobName"]]
+    assert all("Number" not in t and "Intermediate" not in t for t in ranked)
 
     with pytest.raises(client.exceptions.ResourceNotFound):
         client.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="ghost")
