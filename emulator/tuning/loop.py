@@ -116,6 +116,10 @@ class Tuner:
             if not self.running and (self.finish is not None or self._nothing_left()):
                 break
             time.sleep(LOOK_SECONDS)
+        if self.finish is None and self.ended and all(r.status == "Failed" for _, r in self.ended):
+            # It ran fewer trials than FIRST_ATTEMPTS, all failed: a Grid of few combinations
+            # (MaxNumberOfTrainingJobs, which `_all_failed` counts, is None with Grid).
+            self.finish = ("Failed", trials.ALL_FAILED)
         status, why = self.finish or ("Completed", None)
         self._end(status, why)
         return status
@@ -207,15 +211,18 @@ class Tuner:
             if reason:
                 self.finish = ("Completed", reason)
         if self.finish is not None:
-            for name in list(self.running):
-                with contextlib.suppress(ApiError):
-                    self.training.stop({"TrainingJobName": name})
+            self._stop_running()
             if self.finish[0] != "Failed":
                 status = "Stopping" if self.finish[0] == "Stopped" else None
                 message = self.finish[1]
                 tuning_records.update(self.name, lambda d: d.update(
                     {k: v for k, v in (("HyperParameterTuningJobStatus", status), ("StatusMessage", message))
                      if v is not None}))
+
+    def _stop_running(self) -> None:
+        for name in list(self.running):
+            with contextlib.suppress(ApiError):
+                self.training.stop({"TrainingJobName": name})
 
     def _all_failed(self) -> bool:
         """The service ends a tuning job Failed when its first trials all fail (its FailureReason:
@@ -249,6 +256,9 @@ class Tuner:
                 # A trial that cannot be created now (its output folder taken, its image gone) would
                 # fail again for the next: the tuning job fails, naming why.
                 self.finish = ("Failed", f"could not create the training job {name}: {err.message}")
+                # The tuning job has failed: the trials still running are stopped, as at any other end
+                # (`_decide`), not waited for.
+                self._stop_running()
                 return
             self.launched = number
             self.running[name] = Running(number, name, index, dict(tuned))
