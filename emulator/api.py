@@ -11,6 +11,7 @@ its job name (found by the engine's labels while its containers exist, else in t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -730,8 +731,12 @@ def tuning_jobs(*, engine_name: str = DEFAULT_ENGINE, s3_root: Path | None = Non
                 max_parallel: int | None = None) -> TuningJobs:
     """The tuning layer's service on this machine's jobs: the trials run on `engine_name`, S3 URIs
     on `s3_root` (else the S3 root a spec would get), relative paths from `base_dir`."""
-    root = s3.choose_root(None).path if s3_root is None else s3_root
-    training = TrainingJobs(root, region=DEFAULT_REGION, engine_name=engine_name, base_dir=base_dir)
+    if s3_root is None:
+        chosen = s3.choose_root(None)
+        if not chosen.named:  # the default root, made at its first use as the SDK sessions make it
+            chosen.path.mkdir(parents=True, exist_ok=True)
+        s3_root = chosen.path
+    training = TrainingJobs(s3_root, region=DEFAULT_REGION, engine_name=engine_name, base_dir=base_dir)
     return TuningJobs(training, max_parallel=max_parallel)
 
 
@@ -743,7 +748,10 @@ def tune(spec: JobSpec, config: Mapping[str, Any], *, warm_start: Mapping[str, A
     is a SpecError naming the `tuning` section."""
     name = name or tuning_name(spec, datetime.now(timezone.utc))
     asked = tuning_request(spec, name, config, warm_start)
-    service = tuning_jobs(engine_name=engine_name, s3_root=spec.s3_root or s3.choose_root(None).path,
+    # The spec's root when it is there; else the default, made as the SDK sessions make it (a spec that
+    # names no s3:// location needs none, but the trials' checks ask for one).
+    root = spec.s3_root if spec.s3_root is not None and spec.s3_root.is_dir() else None
+    service = tuning_jobs(engine_name=engine_name, s3_root=root,
                           base_dir=spec.spec_dir, max_parallel=max_parallel)
     try:
         service.create(asked)
@@ -763,6 +771,12 @@ def tuning_description(name: str) -> dict[str, Any]:
                          hint="`hetero-emu tune SPEC` starts one; ListHyperParameterTuningJobs lists them")
     described = tuning_service.description(record)
     described["TrainingJobSummaries"] = [trials.summary(t) for t in record.get("Trials") or []]
+    # What the emulator adds, as a training job's description has it under `Emulator`: where the
+    # tuning job's tuning.json and tuning.svg are, its warnings, why it ended.
+    emulated = {k: v for k, v in (("Folder", record.get("Folder")), ("Notes", record.get("Notes")),
+                                  ("StatusMessage", record.get("StatusMessage"))) if v}
+    if emulated:
+        described["Emulator"] = emulated
     return described
 
 
@@ -777,3 +791,26 @@ def stop_tuning(name: str) -> None:
         tuning_jobs().stop({"HyperParameterTuningJobName": name})
     except ApiError as err:
         raise UsageError(f"tuning job {name}: {err.message}") from None
+
+
+def follow_tuning(name: str, on_trial: Callable[[dict[str, Any]], None], *, poll: float = 0.5,
+                  stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Wait for the tuning job `name` to end, handing `on_trial` each trial's row as the trial ends
+    (in the order they end); its final description (`tuning_description`). `stop`: asked at each look;
+    once it says True the tuning job is stopped (StopHyperParameterTuningJob) and followed to its end."""
+    shown: set[str] = set()
+    stopping = False
+    while True:
+        described = tuning_description(name)
+        for row in described.get("TrainingJobSummaries") or []:
+            trial = str(row.get("TrainingJobName"))
+            if trial not in shown and row.get("TrainingJobStatus") not in ("InProgress", "Stopping"):
+                shown.add(trial)
+                on_trial(row)
+        if described.get("HyperParameterTuningJobStatus") in tuning_service.FINAL:
+            return described
+        if not stopping and stop():
+            stopping = True
+            with contextlib.suppress(UsageError):  # it ended meanwhile
+                stop_tuning(name)
+        time.sleep(poll)

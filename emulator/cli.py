@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import shutil
 import signal
 import sys
@@ -42,6 +43,8 @@ from emulator.planning.plan import (
     parse_memory,
     summary,
 )
+from emulator.reports import trials as trial_views
+from emulator.reports import tuning_table
 from emulator.reports.console import ConsoleReporter
 from emulator.reports.progress import StepPrinter
 from emulator.result import JobResult
@@ -391,6 +394,73 @@ def run(
 
 
 @app.command()
+def tune(
+    spec_path: SpecArg,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="The tuning job's name (at most 32 characters; default: the spec's tuning.job_name, else "
+        "its base job name and the time).")] = None,
+    max_parallel: Annotated[int | None, typer.Option(
+        "--max-parallel", min=1, help="Run at most this many trials at once, whatever max_parallel_jobs says "
+        "(default: max_parallel_jobs, cut with a warning to what this machine holds: 2 hosts per core).")] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", help="Start the tuning job, print its name and return; it runs on its own (`describe NAME`, "
+        "`stop NAME`).")] = False,
+    as_json: JsonOpt = False,
+    engine_name: EngineOpt = DEFAULT_ENGINE,
+    s3_root: S3RootOpt = None,
+) -> None:
+    """Run a hyperparameter tuning job of the spec's job as its `tuning:` section says (docs/tuning.md):
+    trials as training jobs of their own, a row for each as it ends, then the best trial. tuning.json
+    and tuning.svg (the objective per trial, the best so far) are written in the tuning job's folder,
+    beside its trials' folders. Ctrl-C stops the tuning job and every running trial.
+
+    Exit code: 0 Completed, 1 Failed, 2 invalid spec, 3 environment problem, 130 stopped.
+    """
+    spec = _load(spec_path, None, None, s3_root, as_json=as_json)
+    if spec.tuning is None:
+        raise UsageError(f"{spec_path} has no tuning: section", hint="add one (docs/tuning.md), or run the job "
+                         "once with `hetero-emu run`")
+    api.check_engine(engine_name=engine_name)
+    tuning = api.tune(spec, spec.tuning.config, warm_start=spec.tuning.warm_start, name=name or spec.tuning.name,
+                      engine_name=engine_name, max_parallel=max_parallel)
+    if detach:
+        _emit_json({"HyperParameterTuningJobName": tuning}) if as_json else typer.echo(tuning)
+        return
+    out = sys.stderr if as_json else sys.stdout
+    colour = out.isatty() and "NO_COLOR" not in os.environ
+    described = api.tuning_description(tuning)
+    kind = trial_views.objective(described)[1]
+    print(tuning_table.header(described, colour), file=out, flush=True)
+    best: list[float | None] = [None]
+
+    def on_trial(row: dict[str, Any]) -> None:
+        value = trial_views.objective_value(row)
+        leads = value is not None and trial_views.better(value, best[0], kind)
+        if leads:
+            best[0] = value
+        print(tuning_table.row(row, kind, leads, colour), file=out, flush=True)
+
+    try:
+        described = api.follow_tuning(tuning, on_trial)
+    except KeyboardInterrupt:
+        print(f"stopping the tuning job {tuning} and its running trials (StopHyperParameterTuningJob)...",
+              file=sys.stderr, flush=True)
+        described = api.follow_tuning(tuning, on_trial, stop=lambda: True)
+    if as_json:
+        _emit_json(described)
+    else:
+        for line in tuning_table.final_lines(described, colour):
+            typer.echo(line)
+        emulated = described.get("Emulator") or {}
+        if emulated.get("StatusMessage"):
+            typer.echo(f"ended: {emulated['StatusMessage']}")
+        if emulated.get("Folder"):
+            typer.echo(f"tuning.json and tuning.svg: {emulated['Folder']}")
+    status = described.get("HyperParameterTuningJobStatus")
+    raise typer.Exit({"Completed": 0, "Stopped": 130}.get(str(status), 1))
+
+
+@app.command()
 def demo(
     output_path: Annotated[Path, typer.Option("--output-path", help="Where the demo job's folder goes.")]
     = Path("hetero-emu-output"),
@@ -723,7 +793,11 @@ def describe(
     engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
     """Describe a job as DescribeTrainingJob does (its job.json): status and its transitions, failure
-    reason, times, hosts, channels, hyperparameters, artifacts and logs."""
+    reason, times, hosts, channels, hyperparameters, artifacts and logs. A hyperparameter tuning job's
+    name describes it as DescribeHyperParameterTuningJob does, with a row per trial."""
+    if api.is_tuning_job(job):
+        _describe_tuning(job, as_json=as_json)
+        return
     found = api.description(job, engine_name=engine_name)
     if as_json:
         if found.text is not None:
@@ -733,6 +807,23 @@ def describe(
         return
     for line in describe_lines(found.doc, found.folder):
         typer.echo(line)
+
+
+def _describe_tuning(name: str, *, as_json: bool) -> None:
+    described = api.tuning_description(name)
+    if as_json:
+        _emit_json(described)
+        return
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    kind = trial_views.objective(described)[1]
+    typer.echo(tuning_table.header(described, colour))
+    best = (described.get("BestTrainingJob") or {}).get("TrainingJobName")
+    for row in described.get("TrainingJobSummaries") or []:
+        typer.echo(tuning_table.row(row, kind, row.get("TrainingJobName") == best, colour))
+    for line in tuning_table.final_lines(described, colour):
+        typer.echo(line)
+    if (described.get("Emulator") or {}).get("Folder"):
+        typer.echo(f"tuning.json and tuning.svg: {described['Emulator']['Folder']}")
 
 
 @app.command("metrics")
@@ -855,7 +946,13 @@ def stop(
     = DEFAULT_GRACE,
     engine_name: EngineOpt = DEFAULT_ENGINE,
 ) -> None:
-    """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up."""
+    """Stop a running job's hosts (SIGTERM, then SIGKILL); its driver then collects and cleans up. A
+    hyperparameter tuning job's name stops it as StopHyperParameterTuningJob does: every running trial
+    is stopped and the tuning job ends Stopped."""
+    if api.is_tuning_job(job):
+        api.stop_tuning(job)
+        typer.echo(f"stopping the tuning job {job} and its running trials")
+        return
     count = api.stop(job, grace=grace, engine_name=engine_name)
     typer.echo(f"stopped {count} container(s) of {job}")
 

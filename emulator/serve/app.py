@@ -81,7 +81,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
     token = None if checked is None else random_secrets.token_urlsafe(16)
     bounds = limits.Limits(max_connections=limits.connection_limit(max_connections, limits.raise_open_files()))
     names = guard.HostNames(host, host_names)
-    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training), token=token), names=names,
+    app = server.App(endpoint, page.routes(page.LiveJobs(aws.training, aws.training.tuning), token=token), names=names,
                      tally=limits.Tally(bounds))
     sock = server.bind(host, port)
     try:

@@ -54,13 +54,17 @@ from emulator.jobspec.model import GROUP_NAME_PATTERN, HOMOGENEOUS_GROUP, JOB_NA
 from emulator.planning import contract
 from emulator.planning.plan import LABEL_GROUP, LABEL_HOST, LABEL_INSTANCE_TYPE, container_name
 from emulator.reports.palette import FAILURE, group_colours
+from emulator.reports.tuning_chart import tuning_svg
 from emulator.run import build_status, hostfiles
 from emulator.run import metrics as metrics_module
 from emulator.run.logs import display_text
 from emulator.serve.phases import PHASES, Tracker
 
 if TYPE_CHECKING:
-    from emulator.jobs.service import JobRecord, TrainingJobs
+    from emulator.tuning.service import TuningJobs
+from emulator.jobs.service import JobRecord, TrainingJobs
+from emulator.tuning.service import description as tuning_description
+from emulator.tuning.trials import summary as trial_summary
 
 HERE = Path(__file__).resolve().parent
 # Under a prefix no S3 bucket can have (bucket names are lower-case letters, digits, dots and hyphens,
@@ -184,6 +188,16 @@ class JobSource(Protocol):
         run has staged the hosts."""
         ...
 
+    def tuning_jobs(self) -> list[dict[str, Any]]:
+        """Every hyperparameter tuning job, newest first, each as DescribeHyperParameterTuningJob's answer."""
+        ...
+
+    def tuning_job(self, name: str) -> dict[str, Any]:
+        """One tuning job as DescribeHyperParameterTuningJob answers it, its trials (each a
+        ListTrainingJobsForHyperParameterTuningJob row, in the order they were created) under
+        `TrainingJobSummaries`. An unknown name raises NoSuchJob."""
+        ...
+
 
 # --------------------------------------------------------------------------------------------------
 # The real source
@@ -194,8 +208,9 @@ class LiveJobs:
     their records, their descriptions, their containers in the engine while they
     run, and their job folders (job.json, logs/algo-N.log, metrics/, cluster.dot)."""
 
-    def __init__(self, training: TrainingJobs) -> None:
+    def __init__(self, training: TrainingJobs, tuning: TuningJobs | None = None) -> None:
         self.training = training
+        self.tuning = tuning
         self._svg: dict[str, str | None] = {}  # the SHA-256 of a DOT text -> its SVG
         # job folder -> (its host folders, each host's group, type and group index), read once staged
         self._layouts: dict[Path, tuple[list[Path], dict[str, tuple[str, str, int]]]] = {}
@@ -219,6 +234,21 @@ class LiveJobs:
         except ApiError as err:
             raise NoSuchJob(name) from err
         return doc
+
+    def tuning_jobs(self) -> list[dict[str, Any]]:
+        if self.tuning is None:
+            return []
+        found = [d for n in self.tuning.names() if (d := self.tuning.record(n)) is not None]
+        found.sort(key=lambda d: str(d.get("CreationTime", "")), reverse=True)
+        return [tuning_description(d) for d in found]
+
+    def tuning_job(self, name: str) -> dict[str, Any]:
+        record = self.tuning.record(name) if self.tuning is not None else None
+        if record is None:
+            raise NoSuchJob(name)
+        described = tuning_description(record)
+        described["TrainingJobSummaries"] = [trial_summary(t) for t in record.get("Trials") or []]
+        return described
 
     def stop(self, name: str) -> None:
         self._record(name)
@@ -678,6 +708,7 @@ def routes(source: JobSource, *, token: str | None = None, stop_token: str | Non
         Route("/jobs/{name}", page.gated(page.job), methods=["GET", "HEAD"]),
         Route("/jobs/{name}/events", page.gated(page.events), methods=["GET"]),
         Route("/jobs/{name}/stop", page.gated(page.stop), methods=["POST"]),
+        Route("/tuning/{name}", page.gated(page.tuning), methods=["GET", "HEAD"]),
         Mount(STATIC_PREFIX, app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
@@ -727,8 +758,38 @@ class _Page:
     async def index(self, request: Request) -> Response:
         records = await run_in_threadpool(self.source.jobs)
         rows = await run_in_threadpool(self._index_rows, records[:INDEX_JOBS])
-        running = any(r["status"] not in FINAL_STATUSES for r in rows)
-        return self.html("index.html", rows=rows, running=running, more=max(0, len(records) - INDEX_JOBS))
+        tunings = [tuning_row(d) for d in (await run_in_threadpool(self.source.tuning_jobs))[:INDEX_JOBS]]
+        running = any(r["status"] not in FINAL_STATUSES for r in [*rows, *tunings])
+        return self.html("index.html", rows=rows, running=running, more=max(0, len(records) - INDEX_JOBS),
+                         tunings=tunings)
+
+    async def tuning(self, request: Request) -> Response:
+        """A tuning job's view: its status, counters and best trial, the objective per trial, and a row
+        per trial linking to the trial's own page; refreshed every few seconds while it runs."""
+        name = request.path_params["name"]
+        if not _job_name(name):
+            return self.not_found(name)
+        try:
+            doc = await run_in_threadpool(self.source.tuning_job, name)
+        except NoSuchJob:
+            return self.not_found(name)
+        summaries = list(doc.get("TrainingJobSummaries") or [])
+        objective = (doc.get("HyperParameterTuningJobConfig") or {}).get("HyperParameterTuningJobObjective") or {}
+        best = (doc.get("BestTrainingJob") or {}).get("TrainingJobName")
+        trials = [{"name": t.get("TrainingJobName", ""), "status": t.get("TrainingJobStatus", ""),
+                   "objective": _objective_text(t), "best": t.get("TrainingJobName") == best,
+                   "tuned": ", ".join(f"{k}={v}" for k, v in sorted((t.get("TunedHyperParameters") or {}).items())),
+                   "reason": str(t.get("FailureReason") or "")[:300]} for t in summaries]
+        return self.html("tuning.html", name=name, row=tuning_row(doc), trials=trials,
+                         metric=str(objective.get("MetricName", "")), direction=str(objective.get("Type", "")),
+                         counters=doc.get("TrainingJobStatusCounters") or {},
+                         objectives=doc.get("ObjectiveStatusCounters") or {},
+                         reason=str(doc.get("FailureReason") or ""),
+                         # An <img> of a data: URI: an SVG shown as an image runs nothing and fetches
+                         # nothing, whatever it holds (the CSP's img-src allows data:).
+                         chart="data:image/svg+xml;base64," + base64.b64encode(
+                             tuning_svg(doc, summaries).encode()).decode(),
+                         ended=doc.get("HyperParameterTuningJobStatus") in FINAL_STATUSES)
 
     def _index_rows(self, records: Sequence[JobRecord]) -> list[dict[str, Any]]:
         rows = []
@@ -977,3 +1038,24 @@ def _ended_word(code: int | None, otherwise: str) -> str:
     if code is None:
         return otherwise
     return "completed" if code == 0 else "failed"
+
+
+def tuning_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A tuning job's row on the index: name, status, strategy, trials so far and the best objective."""
+    config = doc.get("HyperParameterTuningJobConfig") or {}
+    counters = doc.get("TrainingJobStatusCounters") or {}
+    limits = config.get("ResourceLimits") or {}
+    best = doc.get("BestTrainingJob") or {}
+    return {"name": str(doc.get("HyperParameterTuningJobName", "")),
+            "status": str(doc.get("HyperParameterTuningJobStatus", "")),
+            "strategy": str(config.get("Strategy", "")),
+            "trials": sum(int(v) for v in counters.values() if isinstance(v, int)),
+            "most": limits.get("MaxNumberOfTrainingJobs") or "",
+            "best": _objective_text(best) if best else "",
+            "best_job": str(best.get("TrainingJobName", "")),
+            "created": _short_time(_parse_time(doc.get("CreationTime")))}
+
+
+def _objective_text(summary: Mapping[str, Any]) -> str:
+    value = (summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+    return f"{value:.6g}" if isinstance(value, (int, float)) else ""

@@ -18,6 +18,7 @@ what this loop does instead.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 import time
@@ -32,12 +33,15 @@ from emulator.jobs.service import TrainingJobs
 from emulator.jobs.ticket import DriverTicket
 from emulator.jobspec.request import HostPaths
 from emulator.planning import contract
+from emulator.reports import tuning_chart
 from emulator.run import metrics
 from emulator.state import tuning_records
+from emulator.state.state_folder import write_atomically
 from emulator.tuning import stopping, trials
 from emulator.tuning.names import trial_job_name
 from emulator.tuning.ranges import parse_parameter_ranges
 from emulator.tuning.request import EPOCH_KEYS
+from emulator.tuning.service import description
 from emulator.tuning.strategies import Strategy, TrialResult, make_strategy
 
 # How often the loop looks at its running trials: each look reads their records and metric files.
@@ -188,7 +192,7 @@ class Tuner:
                     row["Intermediate"] = list(trial.values)
             d["LastModifiedTime"] = _now()
 
-        tuning_records.update(self.name, change)
+        self._pictures(tuning_records.update(self.name, change))
 
     def _decide(self) -> None:
         """Whether the tuning job is to end once its running trials have (and which trials to stop)."""
@@ -323,7 +327,24 @@ class Tuner:
             if details:
                 d["TuningJobCompletionDetails"] = details
 
-        tuning_records.update(self.name, change)
+        self._pictures(tuning_records.update(self.name, change))
+
+    def _pictures(self, record: Mapping[str, Any]) -> None:
+        """tuning.json (DescribeHyperParameterTuningJob's answer with the trials' rows, as job.json
+        describes a training job) and tuning.svg (the objective per trial and the best so far) in the
+        tuning job's folder, beside its trials' folders; rewritten as each trial ends. A folder that
+        cannot be written costs the files only."""
+        folder = record.get("Folder")
+        if not isinstance(folder, str):
+            return
+        described = description(record)
+        summaries = [trials.summary(t) for t in record.get(tuning_records.TRIALS) or []]
+        with contextlib.suppress(OSError):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            write_atomically(Path(folder) / "tuning.json",
+                             json.dumps({**described, "TrainingJobSummaries": summaries}, indent=2, sort_keys=True,
+                                        default=str))
+            tuning_chart.write(Path(folder) / tuning_chart.FILE_NAME, described, summaries)
 
 
 def parallel_here(asked: int, hosts_per_trial: int, given: int | None, cores: int | None) -> tuple[int, str | None]:

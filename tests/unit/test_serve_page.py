@@ -4,6 +4,7 @@ and the cluster.dot a run leaves for the page (emulator/run/runner.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -129,6 +130,18 @@ class FakeSource:
 
     def diagram_dot(self, name: str) -> str | None:
         return self.dot
+
+    # Tuning jobs: `tunings` holds each as the service's description with its trials' rows.
+    tunings: Sequence[dict[str, Any]] = ()
+
+    def tuning_jobs(self) -> list[dict[str, Any]]:
+        return [dict(t) for t in self.tunings]
+
+    def tuning_job(self, name: str) -> dict[str, Any]:
+        for doc in self.tunings:
+            if doc["HyperParameterTuningJobName"] == name:
+                return dict(doc)
+        raise NoSuchJob(name)
 
 
 def host(name: str, state: str, *, exit_code: int | None = None, started: float | None = None,
@@ -922,3 +935,77 @@ def test_the_talk_edges_are_drawn(load: Any) -> None:
 
     assert svg.count(">mpirun over ssh</text>") == 2
 
+
+
+# --------------------------------------------------------------------------------------------------
+# The tuning view
+
+
+def tuning_doc(name: str = "tune-1", *, status: str = "InProgress", trial_name: str = f"{JOB}-001-abcdef01",
+               value: float = 0.25) -> dict[str, Any]:
+    """A tuning job as DescribeHyperParameterTuningJob answers it, with its one ended and one running trial."""
+    ended = {"TrainingJobName": trial_name, "TrainingJobStatus": "Completed", "CreationTime": T0.isoformat(),
+             "TunedHyperParameters": {"lr": "0.01"}, "ObjectiveStatus": "Succeeded",
+             "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "val_loss", "Value": value}}
+    running = {"TrainingJobName": f"{name}-002-abcdef02", "TrainingJobStatus": "InProgress",
+               "CreationTime": T0.isoformat(), "TunedHyperParameters": {"lr": "0.1"}, "ObjectiveStatus": "Pending"}
+    return {"HyperParameterTuningJobName": name, "HyperParameterTuningJobStatus": status,
+            "CreationTime": T0.isoformat(),
+            "HyperParameterTuningJobConfig": {
+                "Strategy": "Random", "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2},
+                "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "val_loss"}},
+            "TrainingJobStatusCounters": {"Completed": 1, "InProgress": 1, "RetryableError": 0,
+                                          "NonRetryableError": 0, "Stopped": 0},
+            "ObjectiveStatusCounters": {"Succeeded": 1, "Pending": 1, "Failed": 0},
+            "BestTrainingJob": ended, "TrainingJobSummaries": [ended, running]}
+
+
+def test_the_index_lists_tuning_jobs_with_their_strategy_trials_and_best() -> None:
+    source = FakeSource([Frame()])
+    source.tunings = [tuning_doc()]
+    body = client(source).get("/").text
+
+    row = re.search(r'<tr class="tuning" data-tuning="tune-1">(.*?)</tr>', body, re.S)
+    assert row is not None
+    assert 'href="/tuning/tune-1"' in row[1] and "Random" in row[1] and "InProgress" in row[1]
+    assert "2 / 4" in row[1]  # trials so far of MaxNumberOfTrainingJobs
+    assert f'href="/jobs/{JOB}-001-abcdef01">0.25<' in row[1]
+
+
+def test_the_tuning_view_shows_each_trial_linked_the_best_marked_and_the_chart() -> None:
+    source = FakeSource([Frame()])
+    source.tunings = [tuning_doc()]
+    body = client(source).get("/tuning/tune-1").text
+
+    trials = re.findall(r'<tr class="trial( best)?" data-trial="([^"]+)">(.*?)</tr>', body, re.S)
+    assert [(best, name) for best, name, _ in trials] == [(" best", f"{JOB}-001-abcdef01"), ("", "tune-1-002-abcdef02")]
+    assert f'href="/jobs/{JOB}-001-abcdef01"' in trials[0][2] and "0.25" in trials[0][2] and "lr=0.01" in trials[0][2]
+    assert "Pending" not in trials[1][2] and "InProgress" in trials[1][2]
+    # The picture as an image (an SVG image runs nothing), the tuning job's own; a refresh while it runs.
+    chart = re.search(r'<figure class="tuning-chart"><img src="data:image/svg\+xml;base64,([^"]+)"', body)
+    assert chart is not None
+    assert "tune-1" in base64.b64decode(chart[1]).decode() and "<svg" in base64.b64decode(chart[1]).decode()
+    assert '<meta http-equiv="refresh"' in body
+
+
+def test_an_ended_tuning_view_does_not_refresh() -> None:
+    source = FakeSource([Frame()])
+    source.tunings = [tuning_doc(status="Completed")]
+    body = client(source).get("/tuning/tune-1").text
+
+    assert '<meta http-equiv="refresh"' not in body and "Completed" in body
+
+
+def test_hostile_names_in_a_tuning_job_are_escaped() -> None:
+    source = FakeSource([Frame()])
+    source.tunings = [tuning_doc(trial_name="x<script>alert(1)</script>")]
+    body = client(source).get("/tuning/tune-1").text
+
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;" in body
+
+
+@pytest.mark.parametrize("path", ["/tuning/no-such-tuning", "/tuning/bad..name"])
+def test_a_tuning_job_that_does_not_exist_gets_a_404_page(path: str) -> None:
+    response = client(FakeSource([Frame()])).get(path)
+
+    assert response.status_code == 404 and 'href="/"' in response.text
