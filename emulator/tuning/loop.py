@@ -80,7 +80,7 @@ class Tuner:
         self.metrics = [trials.objective_of(request, d)[0] for d in self.definitions]
         self.minimize = kind == "Minimize"
         self.objective_type = kind
-        parents = _parents(tuning_records.read(self.name) or {}, request)
+        parents = _parents(request)
         self.strategies: list[Strategy] = []
         for definition in self.definitions:
             ranges = parse_parameter_ranges(trials.ranges_of(request, definition))
@@ -382,18 +382,12 @@ def _max_resource(config: Mapping[str, Any], definitions: Sequence[Mapping[str, 
     return None
 
 
-def _parents(doc: Mapping[str, Any], request: Mapping[str, Any]) -> list[TrialResult]:
+def _parents(request: Mapping[str, Any]) -> list[TrialResult]:
     """The warm start parents' ended trials, as the create checked them."""
     out: list[TrialResult] = []
-    warm = request.get("WarmStartConfig") or {}
-    for parent in warm.get("ParentHyperParameterTuningJobs") or []:
-        found = tuning_records.read(str((parent or {}).get("HyperParameterTuningJobName", ""))) or {}
-        for trial in found.get(tuning_records.TRIALS) or []:
-            value = (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
-            if trial.get("ObjectiveStatus") == "Succeeded" and isinstance(value, (int, float)):
-                out.append(TrialResult(dict(trial.get("TunedHyperParameters") or {}), float(value), number=0,
-                                       intermediate=tuple(trial.get("Intermediate") or ()),
-                                       status=str(trial.get("TrainingJobStatus"))))
+    for parent in (request.get("WarmStartConfig") or {}).get("ParentHyperParameterTuningJobs") or []:
+        out += trials.parent_results(tuning_records.read(str((parent or {}).get("HyperParameterTuningJobName", "")))
+                                     or {})
     return out
 
 

@@ -22,7 +22,7 @@ import os
 import random
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,13 +114,11 @@ class TuningJobs:
     def parents(self, raw: Mapping[str, Any]) -> builtins.list[TrialResult]:
         """The ended trials of the WarmStartConfig's parent tuning jobs, which Bayesian and Hyperband
         learn from (automatic-model-tuning-warm-start.html): each parent must be a tuning job of this
-        machine that has ended, judged by the same objective metric."""
+        machine that has ended, and the request must keep the parent's objective and hyperparameters
+        as the service's restrictions say (`trials.warm_start_problems`)."""
         warm = raw.get("WarmStartConfig")
         if not isinstance(warm, Mapping):
             return []
-        config = raw.get("HyperParameterTuningJobConfig") or {}
-        metric = ((config.get("HyperParameterTuningJobObjective") or {}).get("MetricName")
-                  or trials.objective_of(raw, trials.definitions(raw)[0])[0])
         found: builtins.list[TrialResult] = []
         for parent in warm.get("ParentHyperParameterTuningJobs") or []:
             parent_name = str((parent or {}).get("HyperParameterTuningJobName", ""))
@@ -131,22 +129,20 @@ class TuningJobs:
             if doc.get("HyperParameterTuningJobStatus") not in FINAL:
                 raise ApiError("ValidationException", f"WarmStartConfig: the parent tuning job {parent_name} "
                                "has not ended; a parent must be Completed, Stopped or Failed")
-            parent_metric = trials.objective_of(doc.get("Request") or {},
-                                                trials.definitions(doc.get("Request") or {})[0])[0]
-            if parent_metric != metric:
-                raise ApiError("ValidationException", f"WarmStartConfig: the parent tuning job {parent_name} "
-                               f"is judged by the objective metric '{parent_metric}', not '{metric}'")
-            for trial in doc.get(tuning_records.TRIALS) or []:
-                value = (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
-                if trial.get("ObjectiveStatus") == "Succeeded" and isinstance(value, (int, float)):
-                    found.append(TrialResult(dict(trial.get("TunedHyperParameters") or {}), float(value),
-                                             number=0, status=str(trial.get("TrainingJobStatus"))))
+            problems = trials.warm_start_problems(raw, doc.get("Request") or {}, str(warm.get("WarmStartType")))
+            if problems:
+                raise ApiError("ValidationException", f"WarmStartConfig: the parent tuning job {parent_name}: "
+                               + "; ".join(problems))
+            found += trials.parent_results(doc)
         return found
 
     def describe(self, params: dict[str, Any]) -> dict[str, Any]:
         """DescribeHyperParameterTuningJob."""
         doc = self.found(str(params.get("HyperParameterTuningJobName", "")))
-        return description(doc)
+        warm = (doc.get("Request") or {}).get("WarmStartConfig") or {}
+        parents = [d for p in warm.get("ParentHyperParameterTuningJobs") or []
+                   if (d := tuning_records.read(str((p or {}).get("HyperParameterTuningJobName", "")))) is not None]
+        return description(doc, parents=parents)
 
     def stop(self, params: dict[str, Any]) -> dict[str, Any]:
         """StopHyperParameterTuningJob: Stopping at once; the loop stops every running trial and ends the
@@ -244,8 +240,9 @@ class TuningJobs:
         return alive(self.loops.get(name), pid)
 
 
-def description(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """DescribeHyperParameterTuningJob's answer from a tuning job's record."""
+def description(doc: Mapping[str, Any], *, parents: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """DescribeHyperParameterTuningJob's answer from a tuning job's record; `parents`: the records of
+    its warm-start parents, whose best trial may be the OverallBestTrainingJob."""
     asked = dict(doc.get("Request") or {})
     out: dict[str, Any] = {k: v for k, v in asked.items() if k in (
         "HyperParameterTuningJobConfig", "TrainingJobDefinition", "TrainingJobDefinitions", "WarmStartConfig",
@@ -259,6 +256,12 @@ def description(doc: Mapping[str, Any]) -> dict[str, Any]:
         out["BestTrainingJob"] = trials.summary(top)
     else:
         out.pop("BestTrainingJob", None)
+    # With IdenticalDataAndAlgorithm, the best of this tuning job's and its parents' trials
+    # (API_DescribeHyperParameterTuningJob, OverallBestTrainingJob).
+    if (asked.get("WarmStartConfig") or {}).get("WarmStartType") == "IdenticalDataAndAlgorithm":
+        overall = trials.best([*done, *(t for p in parents for t in p.get(tuning_records.TRIALS) or [])], minimize)
+        if overall is not None:
+            out["OverallBestTrainingJob"] = trials.summary(overall)
     return out
 
 

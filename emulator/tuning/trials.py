@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.jobspec.metric_definitions import Sample
+from emulator.tuning.strategies import TrialResult
 
 # The members of a HyperParameterTrainingJobDefinition a trial's CreateTrainingJob takes as they are
 # (API_HyperParameterTrainingJobDefinition beside API_CreateTrainingJob).
@@ -187,3 +188,53 @@ def not_improving(results: Sequence[Any], minimize: bool) -> int:
         else:
             since += 1
     return since
+
+
+def parent_results(record: Mapping[str, Any]) -> list[TrialResult]:
+    """A warm-start parent's trials the strategies learn from: those whose objective Succeeded, as
+    TrialResults numbered 0 (not this tuning job's own)."""
+    out: list[TrialResult] = []
+    for trial in record.get("Trials") or []:
+        value = (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+        if trial.get("ObjectiveStatus") == "Succeeded" and isinstance(value, (int, float)):
+            out.append(TrialResult(dict(trial.get("TunedHyperParameters") or {}), float(value), number=0,
+                                   intermediate=tuple(trial.get("Intermediate") or ()),
+                                   status=str(trial.get("TrainingJobStatus"))))
+    return out
+
+
+def warm_start_problems(request: Mapping[str, Any], parent: Mapping[str, Any], kind: str) -> list[str]:
+    """What keeps the tuning job `request` from warm-starting from the parent tuning job whose request
+    is `parent`, by the service's rules (automatic-model-tuning-warm-start.html, "Warm start tuning
+    restrictions"): the same objective metric; as many static plus tunable hyperparameters; a
+    hyperparameter tunable in both of the same kind; and with IdenticalDataAndAlgorithm the same
+    training image and input data."""
+    mine, theirs = definitions(request)[0], definitions(parent)[0]
+    found = []
+    if objective_of(request, mine)[0] != objective_of(parent, theirs)[0]:
+        found.append(f"the objective metric must be the parent's ('{objective_of(parent, theirs)[0]}')")
+    if len(_names(request, mine)) != len(_names(parent, theirs)):
+        found.append(f"the static plus tunable hyperparameters must be as many as the parent's "
+                     f"({len(_names(parent, theirs))}, here {len(_names(request, mine))})")
+    kinds_here, kinds_there = _kinds(ranges_of(request, mine)), _kinds(ranges_of(parent, theirs))
+    changed = sorted(n for n in kinds_here.keys() & kinds_there.keys() if kinds_here[n] != kinds_there[n])
+    if changed:
+        found.append(f"a tunable hyperparameter's kind cannot change from the parent's: {', '.join(changed)}")
+    if kind == "IdenticalDataAndAlgorithm":
+        image = (mine.get("AlgorithmSpecification") or {}).get("TrainingImage")
+        if image != (theirs.get("AlgorithmSpecification") or {}).get("TrainingImage"):
+            found.append("IdenticalDataAndAlgorithm needs the parent's training image")
+        if mine.get("InputDataConfig") != theirs.get("InputDataConfig"):
+            found.append("IdenticalDataAndAlgorithm needs the parent's input data (InputDataConfig)")
+    return found
+
+
+def _names(request: Mapping[str, Any], definition: Mapping[str, Any]) -> set[str]:
+    # The SDK's own keys (sagemaker_program, ...) are static hyperparameters of every framework job; they
+    # are counted as any other.
+    return set(definition.get("StaticHyperParameters") or {}) | set(_kinds(ranges_of(request, definition)))
+
+
+def _kinds(ranges: Mapping[str, Any]) -> dict[str, str]:
+    return {str(r.get("Name")): kind for kind in ("IntegerParameterRanges", "ContinuousParameterRanges",
+                                                  "CategoricalParameterRanges") for r in ranges.get(kind) or []}

@@ -263,6 +263,57 @@ def test_a_warm_start_from_an_ended_parent_is_created(project: Path, spawned: li
     assert tuning_records.read("child") is not None
 
 
+def test_a_warm_start_judged_by_another_metric_is_refused(project: Path, spawned: list[tuple[str, Path]]) -> None:
+    written("done", "Completed", [trial("done", 1, "Completed", 0.3)])
+    request = warm("done")
+    request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]["MetricName"] = "train:loss"
+    request["TrainingJobDefinition"]["AlgorithmSpecification"]["MetricDefinitions"].append(
+        {"Name": "train:loss", "Regex": "tl=([0-9.]+)"})
+    message = refused("ValidationException", jobs(project).create, request)
+    assert f"'{METRIC}'" in message
+
+
+def test_a_warm_start_with_more_hyperparameters_than_its_parent_is_refused(
+        project: Path, spawned: list[tuple[str, Path]]) -> None:
+    written("done", "Completed", [trial("done", 1, "Completed", 0.3)])
+    request = warm("done")
+    request["TrainingJobDefinition"]["StaticHyperParameters"]["epochs"] = "3"  # 3 names, the parent's 2 + lr
+    message = refused("ValidationException", jobs(project).create, request)
+    assert "as many as the parent's (3, here 4)" in message
+
+
+def test_a_warm_start_that_changes_a_ranges_kind_is_refused(project: Path, spawned: list[tuple[str, Path]]) -> None:
+    written("done", "Completed", [trial("done", 1, "Completed", 0.3)])
+    request = warm("done")
+    request["HyperParameterTuningJobConfig"]["ParameterRanges"] = {
+        "CategoricalParameterRanges": [{"Name": "lr", "Values": ["0.01", "0.1"]}]}
+    message = refused("ValidationException", jobs(project).create, request)
+    assert "kind cannot change" in message and "lr" in message
+
+
+def test_identical_data_and_algorithm_needs_the_parents_image_but_transfer_learning_does_not(
+        project: Path, spawned: list[tuple[str, Path]]) -> None:
+    written("done", "Completed", [trial("done", 1, "Completed", 0.3)])
+    other = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:1.11.0-cpu-py38"
+    request = warm("done")
+    request["TrainingJobDefinition"]["AlgorithmSpecification"]["TrainingImage"] = other
+    assert "training image" in refused("ValidationException", jobs(project).create, request)
+    request["WarmStartConfig"]["WarmStartType"] = "TransferLearning"
+    jobs(project).create(request)
+    assert tuning_records.read("child") is not None
+
+
+def test_an_identical_data_warm_starts_overall_best_may_be_a_parents_trial(project: Path) -> None:
+    written("done", "Completed", [trial("done", 1, "Completed", 0.05)])
+    child = written("child", "Completed", [trial("child", 1, "Completed", 0.3)])
+    request = warm("done")
+    tuning_records.update("child", lambda d: d["Request"].update({"WarmStartConfig": request["WarmStartConfig"]}))
+    answer = jobs(project).describe({"HyperParameterTuningJobName": "child"})
+    assert answer["BestTrainingJob"]["TrainingJobName"] == child[tuning_records.TRIALS][0]["TrainingJobName"]
+    assert answer["OverallBestTrainingJob"]["TrainingJobName"] == "done-001-00000001"  # 0.05 < 0.3, minimized
+    assert output_problems("DescribeHyperParameterTuningJob", answer) == []
+
+
 # -- DescribeHyperParameterTuningJob ---------------------------------------------------------------
 
 
