@@ -253,7 +253,8 @@ class Tuner:
                 self.exhausted.add(index)
                 continue
             name = trial_job_name(self.name, number)
-            params = trials.trial_request(self.definitions[index], tuned, name, self.tags)
+            params = trials.trial_request(self.definitions[index], tuned, name, self.tags,
+                                          self.metrics[index])
             try:
                 self.training.create(params, tuning_job_arn=self.arn)
             except (ApiError, EmulatorError) as err:

@@ -87,7 +87,8 @@ class TuningJobs:
             # A trial's request as the loop will make it, checked as CreateTrainingJob checks one: a
             # definition no trial could run is refused now, not after the tuning job has started.
             sample = ranges.sample(random.Random(0))
-            trial = trials.trial_request(definition, sample, trial_job_name(name, 1, "0" * 8), raw.get("Tags") or [])
+            trial = trials.trial_request(definition, sample, trial_job_name(name, 1, "0" * 8), raw.get("Tags") or [],
+                                         trials.objective_of(raw, definition)[0])
             spec = self.training.validated(trial)[1]
             folder = folder or spec.output_path / name
         now = datetime.now(timezone.utc).isoformat()
@@ -247,6 +248,10 @@ def description(doc: Mapping[str, Any], *, parents: Sequence[Mapping[str, Any]] 
     out: dict[str, Any] = {k: v for k, v in asked.items() if k in (
         "HyperParameterTuningJobConfig", "TrainingJobDefinition", "TrainingJobDefinitions", "WarmStartConfig",
         "Autotune")}
+    if isinstance(out.get("TrainingJobDefinition"), Mapping):
+        out["TrainingJobDefinition"] = trials.described_definition(asked, out["TrainingJobDefinition"])
+    if isinstance(out.get("TrainingJobDefinitions"), list):
+        out["TrainingJobDefinitions"] = [trials.described_definition(asked, d) for d in out["TrainingJobDefinitions"]]
     out.update({k: v for k, v in doc.items() if k not in PRIVATE})
     done = list(doc.get(tuning_records.TRIALS) or [])
     out["TrainingJobStatusCounters"], out["ObjectiveStatusCounters"] = trials.counters(done)

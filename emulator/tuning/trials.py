@@ -26,6 +26,11 @@ COUNTED = {"Completed": "Completed", "InProgress": "InProgress", "Stopping": "In
 # The service's FailureReason when the first trials all failed (its words, as users met them:
 # https://github.com/aws/amazon-sagemaker-examples/issues/2437).
 FIRST_ATTEMPTS = 5
+# The hyperparameter the service adds to every trial, naming the objective metric; the definitions'
+# StaticHyperParameters carry it too as DescribeHyperParameterTuningJob answers them (the SDK's
+# HyperparameterTuner.attach deletes it from there unconditionally; the training toolkit keeps it out
+# of the script's arguments: sagemaker_training/params.py, TUNING_METRIC_PARAM).
+TUNING_METRIC = "_tuning_objective_metric"
 ALL_FAILED = (f"No training job succeeded after {FIRST_ATTEMPTS} attempts. Please take a look at the training job "
               "failures to get more details.")
 
@@ -63,9 +68,10 @@ def ranges_of(request: Mapping[str, Any], definition: Mapping[str, Any]) -> Mapp
 
 
 def trial_request(definition: Mapping[str, Any], tuned: Mapping[str, str], name: str,
-                  tags: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                  tags: Sequence[Mapping[str, Any]], metric: str | None = None) -> dict[str, Any]:
     """The CreateTrainingJob request of the trial `name`: the definition's members, its static
-    hyperparameters with the tuned ones over them, and the tuning job's tags (API_CreateHyperParameterTuningJob,
+    hyperparameters with the tuned ones and `TUNING_METRIC` (the objective `metric`) over them, and
+    the tuning job's tags (API_CreateHyperParameterTuningJob,
     Tags: "Tags that you specify for the tuning job are also added to all training jobs that the
     tuning job launches")."""
     algorithm = dict(definition.get("AlgorithmSpecification") or {})
@@ -74,7 +80,8 @@ def trial_request(definition: Mapping[str, Any], tuned: Mapping[str, str], name:
     spec = {k: algorithm[k] for k in ("TrainingImage", "AlgorithmName", "TrainingInputMode", "MetricDefinitions")
             if k in algorithm}
     params: dict[str, Any] = {"TrainingJobName": name, "AlgorithmSpecification": spec,
-                              "HyperParameters": {**(definition.get("StaticHyperParameters") or {}), **tuned}}
+                              "HyperParameters": {**(definition.get("StaticHyperParameters") or {}), **tuned,
+                                                  **({TUNING_METRIC: metric} if metric else {})}}
     for key in COPIED:
         if key in definition:
             params[key] = definition[key]
@@ -87,6 +94,22 @@ def trial_request(definition: Mapping[str, Any], tuned: Mapping[str, str], name:
     if tags:
         params["Tags"] = [dict(t) for t in tags]
     return params
+
+
+def described_definition(request: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The definition as DescribeHyperParameterTuningJob answers it, which is not quite as it was asked
+    (as Terraform's provider met the service: hashicorp/terraform-provider-aws,
+    internal/service/sagemaker/hyper_parameter_tuning_job.go, its normalize* functions):
+    `TUNING_METRIC` among its StaticHyperParameters; and a HyperParameterTuningResourceConfig of
+    one instance type (what SDK v2 always sends) answered as the ResourceConfig its trials got,
+    which the SDK's HyperparameterTuner.attach reads. One with InstanceConfigs stays as asked."""
+    out = {**definition, "StaticHyperParameters": {**(definition.get("StaticHyperParameters") or {}),
+                                                   TUNING_METRIC: objective_of(request, definition)[0]}}
+    tuning = definition.get("HyperParameterTuningResourceConfig")
+    if not definition.get("ResourceConfig") and isinstance(tuning, Mapping) and not tuning.get("InstanceConfigs"):
+        del out["HyperParameterTuningResourceConfig"]
+        out["ResourceConfig"] = resource_config(definition)
+    return out
 
 
 def resource_config(definition: Mapping[str, Any]) -> dict[str, Any]:
