@@ -162,10 +162,22 @@ class Tuner:
             return stopping.median_rule_stops(trial.values, earlier, self.minimize)
         if self.hyperband:
             if self.max_resource is not None and len(trial.values) >= self.max_resource:
-                return True
+                # At MaxResource a trial whose own epochs are no more ends by itself, Completed: stopped
+                # now it would end Stopped in the middle of finishing. One that would run on is stopped.
+                return self._runs_past_max_resource(trial.definition)
             prune = getattr(self.strategies[trial.definition], "should_stop", None)
             return bool(prune(trial.number, trial.values)) if prune is not None else False
         return False
+
+    def _runs_past_max_resource(self, definition: int) -> bool:
+        """Whether the definition's trials would report more epochs than MaxResource: their static
+        epochs hyperparameter is larger, or they have none to tell (then they are stopped there)."""
+        static = self.definitions[definition].get("StaticHyperParameters") or {}
+        for key in EPOCH_KEYS:
+            if key in static:
+                with contextlib.suppress(TypeError, ValueError):
+                    return int(str(static[key]).strip('"')) > (self.max_resource or 0)
+        return True
 
     def _ended(self, trial: Running, status: str, doc: Mapping[str, Any]) -> None:
         value = trial.values[-1] if trial.values else None

@@ -209,7 +209,10 @@ def test_each_trial_gets_the_tuning_jobs_arn_and_tags_and_static_with_tuned_hype
     for params in training.created():
         assert params["Tags"] == TAGS
         hyper = params["HyperParameters"]
-        assert set(hyper) == {"optimizer", "epochs", "lr", "batch"}
+        # The service adds the objective's name to every trial's hyperparameters (the toolkit keeps it
+        # from the script's arguments; HyperparameterTuner.attach reads it back).
+        assert set(hyper) == {"optimizer", "epochs", "lr", "batch", "_tuning_objective_metric"}
+        assert hyper["_tuning_objective_metric"] == METRIC
         assert (hyper["optimizer"], hyper["epochs"]) == ("adam", "4")
         assert 0.001 <= float(hyper["lr"]) <= 0.1
         assert 16 <= int(hyper["batch"]) <= 128
@@ -313,6 +316,16 @@ def test_hyperband_stops_a_trial_once_it_reports_max_resource_values(tmp_path: P
         assert stop.was_running
         assert stop.reported <= 3
     assert {training.status(n) for n in training.trials} == {Status.STOPPED}
+
+
+def test_a_hyperband_trial_whose_own_epochs_are_max_resource_ends_completed_not_stopped(tmp_path: Path) -> None:
+    # Equal values: no pruner stops them before MaxResource; at MaxResource they end by themselves.
+    training = fake(tmp_path, lambda n, _: Life((0.5,) * 3))
+    request = tuning_request(most=2, parallel=2, strategy="Hyperband", static={"epochs": "3"},
+                             StrategyConfig={"HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 3}})
+    assert tune(request, training) == "Completed"
+    assert training.stops == []
+    assert {training.status(n) for n in training.trials} == {Status.COMPLETED}
 
 
 # -- how a tuning job ends ----------------------------------------------------------------------------
