@@ -84,8 +84,9 @@ def _answer(by_service: Mapping[str, Mapping[str, Operation]], model: Any, conte
 
 
 def _known(by_service: Mapping[str, Mapping[str, Operation]]) -> str:
-    """`sagemaker` CreateTrainingJob, ...: S3's two dozen operations in full would drown the message."""
-    return "; ".join(f"{s} " + (", ".join(sorted(ops)) if len(ops) <= 6 else f"{len(ops)} operations")
+    """`sagemaker` CreateTrainingJob, ...: SageMaker's training and tuning operations by name; S3's
+    two dozen operations in full would drown the message."""
+    return "; ".join(f"{s} " + (", ".join(sorted(ops)) if len(ops) <= 12 else f"{len(ops)} operations")
                      for s, ops in sorted(by_service.items()))
 
 
