@@ -845,7 +845,9 @@ class _Page:
                 "hosts": [h.to_json() for h in hosts], "failure": FAILURE, "status": status}
         return {"name": name, "status": status, "hosts": hosts, "colours": colours, "svg": svg, "dot": dot,
                 "data": data, "ended": status["status"] in FINAL_STATUSES, "phases": PHASES,
-                "image_notes": image_notes(doc)}
+                "image_notes": image_notes(doc),
+                # A tuning job's trial links to it: the name is its ARN's last part, checked as a name.
+                "tuning": _tuning_of(doc)}
 
     async def events(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -1054,6 +1056,13 @@ def tuning_row(doc: Mapping[str, Any]) -> dict[str, Any]:
             "best": _objective_text(best) if best else "",
             "best_job": str(best.get("TrainingJobName", "")),
             "created": _short_time(_parse_time(doc.get("CreationTime")))}
+
+
+def _tuning_of(doc: Mapping[str, Any]) -> str | None:
+    """The tuning job a trial's description names in TuningJobArn (its name, in lower case as ARNs are)."""
+    arn = doc.get("TuningJobArn")
+    name = arn.rpartition("/")[2] if isinstance(arn, str) else ""
+    return name if _job_name(name) else None
 
 
 def _objective_text(summary: Mapping[str, Any]) -> str:

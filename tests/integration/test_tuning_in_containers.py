@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from sagemaker.estimator import Estimator
 from sagemaker.exceptions import UnexpectedStatusException
 from sagemaker.tuner import (
@@ -26,6 +27,8 @@ from sagemaker.tuner import (
     HyperparameterTuner,
     IntegerParameter,
     StrategyConfig,
+    WarmStartConfig,
+    WarmStartTypes,
 )
 from serving import running_server
 from testkit import unique, wait_for
@@ -332,6 +335,34 @@ def test_attach_to_an_ended_tuning_job(session: EmulatorSession) -> None:
     assert static["sagemaker_program"] == '"train.py"' and "x" not in static
     best = attached.best_estimator()
     assert best.latest_training_job.name == tuner.best_training_job()
+
+
+def test_a_warm_start_learns_from_its_parent_and_names_the_overall_best(session: EmulatorSession) -> None:
+    # The SDK's own WarmStartConfig: a Bayesian child of an ended Random parent, same data and image.
+    parent = tuner_of(estimator(session, epochs=1), {"x": ContinuousParameter(0, 1)}, strategy="Random",
+                      random_seed=5, max_jobs=3, max_parallel_jobs=2)
+    parent.fit(wait=True)
+    parent_name = parent.latest_tuning_job.name
+    warm = WarmStartConfig(WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM, parents={parent_name})
+    child = tuner_of(estimator(session, epochs=1), {"x": ContinuousParameter(0, 1)}, strategy="Bayesian",
+                     max_jobs=2, max_parallel_jobs=1, warm_start_config=warm)
+    child.fit(wait=True)
+    described = session.describe_tuning_job(child.latest_tuning_job.name)
+    assert described["HyperParameterTuningJobStatus"] == "Completed"
+    assert described["WarmStartConfig"]["ParentHyperParameterTuningJobs"] == [
+        {"HyperParameterTuningJobName": parent_name}]
+    # The overall best is the least objective of the parent's and the child's trials, worked out here.
+    everyone = trials_of(session, parent_name) + trials_of(session, child.latest_tuning_job.name)
+    least = min(everyone, key=lambda t: t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
+    assert described["OverallBestTrainingJob"]["TrainingJobName"] == least["TrainingJobName"]
+    # A warm start that changes the objective is refused, as the service refuses it.
+    other = HyperparameterTuner(estimator(session, epochs=1), "train_loss", {"x": ContinuousParameter(0, 1)},
+                                metric_definitions=[*METRICS, {"Name": "train_loss", "Regex": r"tl=([0-9.]+)"}],
+                                objective_type="Minimize", strategy="Bayesian", max_jobs=1,
+                                warm_start_config=WarmStartConfig(WarmStartTypes.TRANSFER_LEARNING,
+                                                                  parents={parent_name}))
+    with pytest.raises(ClientError, match="objective metric"):
+        other.fit(wait=False)
 
 
 # -- 9 ---------------------------------------------------------------------------------------------

@@ -1009,3 +1009,18 @@ def test_a_tuning_job_that_does_not_exist_gets_a_404_page(path: str) -> None:
     response = client(FakeSource([Frame()])).get(path)
 
     assert response.status_code == 404 and 'href="/"' in response.text
+
+
+def test_a_trials_page_links_to_its_tuning_job() -> None:
+    source = FakeSource([Frame()])
+    described = source.describe
+
+    def with_arn(name: str) -> dict[str, Any]:
+        arn = "arn:aws:sagemaker:us-west-2:000000000000:hyper-parameter-tuning-job/tune-1"
+        return {**described(name), "TuningJobArn": arn}
+
+    source.describe = with_arn  # type: ignore[method-assign]
+    body = client(source).get(f"/jobs/{JOB}").text
+    assert 'trial of the tuning job <a href="/tuning/tune-1">tune-1</a>' in body
+    plain = client(FakeSource([Frame()])).get(f"/jobs/{JOB}").text
+    assert "trial of the tuning job" not in plain
