@@ -144,7 +144,8 @@ class Tuner:
             trial.values = trials.objective_values(samples, self.metrics[trial.definition])
             if record.status.is_final:
                 del self.running[name]
-                self._ended(trial, str(record.status), record.doc)
+                # The description: the record with the ended job's job.json (its times, its FailureReason).
+                self._ended(trial, str(record.status), self.training.description(record))
             elif not trial.stopped_early and self._stop_early(trial):
                 trial.stopped_early = True
                 with contextlib.suppress(ApiError):

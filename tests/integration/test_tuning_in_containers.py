@@ -459,4 +459,7 @@ def test_when_every_trial_fails_the_tuning_job_fails_after_five(session: Emulato
     assert described["TrainingJobStatusCounters"]["NonRetryableError"] == len(failed)
     for trial in failed:  # each ran the script, which failed
         assert "ARGS " in host_log(session, trial["TrainingJobName"])
-        assert session.describe_training_job(trial["TrainingJobName"])["FailureReason"]
+        reason = session.describe_training_job(trial["TrainingJobName"])["FailureReason"]
+        assert reason
+        # ListTrainingJobsForHyperParameterTuningJob's row says why, as DescribeTrainingJob does.
+        assert trial["FailureReason"] == reason[:1024]

@@ -130,6 +130,10 @@ class FakeTraining:
                 self._tick(trial)
             return trial.record
 
+    def description(self, record: FakeRecord) -> dict[str, Any]:
+        """DescribeTrainingJob's view of the trial: its record's fields (an ended job's FailureReason)."""
+        return dict(record.doc)
+
     def stop(self, params: Mapping[str, Any]) -> dict[str, Any]:
         with self._lock:
             name = str(params.get("TrainingJobName"))
