@@ -1000,9 +1000,9 @@ def serve(
         "--credentials", metavar="KEY:SECRET", envvar="HETERO_EMU_CREDENTIALS", show_default=False,
         help="Check every request's SigV4 signature with this access key and secret (clients set them as "
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); the page then asks for the token printed at start.")] = None,
-    stop_jobs_on_exit: Annotated[bool, typer.Option("--stop-jobs-on-exit", help="Stop the jobs this server "
-                                                    "started when it stops (by default they run on to their end, "
-                                                    "as on the service).")] = False,
+    stop_jobs_on_exit: Annotated[bool, typer.Option("--stop-jobs-on-exit", help="Stop the jobs and tuning jobs "
+                                                    "this server started when it stops (by default they run on to "
+                                                    "their end, as on the service).")] = False,
     s3_root: S3RootOpt = None,
     engine_name: EngineOpt = DEFAULT_ENGINE,
     allow_host_path: Annotated[list[Path] | None, typer.Option(

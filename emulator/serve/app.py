@@ -94,6 +94,11 @@ def serve(*, host: str = "127.0.0.1", port: int = 4590, region: str | None = Non
     finally:
         sock.close()
         if stop_jobs_on_exit:
+            # The tuning jobs first, so that their loops start no trial while the jobs stop; each loop
+            # stops its own running trials.
+            for name in list(aws.training.tuning.loops):
+                with contextlib.suppress(Exception):
+                    aws.training.tuning.stop({"HyperParameterTuningJobName": name})
             for name in list(aws.training.drivers):
                 with contextlib.suppress(Exception):
                     aws.training.stop({"TrainingJobName": name})

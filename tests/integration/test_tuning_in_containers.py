@@ -387,11 +387,10 @@ def serve_request(name: str, **config: Any) -> dict[str, Any]:
     }
 
 
-def test_boto3_over_serve_runs_a_hand_written_tuning_job(tmp_path: Path) -> None:
+def source_archive() -> bytes:
+    """The trial's script as the SDK uploads code: a sourcedir.tar.gz."""
     import io
     import tarfile
-
-    import botocore.exceptions
 
     source = io.BytesIO()
     with tarfile.open(fileobj=source, mode="w:gz") as tar:
@@ -399,10 +398,20 @@ def test_boto3_over_serve_runs_a_hand_written_tuning_job(tmp_path: Path) -> None
         info = tarfile.TarInfo("train.py")
         info.size = len(body)
         tar.addfile(info, io.BytesIO(body))
+    return source.getvalue()
+
+
+def put_code(server: Any) -> None:
+    s3 = server.client("s3")
+    s3.create_bucket(Bucket="tuned", CreateBucketConfiguration={"LocationConstraint": server.region})
+    s3.put_object(Bucket="tuned", Key="code/sourcedir.tar.gz", Body=source_archive())
+
+
+def test_boto3_over_serve_runs_a_hand_written_tuning_job(tmp_path: Path) -> None:
+    import botocore.exceptions
+
     with running_server(tmp_path / "server") as server:
-        s3 = server.client("s3")
-        s3.create_bucket(Bucket="tuned", CreateBucketConfiguration={"LocationConstraint": server.region})
-        s3.put_object(Bucket="tuned", Key="code/sourcedir.tar.gz", Body=source.getvalue())
+        put_code(server)
         client = server.client("sagemaker")
         name = unique("served")
         arn = client.create_hyper_parameter_tuning_job(**serve_request(name))["HyperParameterTuningJobArn"]
@@ -435,6 +444,39 @@ def test_boto3_over_serve_runs_a_hand_written_tuning_job(tmp_path: Path) -> None
         error = refused.value.response["Error"]
         assert error["Code"] == "ValidationException"
         assert "MaxParallelTrainingJobs" in error["Message"], error
+
+
+def test_serve_stop_jobs_on_exit_stops_its_tuning_jobs_and_their_trials(tmp_path: Path) -> None:
+    with running_server(tmp_path / "server", ["--stop-jobs-on-exit"]) as server:
+        put_code(server)
+        client = server.client("sagemaker")
+        name = unique("served")
+        request = serve_request(name, limits={"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 1})
+        request["TrainingJobDefinition"]["StaticHyperParameters"].update({"epochs": "200", "epoch_seconds": "0.5"})
+        client.create_hyper_parameter_tuning_job(**request)
+
+        def a_trial_runs() -> bool:
+            rows = client.list_training_jobs_for_hyper_parameter_tuning_job(
+                HyperParameterTuningJobName=name)["TrainingJobSummaries"]
+            return bool(rows) and "val_loss" in trial_log(server.state_dir, rows[0]["TrainingJobName"])
+
+        wait_for(a_trial_runs, "the first trial's first epoch", timeout=180)
+        code, output = server.stop()
+        assert code in (0, 130) and "Traceback" not in output, output
+    record = server.state_dir / "tuning" / f"{name}.json"
+    wait_for(lambda: json.loads(record.read_text())["HyperParameterTuningJobStatus"] == "Stopped",
+             "the tuning job stopped", timeout=120)
+    rows = json.loads(record.read_text())["Trials"]
+    assert [r["TrainingJobStatus"] for r in rows] == ["Stopped"]  # the one trial, and none after it
+
+
+def trial_log(state_dir: Path, trial: str) -> str:
+    """What a trial's host printed, by its record in the server's state folder."""
+    found = state_dir / "jobs" / f"{trial}.json"
+    if not found.is_file():
+        return ""
+    log = Path(json.loads(found.read_text())["JobDir"]) / "logs" / "algo-1.log"
+    return log.read_text() if log.is_file() else ""
 
 
 # -- 10 --------------------------------------------------------------------------------------------
