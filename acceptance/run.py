@@ -86,8 +86,11 @@ def child(name: str, workdir: Path, build: bool) -> int:
         """The emulator's session, which also notes each job it creates (so the runner can stop them
         after a timeout) and refuses a job whose image would have to be built, unless allowed."""
         session = Session(**kwargs)
-        session.sagemaker_client.meta.events.register(
-            "provide-client-params.sagemaker.CreateTrainingJob", lambda params, **_: _noted(params, jobs_file, build))
+        events = session.sagemaker_client.meta.events
+        events.register("provide-client-params.sagemaker.CreateTrainingJob",
+                        lambda params, **_: _noted(params, jobs_file, build))
+        events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob",
+                        lambda params, **_: _noted_tuning(params, jobs_file, build))
         sessions.append(session)
         return session
 
@@ -110,7 +113,7 @@ def child(name: str, workdir: Path, build: bool) -> int:
     jobs = _jobs(sessions, jobs_file)
     # A job's FailureReason says more than the exception a cell raised on it (a waiter's says only
     # "Failed"); a job that failed while no cell waited for it fails the notebook too.
-    reasons = [j["failure"] for j in jobs if j.get("status") not in ("Completed", "not created") and j.get("failure")]
+    reasons = failures(jobs)
     if outcome["result"] == "ran" and (failure or reasons):
         outcome = classify(notebook, "\n".join([failure, *reasons]), cause_from=reasons[0] if reasons else failure)
     outcome["jobs"] = jobs
@@ -120,12 +123,38 @@ def child(name: str, workdir: Path, build: bool) -> int:
     return 0
 
 
-def _noted(params: dict[str, Any], jobs_file: Path, build: bool) -> None:
-    from emulator.training_images.ecr_images import choose_image
+def failures(jobs: list[dict[str, Any]]) -> list[str]:
+    """The FailureReasons of the jobs that did not complete, a failed trial's before its tuning
+    job's; a trial of a tuning job that completed is not one (the service tolerates failed trials)."""
+    completed = {j["job"] for j in jobs if j.get("tuning") and j.get("status") == "Completed"}
+    return [j["failure"] for j in jobs if j.get("status") not in ("Completed", "not created") and j.get("failure")
+            and j.get("tuning_job") not in completed]
 
+
+def _noted(params: dict[str, Any], jobs_file: Path, build: bool) -> None:
     requested = params["AlgorithmSpecification"]["TrainingImage"]
     with jobs_file.open("a") as out:
         out.write(json.dumps({"job": params["TrainingJobName"], "image": requested}) + "\n")
+    _refuse_unbuilt(requested, build)
+
+
+def _noted_tuning(params: dict[str, Any], jobs_file: Path, build: bool) -> None:
+    """A tuning job is noted as a job of its own (its trials are created by its own process), and its
+    definitions' images are checked as a training job's is."""
+    definitions = [params["TrainingJobDefinition"]] if params.get("TrainingJobDefinition") else []
+    definitions += params.get("TrainingJobDefinitions") or []
+    images = [d["AlgorithmSpecification"]["TrainingImage"] for d in definitions
+              if d.get("AlgorithmSpecification", {}).get("TrainingImage")]
+    with jobs_file.open("a") as out:
+        out.write(json.dumps({"job": params["HyperParameterTuningJobName"], "tuning": True,
+                              "image": ", ".join(images)}) + "\n")
+    for requested in images:
+        _refuse_unbuilt(requested, build)
+
+
+def _refuse_unbuilt(requested: str, build: bool) -> None:
+    from emulator.training_images.ecr_images import choose_image
+
     try:
         choice = choose_image(requested, {}, image_present)
     except Exception:  # noqa: BLE001 - the emulator's own refusal is the result, said by the job
@@ -145,16 +174,37 @@ def image_present(image: str) -> bool:
 
 
 def _check(notebook: Notebook, namespace: dict[str, Any]) -> None:
-    """The notebook's checks after its cells: the members its model.tar.gz must have."""
+    """The notebook's checks after its cells: the members its model.tar.gz must have; for a tuner,
+    its tuning job Completed, its number of trials, and the members of its best trial's model.tar.gz."""
     for estimator_name, members in (notebook.checks.get("model_contains") or {}).items():
-        model_data = namespace[estimator_name].model_data
-        bucket, key = model_data.removeprefix("s3://").split("/", 1)
-        with tarfile.open(Path(os.environ["HETERO_EMU_S3_ROOT"]) / bucket / key) as tar:
-            names = {Path(n).as_posix().removeprefix("./") for n in tar.getnames()}
-        missing = [m for m in members if m not in names]
-        print(f"{estimator_name}.model_data {model_data}: {sorted(names)}", flush=True)
-        if missing:
-            raise AssertionError(f"{model_data} lacks {', '.join(missing)} (has {', '.join(sorted(names))})")
+        _check_model(f"{estimator_name}.model_data", namespace[estimator_name].model_data, members)
+    for tuner_name, want in (notebook.checks.get("tuning") or {}).items():
+        tuner = namespace[tuner_name]
+        description = tuner.describe()
+        name, status = description["HyperParameterTuningJobName"], description["HyperParameterTuningJobStatus"]
+        print(f"{tuner_name}: tuning job {name} {status}", flush=True)
+        if status != "Completed":
+            raise AssertionError(f"tuning job {name} is {status}: {description.get('FailureReason', '')}")
+        if "trials" in want:
+            rows = len(tuner.analytics().dataframe())
+            print(f"{tuner_name}.analytics().dataframe(): {rows} rows", flush=True)
+            if rows != want["trials"]:
+                raise AssertionError(f"tuning job {name} has {rows} trials, not {want['trials']}")
+        if "best_model_contains" in want:
+            best = tuner.best_training_job()
+            trial = tuner.sagemaker_session.sagemaker_client.describe_training_job(TrainingJobName=best)
+            _check_model(f"{tuner_name}.best_training_job() {best}", trial["ModelArtifacts"]["S3ModelArtifacts"],
+                         want["best_model_contains"])
+
+
+def _check_model(what: str, model_data: str, members: list[str]) -> None:
+    bucket, key = model_data.removeprefix("s3://").split("/", 1)
+    with tarfile.open(Path(os.environ["HETERO_EMU_S3_ROOT"]) / bucket / key) as tar:
+        names = {Path(n).as_posix().removeprefix("./") for n in tar.getnames()}
+    missing = [m for m in members if m not in names]
+    print(f"{what} {model_data}: {sorted(names)}", flush=True)
+    if missing:
+        raise AssertionError(f"{model_data} lacks {', '.join(missing)} (has {', '.join(sorted(names))})")
 
 
 def classify(notebook: Notebook, text: str, cause_from: str | None = None) -> dict[str, Any]:
@@ -206,18 +256,38 @@ def _jobs(sessions: list[Any], jobs_file: Path) -> list[dict[str, Any]]:
     """Each job the notebook created: its name, the image it named, the one that ran, its status."""
     if not jobs_file.exists() or not sessions:
         return []
+    client = sessions[-1].sagemaker_client
     found = []
     for line in jobs_file.read_text().splitlines():
         job = json.loads(line)
         try:
-            doc = sessions[-1].sagemaker_client.describe_training_job(TrainingJobName=job["job"])
+            if job.get("tuning"):
+                found += _tuning_rows(client, job)
+                continue
+            doc = client.describe_training_job(TrainingJobName=job["job"])
         except Exception:  # noqa: BLE001 - a job refused at create has no description
             found.append({**job, "status": "not created"})
             continue
-        emulator = doc.get("Emulator") or {}
-        found.append({**job, "status": doc["TrainingJobStatus"], "ran_on": emulator.get("Image", ""),
-                      "stand_in": emulator.get("StandIn", ""), "failure": doc.get("FailureReason", "")})
+        found.append(_training_row(job, doc))
     return found
+
+
+def _training_row(job: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    emulator = doc.get("Emulator") or {}
+    return {**job, "status": doc["TrainingJobStatus"], "ran_on": emulator.get("Image", ""),
+            "stand_in": emulator.get("StandIn", ""), "failure": doc.get("FailureReason", "")}
+
+
+def _tuning_rows(client: Any, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tuning job's trials, then the tuning job: a trial's FailureReason says more than the tuning
+    job's ("No training job succeeded after 5 attempts")."""
+    doc = client.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=job["job"])
+    summaries = client.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=job["job"], MaxResults=100)["TrainingJobSummaries"]
+    trials = [_training_row({"job": s["TrainingJobName"], "tuning_job": job["job"]},
+                            client.describe_training_job(TrainingJobName=s["TrainingJobName"]))
+              for s in sorted(summaries, key=lambda s: s["TrainingJobName"])]
+    return [*trials, {**job, "status": doc["HyperParameterTuningJobStatus"], "failure": doc.get("FailureReason", "")}]
 
 
 # --- the parent: the set ----------------------------------------------------------------------------
@@ -235,8 +305,8 @@ def prepare(notebook: Notebook, workdir: Path, s3_root: Path) -> None:
 def expected_image(notebook: Notebook) -> str:
     """The local image the notebook's framework maps to, or the framework as written where it maps
     to none (Hugging Face, a version the table does not have: the job's own refusal says why)."""
-    from emulator.training_images import frameworks
     from emulator.errors import EmulatorError
+    from emulator.training_images import frameworks
 
     parts = notebook.framework.split()
     if parts[0] not in frameworks.FRAMEWORKS:
@@ -293,16 +363,23 @@ def run_one(notebook: Notebook, out: Path, build: bool, scale: float) -> dict[st
 
 
 def stop_jobs(jobs_file: Path, s3_root: Path) -> str:
-    """Stop every job a timed-out notebook created (as StopTrainingJob), and say which."""
+    """Stop every job a timed-out notebook created (as StopTrainingJob; a tuning job, and so its
+    trials, as StopHyperParameterTuningJob), and say which."""
     if not jobs_file.exists():
         return ""
     from emulator.sagemaker import EmulatorSession
 
     client = EmulatorSession(s3_root=s3_root).sagemaker_client
-    names = [json.loads(line)["job"] for line in jobs_file.read_text().splitlines()]
-    for name in names:
+    jobs = [json.loads(line) for line in jobs_file.read_text().splitlines()]
+    names = [job["job"] for job in jobs]
+    for job in jobs:
+        name = job["job"]
         try:
-            if client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress":
+            if job.get("tuning"):  # StopHyperParameterTuningJob stops its trials too
+                doc = client.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+                if doc["HyperParameterTuningJobStatus"] == "InProgress":
+                    client.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+            elif client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress":
                 client.stop_training_job(TrainingJobName=name)
         except Exception as err:  # noqa: BLE001 - a job refused at create cannot be stopped
             print(f"   could not stop {name}: {err}", flush=True)

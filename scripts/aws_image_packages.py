@@ -265,6 +265,15 @@ def runtime_floors(pinned: Sequence[str]) -> dict[str, str]:
     return {}
 
 
+#: Packages taken from wheels only from the start, and why. uv reads an old release's metadata without
+#: building it, so it may choose a source-only release that then fails to build in the image, where the
+#: resolver never sees it fail (the `--only-binary` step of `resolve` catches only builds uv itself tries).
+WHEELS_ONLY: dict[str, str] = {
+    "scipy": "scipy's releases before 1.9 build from source with numpy.distutils, which fails beside the image's "
+             "numpy 1.26 and setuptools 75 (ModuleNotFoundError: No module named 'distutils.msvccompiler'): "
+             "AWS's scipy==1.2.2 of PyTorch 1.8 has no wheel for Python 3.9, and its image did not build",
+}
+
 _BUILD_FAILED = re.compile(r"Failed to build `([A-Za-z0-9][A-Za-z0-9._-]*)==")
 
 
@@ -272,9 +281,10 @@ def resolve(pinned: Sequence[str], wanted: Mapping[str, str], compile_: Compile)
     """All of `wanted` resolved together beside the image's exact pins, AWS's specifiers first; each failure
     loosens or leaves out one package it names (`next_step`) until a set resolves. A source package that
     fails to build (an old release the resolver backtracked to) is not a verdict: that package is then taken
-    from wheels only (`--only-binary`), and the resolver says what really conflicts."""
+    from wheels only (`--only-binary`), and the resolver says what really conflicts. `WHEELS_ONLY` are taken
+    from wheels from the first step."""
     todo, relaxed, dropped = dict(wanted), {}, {}
-    wheels_only: list[str] = []
+    wheels_only: list[str] = [name for name in WHEELS_ONLY if name in wanted]
     floors = runtime_floors(pinned)
     for _ in range(3 * len(wanted) + 1):  # each step loosens, leaves out or holds to wheels one: this ends
         options = [f"--only-binary {name}" for name in wheels_only]

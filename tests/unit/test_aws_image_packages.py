@@ -118,7 +118,9 @@ def test_the_resolver_loosens_one_package_a_step_until_a_set_resolves() -> None:
     # Only what was wanted is pinned (not the image's pins, not what they bring).
     assert res.pins == {"scipy": "1.8.0", "absl-py": "1.4.0"}
     assert list(res.relaxed) == ["absl-py"] and list(res.dropped) == ["sagemaker"]
-    assert all(lines[0] == "tensorflow==2.11.0" for lines in asked) and len(asked) == 3
+    # The image's pins first, after the options (scipy is taken from wheels: WHEELS_ONLY).
+    assert all([line for line in lines if not line.startswith("--")][0] == "tensorflow==2.11.0" for lines in asked)
+    assert all("--only-binary scipy" in lines for lines in asked) and len(asked) == 3
     # An old source package that fails to build is taken from wheels only, not left out for it.
     asked.clear()
 
@@ -194,3 +196,23 @@ def test_numba_is_held_to_a_release_that_states_its_numpy_range_beside_a_newer_n
     assert aws.resolve(["numpy==1.19.5"], {"numba": "<0.54"}, compile_).pins == {"numba": "0.53.1"}
     assert aws.runtime_floors(["numpy==1.26.4"]) == {"numba": ">=0.56"} and aws.runtime_floors([]) == {}
     assert all("numba>=0.56" not in lines for lines in asked[1:])
+
+
+def test_scipy_comes_from_wheels_so_that_no_source_release_the_image_cannot_build_is_chosen() -> None:
+    # uv reads scipy 1.2.2's metadata from its sdist without building it; the image's pip then fails to build
+    # it on Python 3.9 (numpy.distutils beside numpy 1.26): AWS's exact pin is loosened instead.
+    asked: list[list[str]] = []
+    no_wheel = ("  × No solution found when resolving dependencies:\n  ╰─▶ Because scipy==1.2.2 has no wheels with "
+                "a matching Python ABI tag (e.g., `cp39`) and you require scipy==1.2.2, we can conclude that your "
+                "requirements are unsatisfiable.\n")
+
+    def compile_(lines: list[str]) -> tuple[int, str, dict[str, str]]:
+        asked.append(list(lines))
+        if "--only-binary scipy" in lines and "scipy==1.2.2" in lines:
+            return 1, no_wheel, {}
+        return 0, "", {"scipy": "1.13.1" if "--only-binary scipy" in lines else "1.2.2"}
+
+    res = aws.resolve(["numpy==1.26.4"], {"scipy": "==1.2.2"}, compile_)
+    assert res.pins == {"scipy": "1.13.1"} and "no wheels" in res.relaxed["scipy"]
+    assert all(lines[0] == "--only-binary scipy" for lines in asked)
+    assert "scipy" in aws.WHEELS_ONLY

@@ -102,3 +102,99 @@ def test_a_download_the_notebook_makes_is_its_own_failure_and_a_missing_module_t
         "failed: notebook itself offline")
     assert run.classify(notebook, "ModuleNotFoundError: No module named 'tensorflow_addons'")["result"] == (
         "failed: emulator")
+
+
+def test_a_tuning_notebook_checks_its_tuning_job_and_its_best_trials_model() -> None:
+    notebook = notebook_set.named("pytorch-hpo-mnist")
+    assert notebook.checks["tuning"] == {"tuner": {"trials": 9, "best_model_contains": ["model.pth"]}}
+    ran = "\n".join(notebook.cell_source(i) for i in notebook.cells)
+    # max_jobs and max_parallel_jobs are the notebook's own: no override may change them.
+    assert "max_jobs=9" in ran and "max_parallel_jobs=3" in ran and "tuner.fit(" in ran
+
+
+class _FakeTuner:
+    def __init__(self, status: str, trials: int, model_data: str) -> None:
+        self.status, self.trials, self.model_data = status, trials, model_data
+        self.sagemaker_session = self
+
+    @property
+    def sagemaker_client(self) -> _FakeTuner:
+        return self
+
+    def describe(self) -> dict[str, str]:
+        return {"HyperParameterTuningJobName": "hpo-1", "HyperParameterTuningJobStatus": self.status,
+                "FailureReason": "No training job succeeded after 5 attempts."}
+
+    def analytics(self) -> _FakeTuner:
+        return self
+
+    def dataframe(self) -> list[int]:
+        return list(range(self.trials))
+
+    def best_training_job(self) -> str:
+        return "hpo-1-001-abcdef12"
+
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, dict[str, str]]:  # noqa: N803 - boto's
+        return {"ModelArtifacts": {"S3ModelArtifacts": self.model_data}}
+
+
+def _tuning_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, members: list[str]) -> notebook_set.Notebook:
+    import tarfile
+
+    (tmp_path / "b" / "hpo-1-001-abcdef12" / "output").mkdir(parents=True)
+    for name in members:
+        (tmp_path / name).write_bytes(b"x")
+    with tarfile.open(tmp_path / "b" / "hpo-1-001-abcdef12" / "output" / "model.tar.gz", "w:gz") as tar:
+        for name in members:
+            tar.add(tmp_path / name, arcname=name)
+    monkeypatch.setenv("HETERO_EMU_S3_ROOT", str(tmp_path))
+    return notebook_set.Notebook(**{**NOTEBOOKS[0].__dict__, "checks": {
+        "tuning": {"tuner": {"trials": 9, "best_model_contains": ["model.pth"]}}}})
+
+
+def test_the_tuning_check_passes_on_a_completed_tuning_job_with_its_trials_and_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notebook = _tuning_notebook(tmp_path, monkeypatch, ["model.pth"])
+    run._check(notebook, {"tuner": _FakeTuner("Completed", 9, "s3://b/hpo-1-001-abcdef12/output/model.tar.gz")})
+
+
+@pytest.mark.parametrize(("status", "trials", "members", "says"), [
+    ("Failed", 9, ["model.pth"], "tuning job hpo-1 is Failed: No training job succeeded"),
+    ("Completed", 4, ["model.pth"], "tuning job hpo-1 has 4 trials, not 9"),
+    ("Completed", 9, ["other.bin"], "lacks model.pth"),
+])
+def test_the_tuning_check_fails_on_a_tuning_job_that_did_not_complete_or_lacks_trials_or_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str, trials: int, members: list[str],
+        says: str) -> None:
+    notebook = _tuning_notebook(tmp_path, monkeypatch, members)
+    tuner = _FakeTuner(status, trials, "s3://b/hpo-1-001-abcdef12/output/model.tar.gz")
+    with pytest.raises(AssertionError, match=says):
+        run._check(notebook, {"tuner": tuner})
+
+
+def test_a_failed_trial_is_the_cause_unless_its_tuning_job_completed() -> None:
+    trial = {"job": "hpo-1-001", "tuning_job": "hpo-1", "status": "Failed", "failure": "AlgorithmError: boom"}
+    failed = {"job": "hpo-1", "tuning": True, "status": "Failed", "failure": "No training job succeeded"}
+    assert run.failures([trial, failed]) == ["AlgorithmError: boom", "No training job succeeded"]
+    assert run.failures([trial, {**failed, "status": "Completed", "failure": ""}]) == []
+    assert run.failures([{"job": "train-1", "status": "Failed", "failure": "ExecuteUserScriptError"}]) == [
+        "ExecuteUserScriptError"]
+
+
+def test_a_tuning_jobs_rows_are_its_trials_then_itself() -> None:
+    class Client:
+        def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName: str) -> dict[str, str]:  # noqa: N803
+            return {"HyperParameterTuningJobStatus": "Failed", "FailureReason": "No training job succeeded"}
+
+        def list_training_jobs_for_hyper_parameter_tuning_job(self, **_: object) -> dict[str, list[dict[str, str]]]:
+            return {"TrainingJobSummaries": [{"TrainingJobName": "hpo-1-002"}, {"TrainingJobName": "hpo-1-001"}]}
+
+        def describe_training_job(self, TrainingJobName: str) -> dict[str, object]:  # noqa: N803
+            return {"TrainingJobStatus": "Failed", "FailureReason": f"{TrainingJobName} failed",
+                    "Emulator": {"Image": "hetero-emu/pytorch-training:1.8.0-py39"}}
+
+    rows = run._tuning_rows(Client(), {"job": "hpo-1", "tuning": True, "image": "pytorch-training:1.8.0-cpu-py3"})
+    assert [(r["job"], r["status"]) for r in rows] == [("hpo-1-001", "Failed"), ("hpo-1-002", "Failed"),
+                                                       ("hpo-1", "Failed")]
+    assert rows[0]["tuning_job"] == "hpo-1" and rows[0]["ran_on"] == "hetero-emu/pytorch-training:1.8.0-py39"
+    assert run.failures(rows)[0] == "hpo-1-001 failed"
