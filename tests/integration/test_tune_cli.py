@@ -6,6 +6,10 @@ tuning job described and its picture; a detached tuning job stopped with `hetero
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -118,3 +122,33 @@ def test_a_tuning_section_the_service_would_refuse_exits_2_naming_it(tmp_path: P
     assert done.returncode == 2, done.stdout + done.stderr
     assert "tuning" in done.stderr and "accuracy" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_stops_the_tuning_job_and_its_trials_and_exits_130(tmp_path: Path) -> None:
+    path = spec(tmp_path, {"strategy": "Random", "max_jobs": 4, "max_parallel_jobs": 2,
+                           "job_name": unique("ctrl-c")[:20],
+                           "hyperparameter_ranges": {"lr": {"type": "continuous", "min_value": 0.001,
+                                                            "max_value": 0.1},
+                                                     "optimizer": ["adam", "sgd"]}},
+                epochs=200, pause=0.5)
+    name = yaml.safe_load(path.read_text())["tuning"]["job_name"]
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "tune", str(path)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NO_COLOR": "1"})
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until a trial's trainer prints its first epoch
+            rows = api.tuning_description(name).get("TrainingJobSummaries") if api.is_tuning_job(name) else None
+            if rows and any("val_loss" in cli("logs", r["TrainingJobName"], cwd=tmp_path).stdout for r in rows):
+                break
+            time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "stopping the tuning job" in err and f"{name}: Stopped" in out
+    described = api.tuning_description(name)
+    assert described["HyperParameterTuningJobStatus"] == "Stopped"
+    assert {r["TrainingJobStatus"] for r in described["TrainingJobSummaries"]} == {"Stopped"}
