@@ -26,6 +26,7 @@ from emulator.planning.plan import Plan
 from emulator.planning.secrets import Masker, mask_environment
 from emulator.result import JobResult
 from emulator.run import hostfiles, metrics
+from emulator.state import job_records
 
 # ISA-L's level 1 of 0-3, chosen on measurements (benchmarks/artifacts.py, 2-core machine): level 1
 # packs random data at ~600 MB/s with no growth, and float32 weights to 0.926 of their size, as small
@@ -500,6 +501,12 @@ def describe(plan: Plan, result: JobResult) -> dict[str, Any]:
 
 
 def write_description(plan: Plan, result: JobResult) -> Path:
+    doc = describe(plan, result)
+    # A tuning job's trial names its tuning job, as its DescribeTrainingJob does (API_DescribeTrainingJob,
+    # TuningJobArn): the tuning layer recorded it when it created the job.
+    record = job_records.find(plan.job_name)
+    if record is not None and record.job_dir == Path(plan.job_dir) and isinstance(record.doc.get("TuningJobArn"), str):
+        doc["TuningJobArn"] = record.doc["TuningJobArn"]
     path = Path(plan.job_dir) / "job.json"
-    path.write_text(contract.dumps(describe(plan, result)))
+    path.write_text(contract.dumps(doc))
     return path

@@ -7,6 +7,7 @@ bar stands for which host, where it starts and ends, its colour, what follows it
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -461,3 +462,21 @@ def test_render_without_graphviz_writes_the_dot_and_says_how_to_get_the_svg(
     assert warnings == ["cluster.svg not drawn: Graphviz's `dot` is not installed (apt-get install graphviz); "
                         "cluster.dot is there"]
 
+
+
+def test_a_tuning_jobs_trial_names_its_tuning_job_in_job_json(spec: JobSpec) -> None:
+    # The tuning layer records the trial (with its TuningJobArn) before its driver runs it.
+    from emulator.result import Status
+    from emulator.state import job_records
+
+    arn = "arn:aws:sagemaker:us-west-2:000000000000:hyper-parameter-tuning-job/tune-1"
+    job_records.record("pic-job", spec.output_path / "pic-job", Status.IN_PROGRESS, TuningJobArn=arn)
+    result = run_fake(spec, FakeBackend())
+
+    assert json.loads((result.job_dir / "job.json").read_text())["TuningJobArn"] == arn
+
+
+def test_a_job_no_tuning_job_made_has_no_tuning_job_arn(spec: JobSpec) -> None:
+    result = run_fake(spec, FakeBackend())
+
+    assert "TuningJobArn" not in json.loads((result.job_dir / "job.json").read_text())
