@@ -77,9 +77,10 @@ def test_a_grid_search_of_a_heterogeneous_job_runs_every_combination_and_names_t
 
     # Each trial is a heterogeneous training job of its own: both groups' hosts ran with the trial's values.
     best = described["BestTrainingJob"]["TrainingJobName"]
-    # DescribeTrainingJob of the trial names its tuning job (job.json, which `describe --json` prints, is
-    # the run's own file and does not).
+    # The trial names its tuning job: DescribeTrainingJob's answer and its job.json (`describe --json`).
     assert api.description(best).doc["TuningJobArn"] == described["HyperParameterTuningJobArn"]
+    trial = json.loads(cli("describe", best, "--json", cwd=tmp_path).stdout)
+    assert trial["TuningJobArn"] == described["HyperParameterTuningJobArn"]
     logs = cli("logs", best, cwd=tmp_path).stdout
     assert "HOST algo-1 data lr=0.01 optimizer=\"adam\"" in logs and "HOST algo-2 trainers lr=0.01" in logs
     folder = Path(described["Emulator"]["Folder"])

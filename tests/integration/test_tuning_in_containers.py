@@ -223,7 +223,9 @@ def test_hyperband_stops_bad_trials_early_and_runs_good_ones_to_max_resource(ses
     # MinResource 2 and MaxResource 5 make one bracket (5 / 2 < the reduction factor 3), whose one
     # rung is epoch 2: there a trial that is not among the best so far stops, with epochs to spare.
     epochs = 5
-    tuner = tuner_of(estimator(session, epochs=epochs, epoch_seconds=0.4), {"x": ContinuousParameter(0, 10)},
+    # 0.8 s an epoch: a stop decided at epoch 2 reaches the trial well before its own end, however
+    # loaded the machine (the loop looks every 0.25 s; the stop then goes through the trial's driver).
+    tuner = tuner_of(estimator(session, epochs=epochs, epoch_seconds=0.8), {"x": ContinuousParameter(0, 10)},
                      strategy="Hyperband", max_jobs=6, max_parallel_jobs=2, random_seed=3,
                      strategy_config=StrategyConfig(HyperbandStrategyConfig(max_resource=epochs, min_resource=2)))
     tuner.fit(wait=True)
@@ -249,7 +251,8 @@ def test_early_stopping_auto_stops_trials_worse_than_the_median(session: Emulato
     # 9.0, 4.96, so the fourth and fifth trials are worse than the median of the trials before them
     # from their first epoch on (and the second and third worse than the first).
     epochs = 6
-    tuner = tuner_of(estimator(session, epochs=epochs, epoch_seconds=0.3), {"x": ContinuousParameter(0, 10)},
+    # 0.6 s an epoch, for the same reason as Hyperband's 0.8 s: the stop must come before the trial's end.
+    tuner = tuner_of(estimator(session, epochs=epochs, epoch_seconds=0.6), {"x": ContinuousParameter(0, 10)},
                      strategy="Random", random_seed=32, max_jobs=5, max_parallel_jobs=1, early_stopping_type="Auto")
     tuner.fit(wait=True)
     name = tuner.latest_tuning_job.name
@@ -271,17 +274,19 @@ def test_early_stopping_auto_stops_trials_worse_than_the_median(session: Emulato
 
 
 def test_never_more_trials_at_once_than_max_parallel_jobs(session: EmulatorSession) -> None:
-    tuner = tuner_of(estimator(session, epochs=4), {"x": ContinuousParameter(0, 1)}, strategy="Random",
-                     max_jobs=4, max_parallel_jobs=2)
+    # Each trial's script runs 4 s: long beside a container's start, so two trials started together
+    # overlap even on a loaded machine (a 0.8 s script did not always: CI saw one at a time).
+    tuner = tuner_of(estimator(session, epochs=4, epoch_seconds=1.0), {"x": ContinuousParameter(0, 1)},
+                     strategy="Random", max_jobs=4, max_parallel_jobs=2)
     tuner.fit(wait=True)
     trials = trials_of(session, tuner.latest_tuning_job.name)
     assert len(trials) == 4
     logs = [host_log(session, t["TrainingJobName"]) for t in trials]
     inside = [(stamp(log, "START"), stamp(log, "END")) for log in logs]
-    assert most_at_once(inside) == 2, inside  # 2 at once, and never 3
+    assert most_at_once(inside) <= 2, inside  # never 3 scripts at once
     described = [session.describe_training_job(t["TrainingJobName"]) for t in trials]
     said = [(d["TrainingStartTime"].timestamp(), d["TrainingEndTime"].timestamp()) for d in described]
-    assert most_at_once(said) <= 2, said
+    assert most_at_once(said) == 2, said  # 2 trials at once, never 3
 
 
 # -- 7 ---------------------------------------------------------------------------------------------
