@@ -80,9 +80,11 @@ from emulator.state import blocking, job_records
 from emulator.training_images import frameworks, huggingface
 from emulator.training_images.ecr_images import DEFAULT_IMAGE_MAP, with_image
 from emulator.training_images.image_recipes import DEFAULT_VARIANT, load_recipe
+from emulator.tuning import request as tuning_rules
 from emulator.tuning import service as tuning_service
 from emulator.tuning import trials
 from emulator.tuning.from_spec import tuning_name, tuning_request
+from emulator.tuning.ranges import parse_parameter_ranges
 from emulator.tuning.service import TuningJobs
 
 # How often `logs --follow` reads the log files and asks whether the job has ended.
@@ -748,6 +750,9 @@ def tune(spec: JobSpec, config: Mapping[str, Any], *, warm_start: Mapping[str, A
     is a SpecError naming the `tuning` section."""
     name = name or tuning_name(spec, datetime.now(timezone.utc))
     asked = tuning_request(spec, name, config, warm_start)
+    found = tuning_rules.problems(asked)
+    if found:  # the service's rules, each its own problem (create would join them in one message)
+        raise SpecError([Problem("tuning", message, TUNING_HINT) for message in found])
     # The spec's root when it is there; else the default, made as the SDK sessions make it (a spec that
     # names no s3:// location needs none, but the trials' checks ask for one).
     root = spec.s3_root if spec.s3_root is not None and spec.s3_root.is_dir() else None
@@ -758,6 +763,29 @@ def tune(spec: JobSpec, config: Mapping[str, Any], *, warm_start: Mapping[str, A
     except ApiError as err:
         raise SpecError([Problem("tuning", err.message)]) from None
     return name
+
+
+def check_tuning(spec: JobSpec) -> None:
+    """The spec's `tuning:` section by the rules CreateHyperParameterTuningJob's request meets
+    (emulator/tuning/request.py: the objective among the metric definitions, a range's bounds, Grid's
+    ranges, Hyperband's settings, ...) and its ranges' own checks, without an engine: `validate` and
+    `tune` report the same problems. A SpecError naming `tuning` for each; nothing without a section."""
+    if spec.tuning is None:
+        return
+    asked = tuning_request(spec, "validate", spec.tuning.config, spec.tuning.warm_start)
+    found = tuning_rules.problems(asked)
+    if not found:
+        for definition in trials.definitions(asked):
+            try:
+                parse_parameter_ranges(trials.ranges_of(asked, definition))
+            except ApiError as err:
+                found.append(err.message)
+    if found:
+        raise SpecError([Problem("tuning", message, TUNING_HINT) for message in found])
+
+
+# The hint of a `tuning:` section whose request the service would refuse.
+TUNING_HINT = "the rule CreateHyperParameterTuningJob's request breaks; docs/tuning.md lists the section's keys"
 
 
 def tuning_description(name: str) -> dict[str, Any]:

@@ -479,17 +479,34 @@ def demo(
 
 @app.command()
 def validate(spec_path: SpecArg, as_json: JsonOpt = False, s3_root: S3RootOpt = None) -> None:
-    """Check a spec against SageMaker's rules without touching Docker; report every problem at once."""
+    """Check a spec against SageMaker's rules without touching Docker; report every problem at once. A
+    `tuning:` section is checked as CreateHyperParameterTuningJob checks its request (`hetero-emu tune`)."""
     spec = _load(spec_path, s3_root=s3_root, as_json=as_json)
+    try:
+        api.check_tuning(spec)
+    except SpecError as err:
+        if not as_json:
+            raise SpecError(err.problems, str(spec_path)) from None
+        _emit_json({"valid": False, "problems": _problems_json(err.problems)})
+        raise typer.Exit(err.exit_code) from None
     warnings = _warn_spec(spec)
     groups = [{"instance_group_name": g.instance_group_name, "instance_type": g.instance_type,
                "instance_count": g.instance_count, "placement": dict(g.placement)} for g in spec.instance_groups]
     if as_json:
         _emit_json({"valid": True, "instance_groups": groups, "channels": list(spec.inputs),
-                    "warnings": _problems_json(warnings)})
+                    "warnings": _problems_json(warnings),
+                    **({"tuning": spec.tuning.config} if spec.tuning is not None else {})})
     else:
+        tuned = ""
+        if spec.tuning is not None:
+            config = spec.tuning.config
+            limits = config.get("ResourceLimits") or {}
+            most = limits.get("MaxNumberOfTrainingJobs")
+            tuned = (f"; tuning: {config.get('Strategy', 'Bayesian')}, "
+                     f"{f'{most} trials' if most else 'every combination'}, "
+                     f"{limits.get('MaxParallelTrainingJobs', 1)} at once")
         typer.echo(f"{spec_path}: valid ({len(groups)} group(s), {spec.host_count} host(s), "
-                   f"{len(spec.inputs)} channel(s))")
+                   f"{len(spec.inputs)} channel(s)){tuned}")
 
 
 @app.command("render")

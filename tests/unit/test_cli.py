@@ -136,6 +136,42 @@ def test_validate_bad_spec_lists_every_problem(proj: Path) -> None:
     assert "5 problems" in proc.stderr
 
 
+TUNED = """\
+entry_point: train.py
+source_dir: code
+instance_type: ml.c5.xlarge
+metric_definitions:
+  - {Name: val_loss, Regex: "val_loss=([0-9.]+)"}
+tuning:
+  objective_metric_name: OBJECTIVE
+  strategy: Random
+  max_jobs: 6
+  max_parallel_jobs: 2
+  hyperparameter_ranges:
+    lr: {type: continuous, min_value: 0.001, max_value: 0.1}
+"""
+
+
+def test_validate_says_what_a_tuning_section_runs(proj: Path) -> None:
+    (proj / "tuned.yaml").write_text(TUNED.replace("OBJECTIVE", "val_loss"))
+    proc = invoke("validate", proj / "tuned.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "; tuning: Random, 6 trials, 2 at once" in proc.stdout
+
+
+def test_validate_refuses_a_tuning_section_the_service_would_refuse(proj: Path) -> None:
+    # The keys are right; the request `tune` would send breaks a rule of the service's: the objective
+    # is not one of the metric definitions.
+    (proj / "tuned.yaml").write_text(TUNED.replace("OBJECTIVE", "accuracy"))
+    proc = invoke("validate", proj / "tuned.yaml")
+    assert_clean_error(proc, 2)
+    assert "tuned.yaml" in proc.stderr and "tuning: " in proc.stderr and "accuracy" in proc.stderr
+    as_json = invoke("validate", proj / "tuned.yaml", "--json")
+    assert as_json.returncode == 2
+    problem = json.loads(as_json.stdout)["problems"][0]
+    assert problem["path"] == "tuning" and "accuracy" in problem["message"] and problem["hint"]
+
+
 def test_validate_json_bad_spec(proj: Path) -> None:
     proc = invoke("validate", "--json", proj / "bad.yaml")
     assert_clean_error(proc, 2)
