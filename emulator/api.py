@@ -797,8 +797,7 @@ def tuning_description(name: str) -> dict[str, Any]:
     if record is None:
         raise UsageError(f"no tuning job named {name!r} on this machine",
                          hint="`hetero-emu tune SPEC` starts one; ListHyperParameterTuningJobs lists them")
-    described = tuning_service.description(record)
-    described["TrainingJobSummaries"] = [trials.summary(t) for t in record.get("Trials") or []]
+    described = tuning_service.with_trials(record)
     # What the emulator adds, as a training job's description has it under `Emulator`: where the
     # tuning job's tuning.json and tuning.svg are, its warnings, why it ended.
     emulated = {k: v for k, v in (("Folder", record.get("Folder")), ("Notes", record.get("Notes")),

@@ -449,13 +449,7 @@ def tune(
     if as_json:
         _emit_json(described)
     else:
-        for line in tuning_table.final_lines(described, colour):
-            typer.echo(line)
-        emulated = described.get("Emulator") or {}
-        if emulated.get("StatusMessage"):
-            typer.echo(f"ended: {emulated['StatusMessage']}")
-        if emulated.get("Folder"):
-            typer.echo(f"tuning.json and tuning.svg: {emulated['Folder']}")
+        _print_tuning_end(described, colour)
     status = described.get("HyperParameterTuningJobStatus")
     raise typer.Exit({"Completed": 0, "Stopped": 130}.get(str(status), 1))
 
@@ -837,10 +831,18 @@ def _describe_tuning(name: str, *, as_json: bool) -> None:
     best = (described.get("BestTrainingJob") or {}).get("TrainingJobName")
     for row in described.get("TrainingJobSummaries") or []:
         typer.echo(tuning_table.row(row, kind, row.get("TrainingJobName") == best, colour))
+    _print_tuning_end(described, colour)
+
+
+def _print_tuning_end(described: dict[str, Any], colour: bool) -> None:
+    """A tuning job's status, counters and best trial, why it ended and where its files are."""
     for line in tuning_table.final_lines(described, colour):
         typer.echo(line)
-    if (described.get("Emulator") or {}).get("Folder"):
-        typer.echo(f"tuning.json and tuning.svg: {described['Emulator']['Folder']}")
+    emulated = described.get("Emulator") or {}
+    if emulated.get("StatusMessage"):
+        typer.echo(f"ended: {emulated['StatusMessage']}")
+    if emulated.get("Folder"):
+        typer.echo(f"tuning.json and tuning.svg: {emulated['Folder']}")
 
 
 @app.command("metrics")

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from emulator.tuning.service import TuningJobs
 from emulator.jobs.service import JobRecord, TrainingJobs
 from emulator.tuning.service import description as tuning_description
-from emulator.tuning.trials import summary as trial_summary
+from emulator.tuning.service import with_trials
 
 HERE = Path(__file__).resolve().parent
 # Under a prefix no S3 bucket can have (bucket names are lower-case letters, digits, dots and hyphens,
@@ -246,9 +246,7 @@ class LiveJobs:
         record = self.tuning.record(name) if self.tuning is not None else None
         if record is None:
             raise NoSuchJob(name)
-        described = tuning_description(record)
-        described["TrainingJobSummaries"] = [trial_summary(t) for t in record.get("Trials") or []]
-        return described
+        return with_trials(record)
 
     def stop(self, name: str) -> None:
         self._record(name)

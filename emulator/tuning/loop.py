@@ -41,7 +41,7 @@ from emulator.tuning import stopping, trials
 from emulator.tuning.names import trial_job_name
 from emulator.tuning.ranges import parse_parameter_ranges
 from emulator.tuning.request import EPOCH_KEYS
-from emulator.tuning.service import description
+from emulator.tuning.service import with_trials
 from emulator.tuning.strategies import Strategy, TrialResult, make_strategy
 
 # How often the loop looks at its running trials: each look reads their records and metric files.
@@ -62,6 +62,7 @@ class Running:
     tuned: dict[str, str]
     values: list[float] = field(default_factory=list)
     stopped_early: bool = False
+    start_recorded: bool = False  # its TrainingStartTime is in the tuning job's record
 
 
 class Tuner:
@@ -135,11 +136,15 @@ class Tuner:
 
     def _look(self) -> None:
         """Each running trial's status and objective so far; the ended ones moved to `ended`."""
+        starts: dict[str, str] = {}
         for name, trial in list(self.running.items()):
             record = self.training.record(name)
             if record is None:
                 continue
             record = self.training.checked(record)
+            if not trial.start_recorded and record.training_start_time:
+                starts[name] = record.training_start_time
+                trial.start_recorded = True
             samples = metrics.read(record.job_dir)
             trial.values = trials.objective_values(samples, self.metrics[trial.definition])
             if record.status.is_final:
@@ -150,7 +155,8 @@ class Tuner:
                 trial.stopped_early = True
                 with contextlib.suppress(ApiError):
                     self.training.stop({"TrainingJobName": name})
-        self._write()
+        if starts:
+            self._record_starts(starts)
 
     def _stop_early(self, trial: Running) -> bool:
         """Whether the trial is to stop now: the median rule with early stopping Auto
@@ -173,12 +179,8 @@ class Tuner:
     def _runs_past_max_resource(self, definition: int) -> bool:
         """Whether the definition's trials would report more epochs than MaxResource: their static
         epochs hyperparameter is larger, or they have none to tell (then they are stopped there)."""
-        static = self.definitions[definition].get("StaticHyperParameters") or {}
-        for key in EPOCH_KEYS:
-            if key in static:
-                with contextlib.suppress(TypeError, ValueError):
-                    return int(str(static[key]).strip('"')) > (self.max_resource or 0)
-        return True
+        epochs = _static_epochs(self.definitions[definition])
+        return epochs is None or epochs > (self.max_resource or 0)
 
     def _ended(self, trial: Running, status: str, doc: Mapping[str, Any]) -> None:
         value = trial.values[-1] if trial.values else None
@@ -306,29 +308,20 @@ class Tuner:
             return sum(int(g.get("InstanceCount", 1)) for g in groups if isinstance(g, Mapping))
         return int(config.get("InstanceCount", 1) or 1)
 
-    def _write(self) -> None:
-        """The running trials' start times, as their records say them."""
-        starts = {}
-        for name in self.running:
-            record = self.training.record(name)
-            if record is not None and record.training_start_time:
-                starts[name] = record.training_start_time
-        if not starts:
-            return
+    def _record_starts(self, starts: Mapping[str, str]) -> None:
+        """The trials' TrainingStartTime, once each, as their records first say it."""
 
         def change(d: dict[str, Any]) -> None:
             for row in d.get(tuning_records.TRIALS) or []:
-                if row.get("TrainingJobName") in starts and "TrainingStartTime" not in row:
-                    row["TrainingStartTime"] = starts[row["TrainingJobName"]]
+                if row.get("TrainingJobName") in starts:
+                    row.setdefault("TrainingStartTime", starts[row["TrainingJobName"]])
 
-        rows = (tuning_records.read(self.name) or {}).get(tuning_records.TRIALS) or []
-        if any(r.get("TrainingJobName") in starts and "TrainingStartTime" not in r for r in rows):
-            tuning_records.update(self.name, change)
+        tuning_records.update(self.name, change)
 
     def _end(self, status: str, why: str | None) -> None:
         runtime = int(time.monotonic() - self.started)
         done = [r for _, r in sorted(self.ended, key=lambda e: e[0].number)]
-        details = {"NumberOfTrainingJobsObjectiveNotImproving": trials.not_improving(done, self.minimize)}
+        details = {"NumberOfTrainingJobsObjectiveNotImproving": stopping.not_improving(done, self.minimize)}
 
         def change(d: dict[str, Any]) -> None:
             d["HyperParameterTuningJobStatus"] = status
@@ -351,14 +344,11 @@ class Tuner:
         folder = record.get("Folder")
         if not isinstance(folder, str):
             return
-        described = description(record)
-        summaries = [trials.summary(t) for t in record.get(tuning_records.TRIALS) or []]
+        described = with_trials(record)
         with contextlib.suppress(OSError):
             Path(folder).mkdir(parents=True, exist_ok=True)
-            write_atomically(Path(folder) / "tuning.json",
-                             json.dumps({**described, "TrainingJobSummaries": summaries}, indent=2, sort_keys=True,
-                                        default=str))
-            tuning_chart.write(Path(folder) / tuning_chart.FILE_NAME, described, summaries)
+            write_atomically(Path(folder) / "tuning.json", json.dumps(described, indent=2, sort_keys=True, default=str))
+            tuning_chart.write(Path(folder) / tuning_chart.FILE_NAME, described, described["TrainingJobSummaries"])
 
 
 def parallel_here(asked: int, hosts_per_trial: int, given: int | None, cores: int | None) -> tuple[int, str | None]:
@@ -387,12 +377,16 @@ def _max_resource(config: Mapping[str, Any], definitions: Sequence[Mapping[str, 
     band = ((config.get("StrategyConfig") or {}).get("HyperbandStrategyConfig") or {})
     if isinstance(band.get("MaxResource"), int):
         return int(band["MaxResource"])
-    for definition in definitions:
-        static = definition.get("StaticHyperParameters") or {}
-        for key in EPOCH_KEYS:
+    return next((e for d in definitions if (e := _static_epochs(d)) is not None), None)
+
+
+def _static_epochs(definition: Mapping[str, Any]) -> int | None:
+    """The definition's static epochs hyperparameter (the first of EPOCH_KEYS it has), as a number."""
+    static = definition.get("StaticHyperParameters") or {}
+    for key in EPOCH_KEYS:
+        if key in static:
             with contextlib.suppress(TypeError, ValueError):
-                if key in static:
-                    return int(str(static[key]).strip('"'))
+                return int(str(static[key]).strip('"'))
     return None
 
 

@@ -270,6 +270,13 @@ def description(doc: Mapping[str, Any], *, parents: Sequence[Mapping[str, Any]] 
     return out
 
 
+def with_trials(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The description with the trials' ListTrainingJobsForHyperParameterTuningJob rows, in the order
+    they were created, under `TrainingJobSummaries`: what `describe`, tuning.json and the page show."""
+    rows = [trials.summary(t) for t in doc.get(tuning_records.TRIALS) or []]
+    return {**description(doc), "TrainingJobSummaries": rows}
+
+
 def list_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A tuning job's ListHyperParameterTuningJobs row (HyperParameterTuningJobSummary)."""
     described = description(doc)

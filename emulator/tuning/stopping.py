@@ -122,6 +122,14 @@ def completion_reason(criteria: Mapping[str, Any], history: Sequence[TrialResult
     return None
 
 
+def not_improving(history: Sequence[TrialResult], minimize: bool) -> int:
+    """TuningJobCompletionDetails.NumberOfTrainingJobsObjectiveNotImproving: this job's trials since the
+    last that improved the best by 1% or more ("not improving (1% or less)",
+    API_HyperParameterTuningJobCompletionDetails), by the rule BestObjectiveNotImproving uses."""
+    trials = sorted((r for r in _counted(history) if r.number > 0), key=lambda r: r.number)
+    return _not_improving(trials, minimize) if trials else 0
+
+
 def _not_improving(trials: Sequence[TrialResult], minimize: bool) -> int:
     """How many trials at the end of `trials` (in number order) did not improve on the best before
     them; the first trial sets the best. A trial better by less than 1% does not count as improving,

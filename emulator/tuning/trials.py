@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.jobspec.metric_definitions import Sample
+from emulator.tuning.stopping import best_trial
 from emulator.tuning.strategies import TrialResult
 
 # The members of a HyperParameterTrainingJobDefinition a trial's CreateTrainingJob takes as they are
@@ -177,40 +178,22 @@ def objective_status(status: str, value: float | None) -> str:
 
 
 def best(trials: Sequence[Mapping[str, Any]], minimize: bool) -> Mapping[str, Any] | None:
-    """The trial with the best final objective (BestTrainingJob) among those whose objective
-    Succeeded; of equal ones the first created."""
-    scored = [t for t in trials if t.get("ObjectiveStatus") == "Succeeded"
-              and isinstance((t.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value"), (int, float))]
-    if not scored:
-        return None
-    sign = 1.0 if minimize else -1.0
-    return min(scored, key=lambda t: (sign * float(t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]),
-                                      int(t.get("Number", 0))))
+    """The trial row with the best final objective (BestTrainingJob) among those whose objective
+    Succeeded (Completed or Stopped with one), by `stopping.best_trial`'s rule."""
+    results = [TrialResult(dict(t.get("TunedHyperParameters") or {}), _value(t), number=int(t.get("Number", 0)),
+                           status=str(t.get("TrainingJobStatus"))) for t in trials]
+    chosen = best_trial(results, minimize)
+    return None if chosen is None else trials[next(i for i, r in enumerate(results) if r is chosen)]
+
+
+def _value(trial: Mapping[str, Any]) -> float | None:
+    value = (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+    return float(value) if trial.get("ObjectiveStatus") == "Succeeded" and isinstance(value, (int, float)) else None
 
 
 def summary(trial: Mapping[str, Any]) -> dict[str, Any]:
     """A trial as HyperParameterTrainingJobSummary: the record's trial without what only the record keeps."""
     return {k: v for k, v in trial.items() if k not in ("Number", "Intermediate")}
-
-
-def not_improving(results: Sequence[Any], minimize: bool) -> int:
-    """TuningJobCompletionDetails.NumberOfTrainingJobsObjectiveNotImproving: the trials since the last
-    one that improved the best objective by more than 1% ("not improving (1% or less)",
-    API_HyperParameterTuningJobCompletionDetails), in the order they were numbered. `results` are
-    TrialResults (their `objective`)."""
-    best: float | None = None
-    since = 0
-    for result in results:
-        value = result.objective
-        if value is None:
-            since += 1
-            continue
-        better = best is None or (value < best - abs(best) * 0.01 if minimize else value > best + abs(best) * 0.01)
-        if better:
-            best, since = value, 0
-        else:
-            since += 1
-    return since
 
 
 def parent_results(record: Mapping[str, Any]) -> list[TrialResult]:
