@@ -510,3 +510,64 @@ def test_when_every_trial_fails_the_tuning_job_fails_after_five(session: Emulato
         assert reason
         # ListTrainingJobsForHyperParameterTuningJob's row says why, as DescribeTrainingJob does.
         assert trial["FailureReason"] == reason[:1024]
+
+
+# -- 11 --------------------------------------------------------------------------------------------
+
+# A trial of a framework estimator as AWS's notebooks tune them: PyTorch's own image, torchrun across
+# two hosts (the SDK's torch_distributed), managed spot with a checkpoint location. Each rank tells
+# the world it saw and the sum of a gloo all_reduce, and leaves a checkpoint naming its trial's lr.
+TORCHRUN_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+    argv = sys.argv[1:]
+    args = {k.lstrip("-"): v for k, v in zip(argv[::2], argv[1::2])}
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    os.makedirs("/opt/ml/checkpoints", exist_ok=True)
+    with open(f"/opt/ml/checkpoints/rank-{rank}.json", "w") as out:
+        json.dump({"lr": args["lr"], "world": world, "sum": value.item()}, out)
+    if rank == 0:
+        print(f"val_loss={float(args['lr']):.6f}", flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def test_trials_of_a_framework_image_run_torchrun_on_spot_with_checkpoints_of_their_own(
+        session: EmulatorSession, pytorch_image: str) -> None:
+    from sagemaker.pytorch import PyTorch
+
+    code = Path(session.s3_root).parent / "code"
+    (code / "train.py").write_text(TORCHRUN_SCRIPT)
+    est = PyTorch(entry_point="train.py", source_dir=str(code), role=ROLE, framework_version="2.1.0",
+                  py_version="py310", instance_count=2, instance_type="ml.g5.xlarge",
+                  distribution={"torch_distributed": {"enabled": True}}, use_spot_instances=True,
+                  max_run=600, max_wait=1200, checkpoint_s3_uri="s3://bucket/ckpt",
+                  output_path="s3://bucket/out", sagemaker_session=session)
+    tuner = tuner_of(est, {"lr": ContinuousParameter(0.1, 0.9)}, strategy="Random", max_jobs=2,
+                     max_parallel_jobs=1)
+    tuner.fit(wait=True)
+    name = tuner.latest_tuning_job.name
+    assert tuning_status(session, name) == "Completed"
+    trials = trials_of(session, name)
+    assert len(trials) == 2 and {t["TrainingJobStatus"] for t in trials} == {"Completed"}, trials
+    for trial in trials:
+        job = trial["TrainingJobName"]
+        lr = trial["TunedHyperParameters"]["lr"]
+        described = session.describe_training_job(job)
+        assert described["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.1.0-gpu-py310")
+        assert described["EnableManagedSpotTraining"] is True
+        assert described["BillableTimeInSeconds"] <= described["TrainingTimeInSeconds"]
+        # Each trial's checkpoints under a prefix of its own: no trial resumes from another's.
+        assert described["CheckpointConfig"]["S3Uri"] == f"s3://bucket/ckpt/{job}"
+        saved = sorted((Path(session.s3_root) / "bucket" / "ckpt" / job).glob("rank-*.json"))
+        assert [p.name for p in saved] == ["rank-0.json", "rank-1.json"], saved
+        for path in saved:  # both hosts' ranks in one world of 2, each with this trial's lr
+            seen = json.loads(path.read_text())
+            assert seen["world"] == 2 and seen["sum"] == 3.0 and same_value(lr, seen["lr"]), seen
+        objective = trial["FinalHyperParameterTuningJobObjectiveMetric"]
+        assert objective["MetricName"] == "val_loss"
+        assert objective["Value"] == pytest.approx(float(lr), abs=1e-6)
