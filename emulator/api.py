@@ -750,9 +750,9 @@ def tune(spec: JobSpec, config: Mapping[str, Any], *, warm_start: Mapping[str, A
     is a SpecError naming the `tuning` section."""
     name = name or tuning_name(spec, datetime.now(timezone.utc))
     asked = tuning_request(spec, name, config, warm_start)
-    found = tuning_rules.problems(asked)
-    if found:  # the service's rules, each its own problem (create would join them in one message)
-        raise SpecError([Problem("tuning", message, TUNING_HINT) for message in found])
+    refused = _tuning_problems(asked)
+    if refused:  # each its own problem (create would join them in one message)
+        raise SpecError(refused)
     # The spec's root when it is there; else the default, made as the SDK sessions make it (a spec that
     # names no s3:// location needs none, but the trials' checks ask for one).
     root = spec.s3_root if spec.s3_root is not None and spec.s3_root.is_dir() else None
@@ -772,7 +772,14 @@ def check_tuning(spec: JobSpec) -> None:
     `tune` report the same problems. A SpecError naming `tuning` for each; nothing without a section."""
     if spec.tuning is None:
         return
-    asked = tuning_request(spec, "validate", spec.tuning.config, spec.tuning.warm_start)
+    refused = _tuning_problems(tuning_request(spec, "validate", spec.tuning.config, spec.tuning.warm_start))
+    if refused:
+        raise SpecError(refused)
+
+
+def _tuning_problems(asked: Mapping[str, Any]) -> list[Problem]:
+    """What CreateHyperParameterTuningJob would refuse in `asked`: the request's rules, then each
+    definition's ranges; a Problem naming `tuning` for each."""
     found = tuning_rules.problems(asked)
     if not found:
         for definition in trials.definitions(asked):
@@ -780,8 +787,7 @@ def check_tuning(spec: JobSpec) -> None:
                 parse_parameter_ranges(trials.ranges_of(asked, definition))
             except ApiError as err:
                 found.append(err.message)
-    if found:
-        raise SpecError([Problem("tuning", message, TUNING_HINT) for message in found])
+    return [Problem("tuning", message, TUNING_HINT) for message in found]
 
 
 # The hint of a `tuning:` section whose request the service would refuse.
